@@ -1,0 +1,3 @@
+module github.com/gocoll/gocoll
+
+go 1.22

@@ -1,0 +1,96 @@
+// Package transport defines the one interface the collective algorithms are
+// written against, and the errors every transport reports.
+//
+// The model is the one RDMA hardware imposes, so that TCP and shared memory
+// fit under it without changing an algorithm: every rank owns, for each peer,
+// a receive slab cut into a fixed number of slots of MaxMessage bytes. A send
+// fills the next slot of the receiver's slab (over RDMA, a WRITE with
+// immediate; over TCP, a frame the peer's reader lands straight in the slot);
+// the receiver is told "slot k of peer p holds n bytes", reduces or copies
+// out of the slot in place, and releases it, which returns a credit to the
+// sender. A sender with no credit left waits. Because receive memory is
+// bounded and pre-allocated, nothing is allocated per message and a fast
+// sender can never overrun a slow receiver.
+//
+// Contract, for every implementation:
+//
+//   - Ordering: messages from one peer are delivered in the order they were
+//     sent. There is no ordering between different peers.
+//   - Concurrency: at most one goroutine sends to a given peer at a time, and
+//     at most one receives from it; sends and receives to the same or
+//     different peers may run concurrently. Release may be called from any
+//     goroutine, but the messages of one peer must be released in the order
+//     they were received.
+//   - Buffers: Send does not retain p; when it returns p may be reused.
+//     A received Message's Data belongs to the caller until Release, and must
+//     not be touched afterwards: the slot is then refilled by the peer.
+//   - Sizes: 0 <= len(p) <= MaxMessage(). Zero-length messages are delivered.
+//   - Cancellation: Send and Recv return ctx.Err() (wrapped) promptly when ctx
+//     ends. A Send cancelled part-way may leave the stream to that peer
+//     unusable; the transport then reports the peer broken on later calls.
+//   - Peer loss: when a peer's connection fails or the peer dies, every
+//     pending and later Send and Recv involving it returns an error wrapping
+//     ErrPeerLost that names the peer's rank. Messages the peer had already
+//     delivered can still be received first.
+//   - Close releases every resource (connections, slabs, goroutines), wakes
+//     pending calls with ErrClosed, and is safe to call more than once.
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Transport is one rank's connections to every other rank of a job.
+type Transport interface {
+	// Rank is this process's rank, in [0, Size).
+	Rank() int
+	// Size is the number of ranks in the job.
+	Size() int
+	// MaxMessage is the largest payload one Send may carry: the slot size.
+	MaxMessage() int
+	// Send delivers p into the next free slot of peer's receive slab,
+	// waiting for a credit if every slot is in use.
+	Send(ctx context.Context, peer int, p []byte) error
+	// Recv waits for the next message from peer.
+	Recv(ctx context.Context, peer int) (Message, error)
+	// Release hands m's slot back to its sender.
+	Release(m Message)
+	// Close tears the transport down. See the package contract.
+	Close() error
+}
+
+// Message is a received payload, still in the receive slot it landed in.
+type Message struct {
+	// Data is the payload: a view of the slot, valid until Release.
+	Data []byte
+	// Peer is the sender's rank.
+	Peer int
+	// Slot identifies the slot within the peer's slab (transport-private).
+	Slot int
+}
+
+var (
+	// ErrPeerLost reports that a peer died, disconnected or broke the protocol.
+	ErrPeerLost = errors.New("peer lost")
+	// ErrClosed reports use of a transport after Close.
+	ErrClosed = errors.New("transport closed")
+	// ErrPeerClosed reports that a peer closed its end in an orderly way
+	// while this rank still expected to talk to it.
+	ErrPeerClosed = errors.New("peer closed the connection")
+)
+
+// PeerError says which peer an error concerns and what was being done.
+// It unwraps to the cause, so errors.Is(err, ErrPeerLost) works through it.
+type PeerError struct {
+	Peer int    // rank of the peer
+	Op   string // "send", "recv", "connect", ...
+	Err  error
+}
+
+func (e *PeerError) Error() string {
+	return fmt.Sprintf("%s rank %d: %v", e.Op, e.Peer, e.Err)
+}
+
+func (e *PeerError) Unwrap() error { return e.Err }
