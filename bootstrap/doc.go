@@ -1,0 +1,17 @@
+// Package bootstrap is how the ranks of a job find each other.
+//
+// A job has one rendezvous store: a tiny key/value server over TCP whose Get
+// waits until the key is Put. grun serves it for the jobs it launches; under
+// other launchers (torchrun, mpirun, srun) rank 0 serves it. Every rank
+// publishes what its peers need to connect to it (listening addresses, and
+// for RDMA queue pair numbers, GIDs and memory keys), then reads everyone
+// else's; the transports build their mesh from that. Every connection to the
+// store proves it holds the per-job token (see internal/auth) before it may
+// read or write anything, and every frame's length is checked before it is
+// read, so strangers and garbage are refused without disturbing the job.
+//
+// FromEnv reads a launcher's environment into a Config; programs that set
+// everything themselves fill a Config directly. Tests run N ranks as
+// goroutines of one process: start a Server on 127.0.0.1:0 and give each
+// goroutine a Config with its rank and the server's address.
+package bootstrap

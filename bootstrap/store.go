@@ -1,0 +1,393 @@
+package bootstrap
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/gocoll/gocoll/internal/auth"
+	"github.com/gocoll/gocoll/internal/logging"
+)
+
+// Wire format of the store, after the auth handshake. Every frame is a
+// little-endian uint32 length of what follows, then:
+//
+//	request:  op(1) keylen(2) key value
+//	response: status(1) payload       (the value, or an error text)
+//
+// Lengths are checked against the limits below before anything is allocated.
+const (
+	opPut = 1
+	opGet = 2
+
+	statusOK  = 0
+	statusErr = 1
+
+	// MaxKey and MaxValue bound what one entry may hold: addresses, queue
+	// pair numbers and host ids are tiny; nothing large goes through here.
+	MaxKey   = 1 << 10
+	MaxValue = 1 << 20
+	maxFrame = 1 + 2 + MaxKey + MaxValue
+
+	handshakeTimeout = 10 * time.Second
+)
+
+var (
+	// ErrStoreClosed reports that the store server went away.
+	ErrStoreClosed = errors.New("rendezvous store closed")
+	// ErrBadFrame reports a malformed or oversized store frame.
+	ErrBadFrame = errors.New("malformed rendezvous frame")
+)
+
+// Server is the rendezvous store: a key/value map where Get waits until the
+// key is Put. grun runs one per job; without grun, rank 0 runs it.
+type Server struct {
+	ln    net.Listener
+	token []byte
+
+	mu      sync.Mutex
+	kv      map[string][]byte
+	changed chan struct{} // closed and replaced on every Put
+	conns   map[net.Conn]struct{}
+	closed  bool
+	done    chan struct{}
+
+	refused atomic.Int64
+	wg      sync.WaitGroup
+}
+
+// Listen starts a store on addr ("host:port"; port 0 picks one) that admits
+// only clients holding token, and serves it in the background until Close.
+func Listen(addr string, token []byte) (*Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("bootstrap: listen %s: %w", addr, err)
+	}
+	return Serve(ln, token), nil
+}
+
+// Serve serves a store on an existing listener, in the background.
+func Serve(ln net.Listener, token []byte) *Server {
+	s := &Server{
+		ln:      ln,
+		token:   append([]byte(nil), token...),
+		kv:      make(map[string][]byte),
+		changed: make(chan struct{}),
+		conns:   make(map[net.Conn]struct{}),
+		done:    make(chan struct{}),
+	}
+	s.wg.Add(1)
+	go s.acceptLoop()
+	return s
+}
+
+// Addr is the address clients dial.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// Refused counts connections turned away: wrong token, wrong protocol, or
+// frames that broke the protocol.
+func (s *Server) Refused() int { return int(s.refused.Load()) }
+
+// Close stops the store and disconnects every client.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.done)
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	err := s.ln.Close()
+	s.wg.Wait()
+	return err
+}
+
+func (s *Server) acceptLoop() {
+	defer s.wg.Done()
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			select {
+			case <-s.done:
+				return
+			default:
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// Transient (EMFILE and the like): back off, keep serving.
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			c.Close()
+			return
+		}
+		s.conns[c] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go s.serveConn(c)
+	}
+}
+
+func (s *Server) serveConn(c net.Conn) {
+	defer s.wg.Done()
+	defer func() {
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+		c.Close()
+	}()
+	if err := auth.Handshake(c, s.token, auth.Store, false, time.Now().Add(handshakeTimeout)); err != nil {
+		s.refused.Add(1)
+		logging.L().Warn("rendezvous: refused a connection", "remote", c.RemoteAddr().String(), "err", err)
+		return
+	}
+	r := bufio.NewReader(c)
+	for {
+		op, key, val, err := readRequest(r)
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				s.refused.Add(1)
+				logging.L().Warn("rendezvous: dropped a client", "remote", c.RemoteAddr().String(), "err", err)
+			}
+			return
+		}
+		switch op {
+		case opPut:
+			s.put(key, val)
+			err = writeFrame(c, statusOK, nil, nil)
+		case opGet:
+			v, ok := s.wait(key)
+			if !ok {
+				return
+			}
+			err = writeFrame(c, statusOK, v, nil)
+		default:
+			s.refused.Add(1)
+			logging.L().Warn("rendezvous: unknown request", "remote", c.RemoteAddr().String(), "op", op)
+			writeFrame(c, statusErr, []byte(fmt.Sprintf("unknown op %d", op)), nil)
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (s *Server) put(key string, val []byte) {
+	s.mu.Lock()
+	s.kv[key] = val
+	close(s.changed)
+	s.changed = make(chan struct{})
+	s.mu.Unlock()
+}
+
+// wait blocks until key exists or the server closes. A client that hangs
+// up while waiting is noticed when the server closes: waiters are few and
+// the store lives only as long as its job.
+func (s *Server) wait(key string) ([]byte, bool) {
+	for {
+		s.mu.Lock()
+		v, ok := s.kv[key]
+		ch := s.changed
+		s.mu.Unlock()
+		if ok {
+			return v, true
+		}
+		select {
+		case <-ch:
+		case <-s.done:
+			return nil, false
+		}
+	}
+}
+
+// readRequest reads one request frame, validating every length before use.
+func readRequest(r *bufio.Reader) (op byte, key string, val []byte, err error) {
+	var hdr [4]byte
+	if _, err = io.ReadFull(r, hdr[:]); err != nil {
+		return 0, "", nil, err
+	}
+	n := binary.LittleEndian.Uint32(hdr[:])
+	if n < 3 || n > maxFrame {
+		return 0, "", nil, fmt.Errorf("frame length %d outside [3, %d]: %w", n, maxFrame, ErrBadFrame)
+	}
+	body := make([]byte, n)
+	if _, err = io.ReadFull(r, body); err != nil {
+		return 0, "", nil, fmt.Errorf("truncated frame: %w", ErrBadFrame)
+	}
+	return parseRequest(body)
+}
+
+func parseRequest(body []byte) (op byte, key string, val []byte, err error) {
+	if len(body) < 3 {
+		return 0, "", nil, fmt.Errorf("request of %d bytes: %w", len(body), ErrBadFrame)
+	}
+	op = body[0]
+	klen := int(binary.LittleEndian.Uint16(body[1:]))
+	if klen > MaxKey || 3+klen > len(body) {
+		return 0, "", nil, fmt.Errorf("key length %d does not fit a %d-byte request: %w", klen, len(body), ErrBadFrame)
+	}
+	key = string(body[3 : 3+klen])
+	val = body[3+klen:]
+	if len(val) > MaxValue {
+		return 0, "", nil, fmt.Errorf("value of %d bytes over the %d limit: %w", len(val), MaxValue, ErrBadFrame)
+	}
+	if op == opGet && len(val) != 0 {
+		return 0, "", nil, fmt.Errorf("get with a value: %w", ErrBadFrame)
+	}
+	return op, key, val, nil
+}
+
+// writeFrame writes length, first byte, then a and b.
+func writeFrame(w io.Writer, first byte, a, b []byte) error {
+	buf := make([]byte, 5, 5+len(a)+len(b))
+	binary.LittleEndian.PutUint32(buf, uint32(1+len(a)+len(b)))
+	buf[4] = first
+	buf = append(append(buf, a...), b...)
+	_, err := w.Write(buf)
+	return err
+}
+
+// Client talks to a Server. Its methods are safe for concurrent use; requests
+// are served one at a time.
+type Client struct {
+	mu     sync.Mutex
+	conn   net.Conn
+	r      *bufio.Reader
+	broken error
+}
+
+// Dial connects to the store at addr and authenticates with token. The store
+// may not be up yet (rank 0 serves it in some launch modes), so refused
+// connections are retried until ctx ends.
+func Dial(ctx context.Context, addr string, token []byte) (*Client, error) {
+	var d net.Dialer
+	backoff := 5 * time.Millisecond
+	for {
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			deadline := time.Now().Add(handshakeTimeout)
+			if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+				deadline = dl
+			}
+			if err := auth.Handshake(c, token, auth.Store, true, deadline); err != nil {
+				c.Close()
+				return nil, fmt.Errorf("bootstrap: rendezvous %s: %w", addr, err)
+			}
+			return &Client{conn: c, r: bufio.NewReader(c)}, nil
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("bootstrap: rendezvous %s unreachable: %w (last error: %v)", addr, ctx.Err(), err)
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, syscall.ECONNRESET) {
+			return nil, fmt.Errorf("bootstrap: rendezvous %s: %w", addr, err)
+		}
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return nil, fmt.Errorf("bootstrap: rendezvous %s unreachable: %w (last error: %v)", addr, ctx.Err(), err)
+		}
+		backoff = min(2*backoff, 200*time.Millisecond)
+	}
+}
+
+// LocalAddr is this end of the connection: the address of the interface
+// that reaches the store, which is also the one peers can reach us on.
+func (c *Client) LocalAddr() net.Addr { return c.conn.LocalAddr() }
+
+// Put stores value under key, replacing any earlier value.
+func (c *Client) Put(ctx context.Context, key string, value []byte) error {
+	_, err := c.do(ctx, opPut, key, value)
+	return err
+}
+
+// Get returns key's value, waiting until some client has Put it.
+func (c *Client) Get(ctx context.Context, key string) ([]byte, error) {
+	return c.do(ctx, opGet, key, nil)
+}
+
+// Close disconnects from the store.
+func (c *Client) Close() error { return c.conn.Close() }
+
+func (c *Client) do(ctx context.Context, op byte, key string, value []byte) ([]byte, error) {
+	if len(key) > MaxKey {
+		return nil, fmt.Errorf("bootstrap: key of %d bytes over the %d limit", len(key), MaxKey)
+	}
+	if len(value) > MaxValue {
+		return nil, fmt.Errorf("bootstrap: value of %d bytes over the %d limit", len(value), MaxValue)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.broken != nil {
+		return nil, c.broken
+	}
+	if ctx.Done() != nil {
+		stop := context.AfterFunc(ctx, func() { c.conn.SetDeadline(time.Unix(1, 0)) })
+		defer stop()
+	}
+	var kh [3]byte
+	kh[0] = op
+	binary.LittleEndian.PutUint16(kh[1:], uint16(len(key)))
+	buf := make([]byte, 4, 4+3+len(key)+len(value))
+	binary.LittleEndian.PutUint32(buf, uint32(3+len(key)+len(value)))
+	buf = append(append(append(buf, kh[:]...), key...), value...)
+	resp, err := c.roundTrip(buf)
+	if err != nil {
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		// A request cut off half-way leaves the stream out of step.
+		c.broken = fmt.Errorf("bootstrap: %s %q: %w", opName(op), key, err)
+		c.conn.Close()
+		return nil, c.broken
+	}
+	return resp, nil
+}
+
+func (c *Client) roundTrip(req []byte) ([]byte, error) {
+	if _, err := c.conn.Write(req); err != nil {
+		return nil, err
+	}
+	var hdr [4]byte
+	if _, err := io.ReadFull(c.r, hdr[:]); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, ErrStoreClosed
+		}
+		return nil, err
+	}
+	n := binary.LittleEndian.Uint32(hdr[:])
+	if n < 1 || n > 1+MaxValue {
+		return nil, fmt.Errorf("response length %d: %w", n, ErrBadFrame)
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(c.r, body); err != nil {
+		return nil, fmt.Errorf("truncated response: %w", ErrBadFrame)
+	}
+	if body[0] != statusOK {
+		return nil, fmt.Errorf("store refused: %s", body[1:])
+	}
+	return body[1:], nil
+}
+
+func opName(op byte) string {
+	if op == opPut {
+		return "put"
+	}
+	return "get"
+}
