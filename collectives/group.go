@@ -1,0 +1,278 @@
+package collectives
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/gocoll/gocoll/internal/reduce"
+	"github.com/gocoll/gocoll/transport"
+)
+
+// Kind names a collective.
+type Kind uint8
+
+const (
+	AllReduce Kind = iota + 1
+	Broadcast
+	Barrier
+	AllGather
+	ReduceScatter
+)
+
+var kindNames = map[Kind]string{
+	AllReduce: "allreduce", Broadcast: "broadcast", Barrier: "barrier",
+	AllGather: "allgather", ReduceScatter: "reducescatter",
+}
+
+func (k Kind) String() string {
+	if s, ok := kindNames[k]; ok {
+		return s
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// Algo names an algorithm.
+type Algo uint8
+
+const (
+	Auto Algo = iota
+	// Local: a job of one rank; nothing crosses the wire.
+	Local
+	// Ring: bandwidth-optimal; every rank sends and receives 2(n-1)/n of the
+	// buffer (allreduce) in n-1 or 2(n-1) pipelined steps.
+	Ring
+	// RecursiveDoubling: latency-optimal allreduce in log2(n) exchanges of
+	// the whole buffer (plus one fold-in and one fold-out step when n is not
+	// a power of two).
+	RecursiveDoubling
+	// Binomial: broadcast down a binomial tree, log2(n) rounds.
+	Binomial
+	// Chain: broadcast along a pipelined chain, root to root-1, bandwidth
+	// of one link whatever n.
+	Chain
+	// Dissemination: barrier in ceil(log2(n)) rounds.
+	Dissemination
+)
+
+var algoNames = map[Algo]string{
+	Auto: "auto", Local: "local", Ring: "ring", RecursiveDoubling: "rd",
+	Binomial: "binomial", Chain: "chain", Dissemination: "dissemination",
+}
+
+func (a Algo) String() string {
+	if s, ok := algoNames[a]; ok {
+		return s
+	}
+	return fmt.Sprintf("algo(%d)", uint8(a))
+}
+
+// algos lists what each collective can run, default first.
+var algos = map[Kind][]Algo{
+	AllReduce:     {Ring, RecursiveDoubling},
+	Broadcast:     {Chain, Binomial},
+	Barrier:       {Dissemination},
+	AllGather:     {Ring},
+	ReduceScatter: {Ring},
+}
+
+// ErrBadAlgo reports an unknown or inapplicable algorithm name.
+var ErrBadAlgo = errors.New("bad algorithm selection")
+
+// ParseAlgos reads an override in GOCOLL_ALGO syntax: either one name that
+// applies to every collective that has such an algorithm ("ring"), or a
+// comma-separated list of collective=name pairs
+// ("allreduce=rd,broadcast=chain"). The empty string means no override.
+func ParseAlgos(s string) (map[Kind]Algo, error) {
+	out := make(map[Kind]Algo)
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return out, nil
+	}
+	byName := func(name string) (Algo, bool) {
+		name = strings.ToLower(strings.TrimSpace(name))
+		if name == "recursive-doubling" || name == "recursive_doubling" {
+			name = "rd"
+		}
+		for a, n := range algoNames {
+			if n == name && a != Local {
+				return a, true
+			}
+		}
+		return 0, false
+	}
+	if !strings.Contains(s, "=") {
+		a, ok := byName(s)
+		if !ok {
+			return nil, fmt.Errorf("GOCOLL_ALGO=%q: unknown algorithm (known: %s): %w", s, knownAlgos(), ErrBadAlgo)
+		}
+		for k, list := range algos {
+			for _, x := range list {
+				if x == a || a == Auto {
+					out[k] = a
+				}
+			}
+		}
+		if len(out) == 0 {
+			return nil, fmt.Errorf("GOCOLL_ALGO=%q applies to no collective: %w", s, ErrBadAlgo)
+		}
+		return out, nil
+	}
+	for _, part := range strings.Split(s, ",") {
+		kname, aname, ok := strings.Cut(part, "=")
+		if !ok {
+			return nil, fmt.Errorf("GOCOLL_ALGO: %q is not collective=algorithm: %w", part, ErrBadAlgo)
+		}
+		var kind Kind
+		for k, n := range kindNames {
+			if n == strings.ToLower(strings.TrimSpace(kname)) {
+				kind = k
+			}
+		}
+		if kind == 0 {
+			return nil, fmt.Errorf("GOCOLL_ALGO: unknown collective %q: %w", kname, ErrBadAlgo)
+		}
+		a, ok := byName(aname)
+		if !ok {
+			return nil, fmt.Errorf("GOCOLL_ALGO: unknown algorithm %q for %v (known: %s): %w", aname, kind, knownAlgos(), ErrBadAlgo)
+		}
+		if a != Auto && !contains(algos[kind], a) {
+			return nil, fmt.Errorf("GOCOLL_ALGO: %v has no %v algorithm (it has %v): %w", kind, a, algos[kind], ErrBadAlgo)
+		}
+		out[kind] = a
+	}
+	return out, nil
+}
+
+func knownAlgos() string {
+	var names []string
+	for a, n := range algoNames {
+		if a != Local {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	return strings.Join(names, ", ")
+}
+
+func contains(list []Algo, a Algo) bool {
+	for _, x := range list {
+		if x == a {
+			return true
+		}
+	}
+	return false
+}
+
+// Options configure a Group.
+type Options struct {
+	// Algos forces an algorithm per collective (see ParseAlgos).
+	Algos map[Kind]Algo
+	// SmallAllReduce is the largest allreduce, in bytes, that runs
+	// recursive doubling rather than the ring (default 64 KiB).
+	SmallAllReduce int
+	// SmallBroadcast is the largest broadcast that uses the binomial tree
+	// rather than the chain (default 64 KiB).
+	SmallBroadcast int
+	// Logger receives the algorithm choices (info, once per choice) and
+	// per-call detail (debug). Nil means silent.
+	Logger *slog.Logger
+}
+
+// Group runs collectives over one transport: the algorithms' view of a
+// communicator. Calls on a Group must not overlap; the communicator
+// serialises them (every rank must issue collectives in the same order).
+type Group struct {
+	t    transport.Transport
+	opts Options
+	seq  uint64
+	// sentSeq[p] and gotSeq[p] are the sequence number of the last call in
+	// which the header went to / came from peer p.
+	sentSeq, gotSeq []uint64
+	small           []byte // header + small payload scratch
+
+	logMu  sync.Mutex
+	logged map[string]bool
+}
+
+// NewGroup builds a Group over t.
+func NewGroup(t transport.Transport, opts Options) *Group {
+	if opts.SmallAllReduce == 0 {
+		opts.SmallAllReduce = 64 << 10
+	}
+	if opts.SmallBroadcast == 0 {
+		opts.SmallBroadcast = 64 << 10
+	}
+	return &Group{
+		t:       t,
+		opts:    opts,
+		sentSeq: make([]uint64, t.Size()),
+		gotSeq:  make([]uint64, t.Size()),
+		small:   make([]byte, hdrLen+combineMax),
+		logged:  make(map[string]bool),
+	}
+}
+
+// Rank is this rank. Size is the number of ranks.
+func (g *Group) Rank() int { return g.t.Rank() }
+
+// Size is the number of ranks.
+func (g *Group) Size() int { return g.t.Size() }
+
+// choose picks the algorithm for a call and says why, once, at info level.
+func (g *Group) choose(kind Kind, bytes int) Algo {
+	n := g.t.Size()
+	var a Algo
+	var why string
+	switch forced := g.opts.Algos[kind]; {
+	case n == 1:
+		a, why = Local, "one rank"
+	case forced != Auto:
+		a, why = forced, "GOCOLL_ALGO"
+	default:
+		switch kind {
+		case AllReduce:
+			if bytes <= g.opts.SmallAllReduce {
+				a, why = RecursiveDoubling, fmt.Sprintf("%d bytes <= %d: latency-bound", bytes, g.opts.SmallAllReduce)
+			} else {
+				a, why = Ring, fmt.Sprintf("%d bytes > %d: bandwidth-bound", bytes, g.opts.SmallAllReduce)
+			}
+		case Broadcast:
+			if bytes <= g.opts.SmallBroadcast || n == 2 {
+				a, why = Binomial, fmt.Sprintf("%d bytes, %d ranks: latency-bound", bytes, n)
+			} else {
+				a, why = Chain, fmt.Sprintf("%d bytes > %d: bandwidth-bound", bytes, g.opts.SmallBroadcast)
+			}
+		default:
+			a, why = algos[kind][0], "only algorithm"
+		}
+	}
+	if l := g.opts.Logger; l != nil {
+		key := kind.String() + "/" + a.String() + "/" + why
+		if len(why) > 0 && why[0] >= '0' && why[0] <= '9' {
+			// Sizes vary per call; log each (kind, algo) decision once.
+			key = kind.String() + "/" + a.String()
+		}
+		g.logMu.Lock()
+		first := !g.logged[key]
+		g.logged[key] = true
+		g.logMu.Unlock()
+		if first {
+			l.Info("algorithm chosen", "collective", kind.String(), "algo", a.String(), "ranks", n, "why", why)
+		}
+	}
+	return a
+}
+
+func checkLen(what string, b []byte, dt reduce.DType) error {
+	if dt.Size() == 0 {
+		return fmt.Errorf("%s: invalid element type %v", what, dt)
+	}
+	if len(b)%dt.Size() != 0 {
+		return fmt.Errorf("%s: %d bytes is not a whole number of %v elements", what, len(b), dt)
+	}
+	return nil
+}

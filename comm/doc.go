@@ -1,0 +1,20 @@
+// Package comm is gocoll's public API: a Communicator joins a job of N
+// ranks, and generic collectives (AllReduce, Broadcast, AllGather,
+// ReduceScatter, Barrier) operate in place on ordinary Go slices.
+//
+// Init reads the job from the launcher's environment (grun, torchrun-style,
+// Open MPI or Slurm) and connects every rank to every other through the
+// rendezvous store; New takes an explicit Config instead. Every collective
+// takes a context first and returns an error, never panics: a bad argument
+// is refused before anything is sent (ErrInvalid, ErrUnsupported), while a
+// failure part-way through (a peer lost, the context ended, ranks that
+// called different collectives) leaves the ranks out of step, so it marks
+// the communicator broken and every later call fails at once with ErrBroken
+// and the original cause. Collectives on one communicator run one at a time
+// and must be issued in the same order on every rank.
+//
+// The algorithms (package collectives) are chosen by message size and rank
+// count, can be forced with GOCOLL_ALGO, and say what they chose with
+// GOCOLL_DEBUG=info. They run over a transport (package transport); which
+// one is picked by GOCOLL_TRANSPORT.
+package comm

@@ -1,0 +1,81 @@
+package tcp_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gocoll/gocoll/bootstrap"
+	"github.com/gocoll/gocoll/internal/conformance"
+	"github.com/gocoll/gocoll/transport"
+	"github.com/gocoll/gocoll/transport/tcp"
+)
+
+// mesh connects n in-process ranks over loopback TCP through a real
+// rendezvous store, exactly as separate processes would.
+func mesh(t testing.TB, n int, opts tcp.Options) []transport.Transport {
+	t.Helper()
+	token := []byte("conformance-token")
+	srv, err := bootstrap.Listen("127.0.0.1:0", token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ts := make([]transport.Transport, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := 0; r < n; r++ {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			store, err := bootstrap.Dial(ctx, srv.Addr(), token)
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			defer store.Close()
+			tr, err := tcp.Connect(ctx, store, r, n, token, opts)
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			ts[r] = tr
+		}(r)
+	}
+	wg.Wait()
+	t.Cleanup(func() {
+		var wg sync.WaitGroup
+		for _, tr := range ts {
+			if tr != nil {
+				wg.Add(1)
+				go func(tr transport.Transport) { defer wg.Done(); tr.Close() }(tr)
+			}
+		}
+		wg.Wait()
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: connect: %v", r, err)
+		}
+	}
+	return ts
+}
+
+func TestConformance(t *testing.T) {
+	conformance.Run(t, func(t testing.TB, n int) []transport.Transport { return mesh(t, n, tcp.Options{}) })
+}
+
+// TestConformanceSmallSlots runs the suite with the smallest slots and
+// fewest of them, so that every size spans many messages and senders wait
+// on credits all the time.
+func TestConformanceSmallSlots(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the default-slot run covers the same paths; this one is for the full run")
+	}
+	conformance.Run(t, func(t testing.TB, n int) []transport.Transport {
+		return mesh(t, n, tcp.Options{Slots: 2, SlotSize: 4 << 10})
+	})
+}
