@@ -72,9 +72,6 @@ func TestConformance(t *testing.T) {
 // fewest of them, so that every size spans many messages and senders wait
 // on credits all the time.
 func TestConformanceSmallSlots(t *testing.T) {
-	if testing.Short() {
-		t.Skip("the default-slot run covers the same paths; this one is for the full run")
-	}
 	conformance.Run(t, func(t testing.TB, n int) []transport.Transport {
 		return mesh(t, n, tcp.Options{Slots: 2, SlotSize: 4 << 10})
 	})

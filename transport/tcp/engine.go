@@ -1,0 +1,730 @@
+package tcp
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gocoll/gocoll/transport"
+)
+
+const (
+	// spinFor is how long a waiting call busy-polls the sockets before it
+	// blocks in poll(2): long enough to catch a reply on a quiet host
+	// without a scheduler round trip, short enough not to starve the other
+	// ranks of an oversubscribed one.
+	spinFor = 50 * time.Microsecond
+	// pollSliceMs bounds one blocking poll, so cancellation and Close are
+	// noticed even when no socket stirs.
+	pollSliceMs = 20
+	// rbufSize is each peer's read-ahead buffer: small frames arrive many
+	// to a read(2). Payload remainders of directRead bytes or more bypass it
+	// and are read straight into the slot.
+	rbufSize   = 64 << 10
+	directRead = 16 << 10
+)
+
+// Transport is the TCP mesh of one rank. See package transport for the
+// contract and the package doc for the design.
+type Transport struct {
+	rank, size int
+	opts       Options
+	peers      []*peer // indexed by rank; nil at our own
+	list       []*peer // the peers, in poll order
+	pfds       []unix.PollFd
+	wakefd     int // eventfd that interrupts a blocking poll (Close)
+
+	// progress is held (a value sent in) by the one goroutine currently
+	// driving the sockets; the others wait for their message or credit, or
+	// for their turn.
+	progress  chan struct{}
+	closing   atomic.Bool
+	closed    chan struct{}
+	closeOnce sync.Once
+	refused   atomic.Int64
+}
+
+type peer struct {
+	t    *Transport
+	rank int
+	fd   int
+
+	// Inbound, touched only by the goroutine holding t.progress.
+	rbuf       []byte
+	rpos, rend int
+	body       []byte // the slot being filled; nil between frames
+	bodyGot    int
+	bodySlot   int
+	recvSeq    int
+	ended      bool // the peer's stream is over (goodbye or EOF)
+	slab       []byte
+	ready      chan transport.Message
+	recvNote   chan struct{} // a message arrived
+	sendNote   chan struct{} // a credit arrived, or the socket became writable
+	wantWrite  atomic.Bool   // a writer waits for POLLOUT
+	writable   atomic.Bool
+	credits    chan struct{} // one token per free slot at the peer
+	sendSeq    int           // only the one sending goroutine touches it
+	pending    atomic.Int32  // slots released here, not yet reported to the peer
+	wmu        sync.Mutex    // one frame on the wire at a time
+	wbuf       []byte        // header + small payload scratch, under wmu
+	tailBuf    [frameHdrLen]byte
+	tail       []byte       // unwritten rest of a credit frame, under wmu
+	tailLen    atomic.Int32 // len(tail), readable without wmu
+	closeFdOne sync.Once
+
+	failOnce sync.Once
+	dead     chan struct{}
+	err      error // set before dead is closed
+}
+
+func (t *Transport) newPeer(r int, c *net.TCPConn) (*peer, error) {
+	// The descriptor leaves the runtime's netpoller: progress is driven by
+	// the calls themselves, with non-blocking reads and poll(2).
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	fd, derr := -1, error(nil)
+	if err := rc.Control(func(f uintptr) { fd, derr = unix.FcntlInt(f, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
+		return nil, err
+	}
+	c.Close()
+	if derr != nil {
+		return nil, fmt.Errorf("dup socket: %w", derr)
+	}
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+	p := &peer{
+		t:        t,
+		rank:     r,
+		fd:       fd,
+		rbuf:     make([]byte, rbufSize),
+		slab:     make([]byte, t.opts.Slots*t.opts.SlotSize),
+		ready:    make(chan transport.Message, t.opts.Slots),
+		recvNote: make(chan struct{}, 1),
+		sendNote: make(chan struct{}, 1),
+		credits:  make(chan struct{}, t.opts.Slots),
+		wbuf:     make([]byte, frameHdrLen+smallSend),
+		dead:     make(chan struct{}),
+	}
+	for i := 0; i < t.opts.Slots; i++ {
+		p.credits <- struct{}{}
+	}
+	return p, nil
+}
+
+func (p *peer) closeFd() {
+	p.closeFdOne.Do(func() { unix.Close(p.fd) })
+}
+
+// start readies the progress engine once the mesh is connected.
+func (t *Transport) start() error {
+	fd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("tcp: eventfd: %w", err)
+	}
+	t.wakefd = fd
+	for _, p := range t.peers {
+		if p != nil {
+			t.list = append(t.list, p)
+		}
+	}
+	t.pfds = make([]unix.PollFd, len(t.list)+1)
+	return nil
+}
+
+// Rank implements transport.Transport.
+func (t *Transport) Rank() int { return t.rank }
+
+// Size implements transport.Transport.
+func (t *Transport) Size() int { return t.size }
+
+// MaxMessage implements transport.Transport.
+func (t *Transport) MaxMessage() int { return t.opts.SlotSize }
+
+// Refused counts connections to the data port turned away during Connect.
+func (t *Transport) Refused() int { return int(t.refused.Load()) }
+
+func (t *Transport) peer(r int, op string) (*peer, error) {
+	if r < 0 || r >= t.size || r == t.rank {
+		return nil, fmt.Errorf("tcp: %s: rank %d is not a peer of rank %d in a job of %d", op, r, t.rank, t.size)
+	}
+	select {
+	case <-t.closed:
+		return nil, &transport.PeerError{Peer: r, Op: op, Err: transport.ErrClosed}
+	default:
+	}
+	return t.peers[r], nil
+}
+
+// Recv implements transport.Transport.
+func (t *Transport) Recv(ctx context.Context, from int) (transport.Message, error) {
+	p, err := t.peer(from, "recv from")
+	if err != nil {
+		return transport.Message{}, err
+	}
+	for {
+		select {
+		case m := <-p.ready:
+			return m, nil
+		default:
+		}
+		if p.failed() != nil {
+			// What the peer delivered before it went comes first.
+			select {
+			case m := <-p.ready:
+				return m, nil
+			default:
+			}
+			return transport.Message{}, p.error("recv from")
+		}
+		if err := t.await(ctx, p, p.recvNote, func() bool { return len(p.ready) > 0 }); err != nil {
+			return transport.Message{}, &transport.PeerError{Peer: from, Op: "recv from", Err: err}
+		}
+	}
+}
+
+// Send implements transport.Transport.
+func (t *Transport) Send(ctx context.Context, to int, b []byte) error {
+	p, err := t.peer(to, "send to")
+	if err != nil {
+		return err
+	}
+	if len(b) > t.opts.SlotSize {
+		return fmt.Errorf("tcp: send of %d bytes to rank %d exceeds the %d-byte slot", len(b), to, t.opts.SlotSize)
+	}
+	for {
+		select {
+		case <-p.credits:
+			slot := p.sendSeq % t.opts.Slots
+			p.sendSeq++
+			return p.writeData(ctx, slot, b)
+		default:
+		}
+		if p.failed() != nil {
+			return p.error("send to")
+		}
+		if err := t.await(ctx, p, p.sendNote, func() bool { return len(p.credits) > 0 }); err != nil {
+			return &transport.PeerError{Peer: to, Op: "send to", Err: err}
+		}
+	}
+}
+
+// Release implements transport.Transport.
+func (t *Transport) Release(m transport.Message) {
+	p := t.peers[m.Peer]
+	if p == nil {
+		return
+	}
+	if int(p.pending.Add(1)) >= t.creditBatch() && p.wmu.TryLock() {
+		p.flushCreditsLocked()
+		p.wmu.Unlock()
+	}
+}
+
+// creditBatch is how many released slots are reported in one credit frame
+// when no data frame going back can carry them. Fewer than all slots, so
+// the sender never runs dry waiting for a batch to fill.
+func (t *Transport) creditBatch() int { return max(1, t.opts.Slots/2) }
+
+// await returns once ready() holds, or p failed (the caller looks), or
+// with an error once ctx ends or the transport closes. Meanwhile it either
+// drives the sockets itself or, when another goroutine does, waits to be
+// told that something arrived for p or that its turn has come.
+func (t *Transport) await(ctx context.Context, p *peer, note chan struct{}, ready func() bool) error {
+	for !ready() && p.failed() == nil {
+		select {
+		case t.progress <- struct{}{}:
+			err := t.drive(ctx, p, ready)
+			<-t.progress
+			if err != nil {
+				return err
+			}
+		case <-note:
+		case <-p.dead:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.closed:
+			return transport.ErrClosed
+		}
+	}
+	return nil
+}
+
+// drive runs the progress engine until ready() holds, p fails, ctx ends
+// or the transport closes: busy-polling for spinFor, then blocking in
+// poll(2) a slice at a time.
+func (t *Transport) drive(ctx context.Context, p *peer, ready func() bool) error {
+	spinUntil := time.Now().Add(spinFor)
+	var stop func() bool
+	defer func() {
+		if stop != nil {
+			stop()
+		}
+	}()
+	for {
+		timeout := 0
+		if stop != nil || time.Now().After(spinUntil) {
+			timeout = pollSliceMs
+			if stop == nil && ctx.Done() != nil {
+				stop = context.AfterFunc(ctx, t.wake)
+			}
+		}
+		if err := t.pass(timeout); err != nil {
+			return err
+		}
+		if ready() || p.failed() != nil {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		select {
+		case <-t.closed:
+			return transport.ErrClosed
+		default:
+		}
+	}
+}
+
+// wake interrupts a blocking poll.
+func (t *Transport) wake() {
+	var one [8]byte
+	one[0] = 1
+	unix.Write(t.wakefd, one[:])
+}
+
+// pass polls every live peer once (waiting up to timeoutMs for something
+// to happen), reads whatever arrived into the slots, and flushes credits
+// and frame tails that could not be written earlier.
+func (t *Transport) pass(timeoutMs int) error {
+	for i, p := range t.list {
+		fd := int32(p.fd)
+		if p.ended || p.failed() != nil {
+			fd = -1 // poll skips it
+		}
+		ev := int16(unix.POLLIN)
+		if p.wantWrite.Load() || p.tailPending() {
+			ev |= unix.POLLOUT
+		}
+		t.pfds[i] = unix.PollFd{Fd: fd, Events: ev}
+	}
+	t.pfds[len(t.list)] = unix.PollFd{Fd: int32(t.wakefd), Events: unix.POLLIN}
+	n, err := unix.Poll(t.pfds, timeoutMs)
+	if err != nil && err != unix.EINTR {
+		return fmt.Errorf("tcp: poll: %w", err)
+	}
+	if n <= 0 {
+		return nil
+	}
+	for i, p := range t.list {
+		re := t.pfds[i].Revents
+		if re == 0 {
+			continue
+		}
+		if re&(unix.POLLIN|unix.POLLHUP|unix.POLLERR) != 0 {
+			p.readAll()
+		}
+		if re&(unix.POLLOUT|unix.POLLHUP|unix.POLLERR) != 0 {
+			p.writable.Store(true)
+			notify(p.sendNote)
+			if p.tailPending() && p.wmu.TryLock() {
+				p.flushCreditsLocked()
+				p.wmu.Unlock()
+			}
+		}
+		if int(p.pending.Load()) >= t.creditBatch() && p.wmu.TryLock() {
+			p.flushCreditsLocked()
+			p.wmu.Unlock()
+		}
+	}
+	if t.pfds[len(t.list)].Revents != 0 {
+		var buf [8]byte
+		unix.Read(t.wakefd, buf[:])
+	}
+	return nil
+}
+
+func notify(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// readAll reads everything the socket holds, landing payloads in slots.
+func (p *peer) readAll() {
+	for !p.ended && p.failed() == nil {
+		p.parse()
+		if p.ended || p.failed() != nil {
+			return
+		}
+		var n int
+		var err error
+		if p.body != nil && p.rpos == p.rend && len(p.body)-p.bodyGot >= directRead {
+			n, err = unix.Read(p.fd, p.body[p.bodyGot:])
+			if n > 0 {
+				p.bodyGot += n
+				if p.bodyGot == len(p.body) {
+					p.deliver()
+				}
+			}
+		} else {
+			if p.rpos > 0 {
+				p.rend = copy(p.rbuf, p.rbuf[p.rpos:p.rend])
+				p.rpos = 0
+			}
+			n, err = unix.Read(p.fd, p.rbuf[p.rend:])
+			if n > 0 {
+				p.rend += n
+			}
+		}
+		switch {
+		case err == unix.EAGAIN:
+			return
+		case err == unix.EINTR:
+		case err != nil:
+			p.fail(fmt.Errorf("%w: %v", transport.ErrPeerLost, err))
+			return
+		case n == 0:
+			p.ended = true
+			p.fail(fmt.Errorf("%w: connection closed without goodbye (process died?)", transport.ErrPeerLost))
+			return
+		}
+	}
+}
+
+// parse consumes the frames buffered in rbuf.
+func (p *peer) parse() {
+	opts := p.t.opts
+	for {
+		if p.body != nil {
+			n := copy(p.body[p.bodyGot:], p.rbuf[p.rpos:p.rend])
+			p.rpos += n
+			p.bodyGot += n
+			if p.bodyGot < len(p.body) {
+				return
+			}
+			p.deliver()
+			continue
+		}
+		if p.rend-p.rpos < frameHdrLen {
+			return
+		}
+		hdr := p.rbuf[p.rpos : p.rpos+frameHdrLen]
+		p.rpos += frameHdrLen
+		kind := hdr[0]
+		slot := int(binary.LittleEndian.Uint16(hdr[2:]))
+		n := int(binary.LittleEndian.Uint32(hdr[4:]))
+		credits := int(binary.LittleEndian.Uint32(hdr[8:]))
+		if credits > opts.Slots {
+			p.protocolError("%d credits returned, only %d slots exist", credits, opts.Slots)
+			return
+		}
+		for i := 0; i < credits; i++ {
+			select {
+			case p.credits <- struct{}{}:
+			default:
+				p.protocolError("more credits returned than slots lent")
+				return
+			}
+		}
+		if credits > 0 {
+			notify(p.sendNote)
+		}
+		switch kind {
+		case frameCredit:
+			if n != 0 {
+				p.protocolError("credit frame with a %d-byte payload", n)
+				return
+			}
+		case frameData:
+			if n > opts.SlotSize || slot != p.recvSeq%opts.Slots {
+				p.protocolError("frame of %d bytes for slot %d (expected slot %d, at most %d bytes)", n, slot, p.recvSeq%opts.Slots, opts.SlotSize)
+				return
+			}
+			off := slot * opts.SlotSize
+			p.body, p.bodyGot, p.bodySlot = p.slab[off:off+n:off+n], 0, slot
+			p.recvSeq++
+			if n == 0 {
+				p.deliver()
+			}
+		case frameBye:
+			p.ended = true
+			p.fail(transport.ErrPeerClosed)
+			return
+		default:
+			p.protocolError("unknown frame kind %d", kind)
+			return
+		}
+	}
+}
+
+func (p *peer) protocolError(format string, args ...any) {
+	p.fail(fmt.Errorf("%w: %s: %w", transport.ErrPeerLost, fmt.Sprintf(format, args...), errProtocol))
+}
+
+// deliver hands the completed slot to Recv.
+func (p *peer) deliver() {
+	m := transport.Message{Data: p.body, Peer: p.rank, Slot: p.bodySlot}
+	p.body = nil
+	if p.t.closing.Load() {
+		return // nobody will receive it
+	}
+	select {
+	case p.ready <- m:
+		notify(p.recvNote)
+	default:
+		p.protocolError("peer wrote into a slot it held no credit for")
+	}
+}
+
+func (p *peer) tailPending() bool {
+	// Read without wmu: a stale answer only costs one extra or one missed
+	// POLLOUT interest, and the next pass corrects it.
+	return p.tailLen.Load() > 0
+}
+
+// writeData sends one data frame: header and payload, with any credit
+// frame tail still owed in front. It returns only when every byte is with
+// the kernel, so b may be reused.
+func (p *peer) writeData(ctx context.Context, slot int, b []byte) error {
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	if p.failed() != nil {
+		p.t.returnCredit(p)
+		return p.error("send to")
+	}
+	credits := p.pending.Swap(0)
+	hdr := p.wbuf[:frameHdrLen]
+	hdr[0] = frameData
+	hdr[1] = 0
+	binary.LittleEndian.PutUint16(hdr[2:], uint16(slot))
+	binary.LittleEndian.PutUint32(hdr[4:], uint32(len(b)))
+	binary.LittleEndian.PutUint32(hdr[8:], uint32(credits))
+	var iovs [3][]byte
+	iov := iovs[:0]
+	if len(p.tail) > 0 {
+		iov = append(iov, p.tail)
+	}
+	if len(b) <= smallSend {
+		n := copy(p.wbuf[frameHdrLen:], b)
+		iov = append(iov, p.wbuf[:frameHdrLen+n])
+	} else {
+		iov = append(iov, hdr, b)
+	}
+	tailLen := len(p.tail)
+	written := 0
+	for len(iov) > 0 {
+		n, err := unix.Writev(p.fd, iov)
+		if n > 0 {
+			written += n
+			iov = advance(iov, n)
+			continue
+		}
+		switch err {
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			p.writable.Store(false)
+			p.wantWrite.Store(true)
+			err = p.t.await(ctx, p, p.sendNote, p.writable.Load)
+			p.wantWrite.Store(false)
+			if err == nil && p.failed() == nil {
+				continue
+			}
+			if err == nil {
+				return p.error("send to")
+			}
+		default:
+			p.fail(fmt.Errorf("%w: %v", transport.ErrPeerLost, err))
+			return p.error("send to")
+		}
+		// Interrupted (ctx or Close).
+		if written <= tailLen {
+			// Our frame never started: the stream is intact.
+			p.tail = p.tail[written:]
+			p.tailLen.Store(int32(len(p.tail)))
+			p.pending.Add(credits)
+			p.t.returnCredit(p)
+			return &transport.PeerError{Peer: p.rank, Op: "send to", Err: err}
+		}
+		p.fail(fmt.Errorf("stream cut mid-frame: %w", err))
+		return &transport.PeerError{Peer: p.rank, Op: "send to", Err: err}
+	}
+	p.tail = nil
+	p.tailLen.Store(0)
+	return nil
+}
+
+// returnCredit gives back the credit of a send that never went out.
+func (t *Transport) returnCredit(p *peer) {
+	p.sendSeq--
+	select {
+	case p.credits <- struct{}{}:
+	default:
+	}
+}
+
+func advance(iov [][]byte, n int) [][]byte {
+	for n > 0 && len(iov) > 0 {
+		if n < len(iov[0]) {
+			iov[0] = iov[0][n:]
+			return iov
+		}
+		n -= len(iov[0])
+		iov = iov[1:]
+	}
+	for len(iov) > 0 && len(iov[0]) == 0 {
+		iov = iov[1:]
+	}
+	return iov
+}
+
+// flushCreditsLocked finishes any frame tail, then reports released slots
+// in a credit frame, without blocking: what the socket will not take now
+// stays owed and goes on a later pass. Called with wmu held.
+func (p *peer) flushCreditsLocked() {
+	if p.failed() != nil {
+		return
+	}
+	if len(p.tail) > 0 {
+		n, err := unix.Write(p.fd, p.tail)
+		if n > 0 {
+			p.tail = p.tail[n:]
+			p.tailLen.Store(int32(len(p.tail)))
+		}
+		if len(p.tail) > 0 {
+			if err != nil && err != unix.EAGAIN && err != unix.EINTR {
+				p.fail(fmt.Errorf("%w: %v", transport.ErrPeerLost, err))
+			}
+			return
+		}
+	}
+	c := p.pending.Swap(0)
+	if c == 0 {
+		return
+	}
+	frame := p.tailBuf[:]
+	clear(frame)
+	frame[0] = frameCredit
+	binary.LittleEndian.PutUint32(frame[8:], uint32(c))
+	n, err := unix.Write(p.fd, frame)
+	switch {
+	case n == len(frame):
+	case n > 0:
+		p.tail = frame[n:]
+		p.tailLen.Store(int32(len(p.tail)))
+	case err == unix.EAGAIN || err == unix.EINTR:
+		p.pending.Add(c)
+	default:
+		p.fail(fmt.Errorf("%w: %v", transport.ErrPeerLost, err))
+	}
+}
+
+// fail marks the peer unusable with cause err (the first cause wins) and
+// wakes everyone waiting on it. The descriptor stays open until Close, so
+// its number cannot be reused under a poll in flight.
+func (p *peer) fail(err error) {
+	p.failOnce.Do(func() {
+		p.err = err
+		close(p.dead)
+	})
+}
+
+// failed is the peer's failure cause, or nil while it is healthy.
+func (p *peer) failed() error {
+	select {
+	case <-p.dead:
+		return p.err
+	default:
+		return nil
+	}
+}
+
+func (p *peer) error(op string) error {
+	return &transport.PeerError{Peer: p.rank, Op: op, Err: p.err}
+}
+
+// Close implements transport.Transport. It wakes every pending call with
+// ErrClosed, says goodbye to every peer, and reads on until each has said
+// goodbye too (at most CloseLinger), so that no frame still in flight is
+// lost to a connection reset; then it releases everything.
+func (t *Transport) Close() error {
+	t.closeOnce.Do(func() {
+		close(t.closed)
+		if t.wakefd < 0 {
+			// Connect failed before the engine started.
+			for _, p := range t.peers {
+				if p != nil {
+					p.closeFd()
+				}
+			}
+			return
+		}
+		t.wake()
+		t.progress <- struct{}{} // the engine is ours for good
+		t.closing.Store(true)
+		deadline := time.Now().Add(t.opts.CloseLinger)
+		for _, p := range t.list {
+			if err := p.failed(); err != nil && !errors.Is(err, transport.ErrPeerClosed) {
+				continue
+			}
+			p.wmu.Lock()
+			p.goodbye(deadline)
+			p.wmu.Unlock()
+		}
+		for time.Now().Before(deadline) {
+			open := false
+			for _, p := range t.list {
+				if !p.ended && p.failed() == nil || errors.Is(p.failed(), transport.ErrPeerClosed) && !p.ended {
+					open = true
+				}
+			}
+			if !open {
+				break
+			}
+			t.pass(min(pollSliceMs, int(time.Until(deadline)/time.Millisecond)+1))
+		}
+		for _, p := range t.list {
+			p.fail(transport.ErrClosed)
+			p.closeFd()
+		}
+		unix.Close(t.wakefd)
+	})
+	return nil
+}
+
+// goodbye writes any owed tail and a goodbye frame, then shuts our half of
+// the connection, waiting for socket space until deadline at the most.
+func (p *peer) goodbye(deadline time.Time) {
+	var bye [frameHdrLen]byte
+	bye[0] = frameBye
+	out := append(append([]byte(nil), p.tail...), bye[:]...)
+	for len(out) > 0 && time.Now().Before(deadline) {
+		n, err := unix.Write(p.fd, out)
+		if n > 0 {
+			out = out[n:]
+			continue
+		}
+		if err != unix.EAGAIN && err != unix.EINTR {
+			break
+		}
+		fds := []unix.PollFd{{Fd: int32(p.fd), Events: unix.POLLOUT}}
+		unix.Poll(fds, min(pollSliceMs, int(time.Until(deadline)/time.Millisecond)+1))
+	}
+	unix.Shutdown(p.fd, unix.SHUT_WR)
+}
+
+var _ transport.Transport = (*Transport)(nil)
