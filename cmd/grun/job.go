@@ -1,0 +1,444 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/gocoll/gocoll/bootstrap"
+)
+
+// Exit statuses of grun's own making; a failed rank's status is passed on.
+const (
+	exitInternal = 1   // grun itself could not do its job
+	exitUsage    = 2   // bad command line
+	exitTimeout  = 124 // --timeout expired (as timeout(1))
+	exitNoStart  = 127 // PROG could not be started (as the shell)
+)
+
+const (
+	// pollInterval is how soon grun first looks again for processes that
+	// ranks left behind (nothing tells it when those go away), and
+	// maxPollInterval how rarely it ends up looking while they linger.
+	pollInterval    = 10 * time.Millisecond
+	maxPollInterval = 200 * time.Millisecond
+	// killWait is how long processes get to vanish after SIGKILL before
+	// grun gives up on them (one stuck in uninterruptible sleep may never).
+	killWait = 2 * time.Second
+	// drainWait is how long the output may trail behind the last process.
+	// Only a process that left the rank's process group while holding its
+	// stdout makes EOF take longer than that.
+	drainWait = 2 * time.Second
+)
+
+// config is a parsed command line.
+type config struct {
+	n       int
+	nSet    bool
+	env     []string // from -x, "VAR=val"
+	tag     bool
+	timeout time.Duration
+	grace   time.Duration
+	verbose bool
+	prog    string
+	args    []string
+}
+
+// job runs one launch of N ranks from start to exit status. It is used by a
+// single goroutine; the goroutines it starts talk to it through exits (and
+// through out, which locks).
+type job struct {
+	cfg     config
+	starter starter
+	out     *output
+	environ []string // grun's own environment, the base of every rank's
+
+	ranks   []*rank
+	running int // ranks started and not yet reaped
+
+	// Filled by the goroutines the job starts: the per-rank waiters, and
+	// the forwarders when whoever reads grun's output went away (as in
+	// "grun ... | head"), which stops the job as SIGPIPE would.
+	exits      chan exitEvent
+	brokenPipe chan struct{}
+	streams    sync.WaitGroup // the forwarders
+	readers    []io.Closer    // what they read; closed if EOF never comes
+
+	// Set when the job starts to end early; the first cause decides the
+	// message and the exit status, later ones only hurry things along.
+	cause    *cause
+	stopping bool
+	grace    *time.Timer
+	killed   bool
+}
+
+type rank struct {
+	id     int
+	proc   process
+	done   bool
+	status exitStatus
+}
+
+type exitEvent struct {
+	rank   int
+	status exitStatus
+}
+
+type causeKind int
+
+const (
+	rankFailed causeKind = iota
+	gotSignal
+	timedOut
+	canceled
+	startFailed
+)
+
+// cause is why the job is being stopped.
+type cause struct {
+	kind   causeKind
+	rank   *rank          // rankFailed
+	signal syscall.Signal // gotSignal
+	err    error          // startFailed, canceled
+	others int            // ranks still running when the stop began
+}
+
+func newJob(cfg config, st starter, stdout, stderr io.Writer, environ []string) *job {
+	return &job{
+		cfg:        cfg,
+		starter:    st,
+		out:        &output{stdout: stdout, stderr: stderr},
+		environ:    environ,
+		exits:      make(chan exitEvent, cfg.n),
+		brokenPipe: make(chan struct{}, 1),
+	}
+}
+
+// run starts the ranks, supervises them until every one has exited, and
+// returns grun's exit status. sigs delivers the signals grun is asked to
+// pass on (SIGINT, SIGTERM, SIGHUP); cancelling ctx stops the job as
+// SIGTERM would.
+func (j *job) run(ctx context.Context, sigs <-chan os.Signal) int {
+	token, err := newToken()
+	if err != nil {
+		j.out.say("cannot make a job token: %v", err)
+		return exitInternal
+	}
+	// The ranks get the hex text and bootstrap.FromEnv uses those very
+	// bytes as the key, so the store must be given the text too.
+	store, err := bootstrap.Listen("127.0.0.1:0", []byte(token))
+	if err != nil {
+		j.out.say("cannot start the rendezvous store: %v", err)
+		return exitInternal
+	}
+	if j.cfg.verbose {
+		j.out.say("rendezvous store at %s; starting %s of %s", store.Addr(), plural(j.cfg.n, "rank"), j.cfg.prog)
+	}
+
+	j.startRanks(store.Addr(), token)
+	j.supervise(ctx, sigs)
+	j.sweep(sigs)
+	j.drain()
+	store.Close()
+
+	code := j.report()
+	if n := store.Refused(); n > 0 {
+		j.out.say("the rendezvous store refused %s (wrong token, not a gocoll client, or cut off mid-request)", plural(n, "connection"))
+	}
+	return code
+}
+
+func newToken() (string, error) {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// rankEnv is grun's environment, then the -x variables, then the job's;
+// exec keeps the last of duplicate names, so a GRUN_* inherited from an
+// enclosing job cannot leak through.
+func (j *job) rankEnv(i int, addr, token string) []string {
+	env := make([]string, 0, len(j.environ)+len(j.cfg.env)+6)
+	env = append(env, j.environ...)
+	env = append(env, j.cfg.env...)
+	n := strconv.Itoa(j.cfg.n)
+	return append(env,
+		"GRUN_RANK="+strconv.Itoa(i),
+		"GRUN_SIZE="+n,
+		"GRUN_LOCAL_RANK="+strconv.Itoa(i),
+		"GRUN_LOCAL_SIZE="+n,
+		"GRUN_ADDR="+addr,
+		"GRUN_TOKEN="+token,
+	)
+}
+
+func (j *job) startRanks(addr, token string) {
+	for i := 0; i < j.cfg.n; i++ {
+		proc, err := j.starter.start(rankSpec{
+			rank: i,
+			prog: j.cfg.prog,
+			args: j.cfg.args,
+			env:  j.rankEnv(i, addr, token),
+		})
+		if err != nil {
+			j.beginStop(&cause{kind: startFailed, err: fmt.Errorf("cannot start rank %d: %w", i, err)}, syscall.SIGTERM)
+			return
+		}
+		r := &rank{id: i, proc: proc}
+		j.ranks = append(j.ranks, r)
+		j.running++
+		if j.cfg.verbose {
+			j.out.say("rank %d: pid %d", i, proc.pid())
+		}
+		stdout, stderr := proc.output()
+		var prefix []byte
+		if j.cfg.tag {
+			prefix = []byte("[" + strconv.Itoa(i) + "] ")
+		}
+		j.forward(stdout, prefix, j.out.stdout)
+		j.forward(stderr, prefix, j.out.stderr)
+		go func() { j.exits <- exitEvent{rank: i, status: proc.wait()} }()
+	}
+}
+
+func (j *job) forward(src io.ReadCloser, prefix []byte, dst io.Writer) {
+	j.readers = append(j.readers, src)
+	j.streams.Add(1)
+	go func() {
+		defer j.streams.Done()
+		forwardLines(src, prefix, func(p []byte) {
+			// Other write errors are ignored: forwarding must go on, or
+			// the rank blocks on a full pipe and hangs the job.
+			if err := j.out.write(dst, p); errors.Is(err, syscall.EPIPE) {
+				select {
+				case j.brokenPipe <- struct{}{}:
+				default:
+				}
+			}
+		})
+	}()
+}
+
+// supervise waits for every rank to exit, stopping them all as soon as one
+// fails, a signal arrives, the timeout expires or ctx is cancelled.
+func (j *job) supervise(ctx context.Context, sigs <-chan os.Signal) {
+	var timeout <-chan time.Time
+	if j.cfg.timeout > 0 {
+		t := time.NewTimer(j.cfg.timeout)
+		defer t.Stop()
+		timeout = t.C
+	}
+	done := ctx.Done()
+	for j.running > 0 {
+		select {
+		case ev := <-j.exits:
+			r := j.ranks[ev.rank]
+			r.done, r.status = true, ev.status
+			j.running--
+			if j.cfg.verbose {
+				j.out.say("rank %d (pid %d) %v", r.id, r.proc.pid(), r.status)
+			}
+			if r.status.failed() {
+				j.beginStop(&cause{kind: rankFailed, rank: r}, syscall.SIGTERM)
+			}
+		case s := <-sigs:
+			sig, _ := s.(syscall.Signal)
+			if sig == 0 {
+				sig = syscall.SIGTERM
+			}
+			if j.stopping {
+				// A second Ctrl-C, or one while a failure is being
+				// handled, means now: no more grace.
+				if !j.killed {
+					j.kill("on " + signalName(sig))
+				}
+				continue
+			}
+			j.beginStop(&cause{kind: gotSignal, signal: sig}, sig)
+		case <-j.brokenPipe:
+			// Ranks are Go programs as often as not, and those ignore a
+			// SIGPIPE that does not come from their own write.
+			j.beginStop(&cause{kind: gotSignal, signal: syscall.SIGPIPE}, syscall.SIGTERM)
+		case <-timeout:
+			timeout = nil
+			j.beginStop(&cause{kind: timedOut}, syscall.SIGTERM)
+		case <-done:
+			done = nil
+			j.beginStop(&cause{kind: canceled, err: context.Cause(ctx)}, syscall.SIGTERM)
+		case <-j.graceC():
+			j.kill(fmt.Sprintf("still running after --grace %v", j.cfg.grace))
+		}
+	}
+}
+
+// beginStop records why the job ends and signals every rank's group. Only
+// the first cause counts; a stop already under way carries on as it is.
+func (j *job) beginStop(c *cause, sig syscall.Signal) {
+	if j.cause != nil {
+		return
+	}
+	c.others = j.running
+	j.cause = c
+	j.stopping = true
+	// Ranks that already exited are signalled too: their groups may hold
+	// processes they left behind.
+	for _, r := range j.ranks {
+		r.proc.signal(sig)
+	}
+	j.grace = time.NewTimer(j.cfg.grace)
+}
+
+func (j *job) graceC() <-chan time.Time {
+	if j.grace == nil || j.killed {
+		return nil
+	}
+	return j.grace.C
+}
+
+// kill sends SIGKILL to every group; why says why, for the message.
+func (j *job) kill(why string) {
+	j.killed = true
+	if j.grace != nil {
+		j.grace.Stop()
+	}
+	var alive []string
+	for _, r := range j.ranks {
+		if !r.done {
+			alive = append(alive, strconv.Itoa(r.id))
+		}
+		r.proc.signal(syscall.SIGKILL)
+	}
+	if len(alive) > 0 {
+		j.out.say("sent SIGKILL to %s %s: %s", plural(len(alive), "rank"), why, strings.Join(alive, ", "))
+	}
+}
+
+// sweep stops whatever the ranks left behind in their process groups (a
+// background child of a rank that exited 0, say), so that grun never
+// returns with part of the job still running. They get the same SIGTERM,
+// --grace, SIGKILL sequence as ranks.
+func (j *job) sweep(sigs <-chan os.Signal) {
+	left := func() (n int) {
+		for _, r := range j.ranks {
+			if r.proc.running() {
+				n++
+			}
+		}
+		return n
+	}
+	if left() == 0 {
+		return
+	}
+	if !j.stopping {
+		if j.cfg.verbose {
+			j.out.say("stopping processes the ranks left behind")
+		}
+		j.stopping = true
+		for _, r := range j.ranks {
+			r.proc.signal(syscall.SIGTERM)
+		}
+		j.grace = time.NewTimer(j.cfg.grace)
+	}
+	poll := time.NewTimer(pollInterval)
+	defer poll.Stop()
+	interval := pollInterval
+	var giveUp <-chan time.Time
+	for left() > 0 {
+		if j.killed && giveUp == nil {
+			giveUp = time.After(killWait)
+		}
+		select {
+		case <-poll.C:
+			interval = min(2*interval, maxPollInterval)
+			poll.Reset(interval)
+			if j.killed {
+				// Something may have forked after the first SIGKILL.
+				for _, r := range j.ranks {
+					r.proc.signal(syscall.SIGKILL)
+				}
+			}
+		case <-j.graceC():
+			j.kill("")
+		case <-sigs:
+			if !j.killed {
+				j.kill("")
+			}
+		case <-giveUp:
+			j.out.say("some processes started by the ranks did not exit after SIGKILL; giving up on them")
+			return
+		}
+	}
+}
+
+// drain waits for the last output. The pipes reach EOF once every process
+// holding them is gone, which sweep has seen to unless one escaped its
+// process group.
+func (j *job) drain() {
+	done := make(chan struct{})
+	go func() {
+		j.streams.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return
+	case <-time.After(drainWait):
+	}
+	for _, r := range j.readers {
+		r.Close()
+	}
+	<-done
+}
+
+// report prints how the job ended, once all output is through so that the
+// message comes last, and returns grun's exit status.
+func (j *job) report() int {
+	c := j.cause
+	if c == nil {
+		return 0
+	}
+	switch c.kind {
+	case rankFailed:
+		msg := fmt.Sprintf("rank %d (pid %d) %v", c.rank.id, c.rank.proc.pid(), c.rank.status)
+		if c.others > 0 {
+			msg += fmt.Sprintf("; stopped the other %s", plural(c.others, "rank"))
+		}
+		j.out.say("%s", msg)
+		return c.rank.status.exitCode()
+	case gotSignal:
+		j.out.say("got %s; stopped %s", signalName(c.signal), plural(c.others, "rank"))
+		return 128 + int(c.signal)
+	case timedOut:
+		j.out.say("job exceeded --timeout %v; stopped %s", j.cfg.timeout, plural(c.others, "rank"))
+		return exitTimeout
+	case canceled:
+		j.out.say("%v; stopped %s", c.err, plural(c.others, "rank"))
+		return 128 + int(syscall.SIGTERM)
+	case startFailed:
+		msg := c.err.Error()
+		if c.others > 0 {
+			msg += fmt.Sprintf("; stopped the %s already started", plural(c.others, "rank"))
+		}
+		j.out.say("%s", msg)
+		return exitNoStart
+	}
+	return exitInternal
+}
+
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
+}
