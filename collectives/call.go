@@ -94,7 +94,10 @@ type call struct {
 func (g *Group) newCall(ctx context.Context, h header) *call {
 	g.seq++
 	h.seq = g.seq
-	return &call{g: g, ctx: ctx, t: g.t, hdr: h, segMax: (g.t.MaxMessage() - hdrLen) &^ 63}
+	// Calls on a group run one at a time, so one call value is reused
+	// rather than allocated for every collective.
+	g.cur = call{g: g, ctx: ctx, t: g.t, hdr: h, segMax: (g.t.MaxMessage() - hdrLen) &^ 63}
+	return &g.cur
 }
 
 // send sends data to peer, prefixed by the call header if this is the

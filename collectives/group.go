@@ -1,6 +1,7 @@
 package collectives
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -193,9 +194,10 @@ type Group struct {
 	// which the header went to / came from peer p.
 	sentSeq, gotSeq []uint64
 	small           []byte // header + small payload scratch
+	cur             call   // the call in progress (see newCall)
 
 	logMu  sync.Mutex
-	logged map[string]bool
+	logged map[decision]bool
 }
 
 // NewGroup builds a Group over t.
@@ -212,7 +214,7 @@ func NewGroup(t transport.Transport, opts Options) *Group {
 		sentSeq: make([]uint64, t.Size()),
 		gotSeq:  make([]uint64, t.Size()),
 		small:   make([]byte, hdrLen+combineMax),
-		logged:  make(map[string]bool),
+		logged:  make(map[decision]bool),
 	}
 }
 
@@ -226,45 +228,55 @@ func (g *Group) Size() int { return g.t.Size() }
 func (g *Group) choose(kind Kind, bytes int) Algo {
 	n := g.t.Size()
 	var a Algo
-	var why string
+	// why is only formatted when the decision is logged: choose runs on
+	// every call, and a latency-bound allreduce cannot afford allocations.
+	var why func() string
 	switch forced := g.opts.Algos[kind]; {
 	case n == 1:
-		a, why = Local, "one rank"
+		a, why = Local, func() string { return "one rank" }
 	case forced != Auto:
-		a, why = forced, "GOCOLL_ALGO"
+		a, why = forced, func() string { return "GOCOLL_ALGO" }
 	default:
 		switch kind {
 		case AllReduce:
 			if bytes <= g.opts.SmallAllReduce {
-				a, why = RecursiveDoubling, fmt.Sprintf("%d bytes <= %d: latency-bound", bytes, g.opts.SmallAllReduce)
+				a = RecursiveDoubling
+				why = func() string { return fmt.Sprintf("%d bytes <= %d: latency-bound", bytes, g.opts.SmallAllReduce) }
 			} else {
-				a, why = Ring, fmt.Sprintf("%d bytes > %d: bandwidth-bound", bytes, g.opts.SmallAllReduce)
+				a = Ring
+				why = func() string { return fmt.Sprintf("%d bytes > %d: bandwidth-bound", bytes, g.opts.SmallAllReduce) }
 			}
 		case Broadcast:
 			if bytes <= g.opts.SmallBroadcast || n == 2 {
-				a, why = Binomial, fmt.Sprintf("%d bytes, %d ranks: latency-bound", bytes, n)
+				a = Binomial
+				why = func() string { return fmt.Sprintf("%d bytes, %d ranks: latency-bound", bytes, n) }
 			} else {
-				a, why = Chain, fmt.Sprintf("%d bytes > %d: bandwidth-bound", bytes, g.opts.SmallBroadcast)
+				a = Chain
+				why = func() string { return fmt.Sprintf("%d bytes > %d: bandwidth-bound", bytes, g.opts.SmallBroadcast) }
 			}
 		default:
-			a, why = algos[kind][0], "only algorithm"
+			a, why = algos[kind][0], func() string { return "only algorithm" }
 		}
 	}
-	if l := g.opts.Logger; l != nil {
-		key := kind.String() + "/" + a.String() + "/" + why
-		if len(why) > 0 && why[0] >= '0' && why[0] <= '9' {
-			// Sizes vary per call; log each (kind, algo) decision once.
-			key = kind.String() + "/" + a.String()
-		}
+	if l := g.opts.Logger; l != nil && l.Enabled(context.Background(), slog.LevelInfo) {
+		// Sizes vary per call; each (collective, algorithm) decision is
+		// logged once, with the reason of the first call that made it.
+		key := decision{kind, a}
 		g.logMu.Lock()
 		first := !g.logged[key]
 		g.logged[key] = true
 		g.logMu.Unlock()
 		if first {
-			l.Info("algorithm chosen", "collective", kind.String(), "algo", a.String(), "ranks", n, "why", why)
+			l.Info("algorithm chosen", "collective", kind.String(), "algo", a.String(), "ranks", n, "why", why())
 		}
 	}
 	return a
+}
+
+// decision is one (collective, algorithm) choice, logged the first time.
+type decision struct {
+	kind Kind
+	algo Algo
 }
 
 func checkLen(what string, b []byte, dt reduce.DType) error {

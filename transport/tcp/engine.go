@@ -321,7 +321,13 @@ func (t *Transport) pass(timeoutMs int) error {
 		t.pfds[i] = unix.PollFd{Fd: fd, Events: ev}
 	}
 	t.pfds[len(t.list)] = unix.PollFd{Fd: int32(t.wakefd), Events: unix.POLLIN}
-	n, err := unix.Poll(t.pfds, timeoutMs)
+	var n int
+	var err error
+	if timeoutMs == 0 {
+		n, err = pollNow(t.pfds)
+	} else {
+		n, err = unix.Poll(t.pfds, timeoutMs)
+	}
 	if err != nil && err != unix.EINTR {
 		return fmt.Errorf("tcp: poll: %w", err)
 	}
@@ -370,10 +376,11 @@ func (p *peer) readAll() {
 		if p.ended || p.failed() != nil {
 			return
 		}
-		var n int
+		var n, asked int
 		var err error
 		if p.body != nil && p.rpos == p.rend && len(p.body)-p.bodyGot >= directRead {
-			n, err = unix.Read(p.fd, p.body[p.bodyGot:])
+			asked = len(p.body) - p.bodyGot
+			n, err = readNB(p.fd, p.body[p.bodyGot:])
 			if n > 0 {
 				p.bodyGot += n
 				if p.bodyGot == len(p.body) {
@@ -385,10 +392,18 @@ func (p *peer) readAll() {
 				p.rend = copy(p.rbuf, p.rbuf[p.rpos:p.rend])
 				p.rpos = 0
 			}
-			n, err = unix.Read(p.fd, p.rbuf[p.rend:])
+			asked = len(p.rbuf) - p.rend
+			n, err = readNB(p.fd, p.rbuf[p.rend:])
 			if n > 0 {
 				p.rend += n
 			}
+		}
+		if err == nil && n > 0 && n < asked {
+			// A short read means the socket is drained for now: parse
+			// what came and save the read that would only say EAGAIN.
+			// Anything arriving later wakes the next poll.
+			p.parse()
+			return
 		}
 		switch {
 		case err == unix.EAGAIN:
@@ -527,7 +542,7 @@ func (p *peer) writeData(ctx context.Context, slot int, b []byte) error {
 	tailLen := len(p.tail)
 	written := 0
 	for len(iov) > 0 {
-		n, err := unix.Writev(p.fd, iov)
+		n, err := writevNB(p.fd, iov)
 		if n > 0 {
 			written += n
 			iov = advance(iov, n)
