@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -64,6 +65,7 @@ func run() error {
 	factor := flag.Int("factor", 2, "size multiplier between rows")
 	iters := flag.Int("iters", 0, "timed iterations per size (0: 200 below 1 MiB, 20 below 16 MiB, else 5, as run-mpi.sh)")
 	warmup := flag.Int("warmup", 3, "untimed iterations per size")
+	settle := flag.Int("settle", 3000, "untimed barriers before the sweep")
 	check := flag.Bool("check", true, "verify every result")
 	flag.Parse()
 	if *factor < 2 || minB < 1 || maxB < minB {
@@ -85,6 +87,21 @@ func run() error {
 	maxCount := int(maxB) / 4
 	send := make([]float32, maxCount)
 	recv := make([]float32, maxCount)
+	// Fault the buffers in and finish the garbage collection their
+	// allocation set off now, so neither lands in the first rows' timings.
+	for i := range send {
+		send[i], recv[i] = float32(c.Rank()+1), 0
+	}
+	runtime.GC()
+	// The first few tens of milliseconds after Init run slow on a 2-core
+	// machine (the freshly started runtimes of every rank are still busy),
+	// so the sweep starts after a spell of untimed barriers (a fixed count:
+	// every rank must make the same calls).
+	for i := 0; i < *settle; i++ {
+		if err := c.Barrier(ctx); err != nil {
+			return err
+		}
+	}
 	if c.Rank() == 0 {
 		fmt.Printf("%12s %12s %10s %10s %10s %6s\n", "size", "count", "time_us", "algbw", "busbw", "wrong")
 	}

@@ -16,11 +16,6 @@ import (
 )
 
 const (
-	// spinFor is how long a waiting call busy-polls the sockets before it
-	// blocks in poll(2): long enough to catch a reply on a quiet host
-	// without a scheduler round trip, short enough not to starve the other
-	// ranks of an oversubscribed one.
-	spinFor = 50 * time.Microsecond
 	// pollSliceMs bounds one blocking poll, so cancellation and Close are
 	// noticed even when no socket stirs.
 	pollSliceMs = 20
@@ -263,10 +258,10 @@ func (t *Transport) await(ctx context.Context, p *peer, note chan struct{}, read
 }
 
 // drive runs the progress engine until ready() holds, p fails, ctx ends
-// or the transport closes: busy-polling for spinFor, then blocking in
+// or the transport closes: busy-polling for Options.Spin, then blocking in
 // poll(2) a slice at a time.
 func (t *Transport) drive(ctx context.Context, p *peer, ready func() bool) error {
-	spinUntil := time.Now().Add(spinFor)
+	spinUntil := time.Now().Add(t.opts.Spin)
 	var stop func() bool
 	defer func() {
 		if stop != nil {

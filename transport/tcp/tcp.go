@@ -34,6 +34,7 @@ import (
 	"hash/fnv"
 	"io"
 	"net"
+	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -63,6 +64,10 @@ type Options struct {
 	Namespace string
 	// HandshakeTimeout bounds a single connection's authentication.
 	HandshakeTimeout time.Duration
+	// Spin is how long a waiting call busy-polls its sockets before it
+	// blocks in poll(2) (default DefaultSpin; negative: never spin). See
+	// SpinFor for choosing it by how crowded the host is.
+	Spin time.Duration
 	// CloseLinger bounds how long Close waits for peers to close their ends
 	// in order, so that no data in flight is cut off by a reset.
 	CloseLinger time.Duration
@@ -86,6 +91,29 @@ const (
 	smallSend = 4 << 10
 )
 
+// DefaultSpin is the busy-poll budget of a rank that has a core to itself.
+// It must outlast the time a reply takes when the peer is also spinning
+// (a few µs on loopback) and, more to the point, the scheduler's wake-up
+// latency: with a spin shorter than a wake-up (tens of µs on a VM), two
+// ranks in a ping-pong settle into both blocking every round, and an 8-byte
+// allreduce measured ~70 µs instead of ~8 µs. MPI and NCCL spin without limit;
+// the limit here keeps an idle job from burning its cores forever.
+const DefaultSpin = time.Millisecond
+
+// crowdedSpin is the budget when there are more ranks than cores: a
+// spinning rank then takes the core from the very peer it waits for.
+const crowdedSpin = 20 * time.Microsecond
+
+// SpinFor is the Spin for a rank sharing this host with ranksHere-1 others
+// (in other processes or, for in-process jobs, in this one): DefaultSpin
+// while every rank can have a core, a short spin once they cannot.
+func SpinFor(ranksHere int) time.Duration {
+	if ranksHere > runtime.NumCPU() {
+		return crowdedSpin
+	}
+	return DefaultSpin
+}
+
 var (
 	errProtocol = errors.New("protocol violation")
 )
@@ -105,6 +133,12 @@ func (o *Options) fill() error {
 	}
 	if o.HandshakeTimeout == 0 {
 		o.HandshakeTimeout = 10 * time.Second
+	}
+	if o.Spin == 0 {
+		o.Spin = DefaultSpin
+	}
+	if o.Spin < 0 {
+		o.Spin = 0
 	}
 	if o.CloseLinger == 0 {
 		o.CloseLinger = 2 * time.Second

@@ -16,6 +16,9 @@ import (
 // rendezvous store, exactly as separate processes would.
 func mesh(t testing.TB, n int, opts tcp.Options) []transport.Transport {
 	t.Helper()
+	if opts.Spin == 0 {
+		opts.Spin = tcp.SpinFor(n) // all n ranks share this process's cores
+	}
 	token := []byte("conformance-token")
 	srv, err := bootstrap.Listen("127.0.0.1:0", token)
 	if err != nil {
