@@ -1,0 +1,133 @@
+// Package e2e runs gocoll the way users do: real processes started by the
+// grun launcher, talking over real sockets. The in-process conformance
+// suite (internal/conformance) covers the algorithms exhaustively; these
+// tests cover what only separate processes exercise: the launcher's
+// environment, the rendezvous, the example programs, and a rank dying.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+var bin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "gocoll-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := 1
+	out, err := exec.Command("go", "build", "-o", dir+string(filepath.Separator),
+		"github.com/gocoll/gocoll/cmd/grun",
+		"github.com/gocoll/gocoll/examples/allreduce",
+		"github.com/gocoll/gocoll/internal/e2e/testdata/collcheck").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "building the programs: %v\n%s", err, out)
+	} else {
+		bin = dir
+		code = m.Run()
+	}
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// grun runs grun with args under a deadline and returns its combined
+// output and exit code.
+func grun(t *testing.T, timeout time.Duration, env []string, args ...string) (string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, "grun"), args...)
+	cmd.Env = append(os.Environ(), env...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("grun %s did not finish within %v (a hang):\n%s", strings.Join(args, " "), timeout, out.String())
+	}
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("grun %s: %v", strings.Join(args, " "), err)
+	}
+	return out.String(), code
+}
+
+// TestCollectivesAcrossProcesses runs every collective, type and op in
+// separate processes, for several rank counts, and checks every rank
+// reported success.
+func TestCollectivesAcrossProcesses(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 4, 8} {
+		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
+			out, code := grun(t, 3*time.Minute, nil, "-n", fmt.Sprint(n), filepath.Join(bin, "collcheck"))
+			if code != 0 {
+				t.Fatalf("exit code %d:\n%s", code, out)
+			}
+			for r := 0; r < n; r++ {
+				want := fmt.Sprintf("rank %d of %d: ok", r, n)
+				if !strings.Contains(out, want) {
+					t.Errorf("no %q in the output:\n%s", want, out)
+				}
+			}
+		})
+	}
+}
+
+// TestExampleAllReduce runs the example a newcomer copies, on 4 ranks, and
+// checks its one line of output.
+func TestExampleAllReduce(t *testing.T) {
+	out, code := grun(t, 2*time.Minute, nil, "-n", "4", filepath.Join(bin, "allreduce"), "-count", "100003", "-iters", "3")
+	if code != 0 {
+		t.Fatalf("exit code %d:\n%s", code, out)
+	}
+	re := regexp.MustCompile(`^allreduce ok: 4 ranks, 100003 float32 \(0\.4 MiB\), \S+ per call, busbw [0-9.]+ GB/s\n$`)
+	if !re.MatchString(out) {
+		t.Fatalf("output does not match %v:\n%q", re, out)
+	}
+}
+
+// TestRankDiesMidJob kills one rank part-way through the collectives: the
+// others must fail (not hang) and grun must exit non-zero naming the rank
+// that died and its status.
+func TestRankDiesMidJob(t *testing.T) {
+	start := time.Now()
+	out, code := grun(t, 2*time.Minute, []string{"GOCOLL_TIMEOUT=60s"},
+		"-n", "4", filepath.Join(bin, "collcheck"), "-die-rank", "2", "-die-after", "25")
+	if code != 3 {
+		t.Fatalf("exit code %d, want 3 (the dead rank's status):\n%s", code, out)
+	}
+	if !regexp.MustCompile(`rank 2 .*exit.* 3`).MatchString(out) {
+		t.Errorf("grun's message does not name rank 2 and status 3:\n%s", out)
+	}
+	if strings.Contains(out, ": ok,") {
+		t.Errorf("a rank reported success although a peer died:\n%s", out)
+	}
+	if d := time.Since(start); d > 30*time.Second {
+		t.Errorf("took %v to notice a dead rank", d)
+	}
+}
+
+// TestBadEnvironment starts the example without a launcher's environment:
+// it must fail at once with a message naming what is missing.
+func TestBadEnvironment(t *testing.T) {
+	cmd := exec.Command(filepath.Join(bin, "allreduce"))
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("ran without any launcher environment:\n%s", out)
+	}
+	if !strings.Contains(string(out), "bad launch environment") {
+		t.Errorf("error does not say the environment is bad:\n%s", out)
+	}
+}
