@@ -36,9 +36,12 @@ const (
 	MaxKey   = 1 << 10
 	MaxValue = 1 << 20
 	maxFrame = 1 + 2 + MaxKey + MaxValue
-
-	handshakeTimeout = 10 * time.Second
 )
+
+// handshakeTimeout bounds a connection's authentication, so that a stranger
+// that connects and says nothing is cut off. A Server takes its value when
+// it starts; tests shorten it.
+var handshakeTimeout = 10 * time.Second
 
 var (
 	// ErrStoreClosed reports that the store server went away.
@@ -60,8 +63,9 @@ type Server struct {
 	closed  bool
 	done    chan struct{}
 
-	refused atomic.Int64
-	wg      sync.WaitGroup
+	refused          atomic.Int64
+	wg               sync.WaitGroup
+	handshakeTimeout time.Duration
 }
 
 // Listen starts a store on addr ("host:port"; port 0 picks one) that admits
@@ -83,6 +87,8 @@ func Serve(ln net.Listener, token []byte) *Server {
 		changed: make(chan struct{}),
 		conns:   make(map[net.Conn]struct{}),
 		done:    make(chan struct{}),
+
+		handshakeTimeout: handshakeTimeout,
 	}
 	s.wg.Add(1)
 	go s.acceptLoop()
@@ -152,7 +158,7 @@ func (s *Server) serveConn(c net.Conn) {
 		s.mu.Unlock()
 		c.Close()
 	}()
-	if err := auth.Handshake(c, s.token, auth.Store, false, time.Now().Add(handshakeTimeout)); err != nil {
+	if err := auth.Handshake(c, s.token, auth.Store, false, time.Now().Add(s.handshakeTimeout)); err != nil {
 		s.refused.Add(1)
 		logging.L().Warn("rendezvous: refused a connection", "remote", c.RemoteAddr().String(), "err", err)
 		return
@@ -327,10 +333,10 @@ func (c *Client) Close() error { return c.conn.Close() }
 
 func (c *Client) do(ctx context.Context, op byte, key string, value []byte) ([]byte, error) {
 	if len(key) > MaxKey {
-		return nil, fmt.Errorf("bootstrap: key of %d bytes over the %d limit", len(key), MaxKey)
+		return nil, fmt.Errorf("bootstrap: key of %d bytes over the %d limit: %w", len(key), MaxKey, ErrBadFrame)
 	}
 	if len(value) > MaxValue {
-		return nil, fmt.Errorf("bootstrap: value of %d bytes over the %d limit", len(value), MaxValue)
+		return nil, fmt.Errorf("bootstrap: value of %d bytes over the %d limit: %w", len(value), MaxValue, ErrBadFrame)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -338,8 +344,20 @@ func (c *Client) do(ctx context.Context, op byte, key string, value []byte) ([]b
 		return nil, c.broken
 	}
 	if ctx.Done() != nil {
-		stop := context.AfterFunc(ctx, func() { c.conn.SetDeadline(time.Unix(1, 0)) })
-		defer stop()
+		// Cancelling ctx interrupts the request by expiring the deadline.
+		// If that races with the request's completion, wait for it and
+		// clear the deadline again, or it would fail the next request.
+		fired := make(chan struct{})
+		stop := context.AfterFunc(ctx, func() {
+			c.conn.SetDeadline(time.Unix(1, 0))
+			close(fired)
+		})
+		defer func() {
+			if !stop() {
+				<-fired
+				c.conn.SetDeadline(time.Time{})
+			}
+		}()
 	}
 	var kh [3]byte
 	kh[0] = op

@@ -63,6 +63,10 @@ const (
 // this is. The deadline bounds the whole exchange, so a stranger that
 // connects and says nothing cannot hold a slot for long. On success the
 // connection's deadline is cleared.
+//
+// Both ends write each message before reading the other's, so conn must
+// buffer a few dozen bytes each way, as TCP and Unix sockets do; over an
+// unbuffered net.Pipe the handshake stalls until the deadline.
 func Handshake(conn net.Conn, token []byte, svc Service, dialer bool, deadline time.Time) error {
 	if err := conn.SetDeadline(deadline); err != nil {
 		return err

@@ -1,0 +1,822 @@
+package bootstrap
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gocoll/gocoll/internal/auth"
+)
+
+var testToken = []byte("0123456789abcdef0123456789abcdef")
+
+// newServer starts a store on a loopback port, closed when the test ends.
+func newServer(t *testing.T, token []byte) *Server {
+	t.Helper()
+	s, err := Listen("127.0.0.1:0", token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func dial(t *testing.T, s *Server) *Client {
+	t.Helper()
+	c, err := Dial(testCtx(t), s.Addr(), testToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// rawConn is an authenticated connection to s that the test drives frame by
+// frame.
+func rawConn(t *testing.T, s *Server) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if err := auth.Handshake(c, testToken, auth.Store, true, time.Now().Add(5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// request encodes a request frame as the client does.
+func request(op byte, key string, val []byte) []byte {
+	b := binary.LittleEndian.AppendUint32(nil, uint32(3+len(key)+len(val)))
+	b = append(b, op)
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(key)))
+	return append(append(b, key...), val...)
+}
+
+// eventually polls cond, which must become true within a few seconds.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(5 * time.Second); !cond(); {
+		if time.Now().After(end) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// checkServes fails unless s still answers a fresh client.
+func checkServes(t *testing.T, s *Server) {
+	t.Helper()
+	c := dial(t, s)
+	ctx := testCtx(t)
+	key := fmt.Sprintf("alive/%p", c)
+	if err := c.Put(ctx, key, []byte("yes")); err != nil {
+		t.Fatalf("store stopped serving: put: %v", err)
+	}
+	if v, err := c.Get(ctx, key); err != nil || string(v) != "yes" {
+		t.Fatalf("store stopped serving: get: %q, %v", v, err)
+	}
+}
+
+func TestStorePutGet(t *testing.T) {
+	s := newServer(t, testToken)
+	c := dial(t, s)
+	ctx := testCtx(t)
+	tests := []struct {
+		name string
+		puts []string // values put under key, in order; Get sees the last
+		key  string
+		want []byte
+	}{
+		{"simple", []string{"10.0.0.1:4242"}, "rank/0/addr", []byte("10.0.0.1:4242")},
+		{"empty value", []string{""}, "rank/0/empty", []byte{}},
+		{"binary value", []string{"\x00\x01\xff\x00"}, "qpn/1", []byte{0, 1, 0xff, 0}},
+		{"empty key", []string{"v"}, "", []byte("v")},
+		{"overwrite", []string{"first", "second", "third"}, "rank/0/again", []byte("third")},
+		{"largest entry", []string{strings.Repeat("v", MaxValue)}, strings.Repeat("k", MaxKey), bytes.Repeat([]byte("v"), MaxValue)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, v := range tt.puts {
+				if err := c.Put(ctx, tt.key, []byte(v)); err != nil {
+					t.Fatalf("Put: %v", err)
+				}
+			}
+			got, err := c.Get(ctx, tt.key)
+			if err != nil {
+				t.Fatalf("Get: %v", err)
+			}
+			if !bytes.Equal(got, tt.want) {
+				t.Fatalf("Get returned %d bytes %.20q, want %d bytes %.20q", len(got), got, len(tt.want), tt.want)
+			}
+			// A second client sees the same value.
+			got, err = dial(t, s).Get(ctx, tt.key)
+			if err != nil || !bytes.Equal(got, tt.want) {
+				t.Fatalf("second client got %d bytes, %v", len(got), err)
+			}
+		})
+	}
+	if c.LocalAddr().(*net.TCPAddr).IP.String() != "127.0.0.1" {
+		t.Errorf("LocalAddr %v, want 127.0.0.1", c.LocalAddr())
+	}
+	if n := s.Refused(); n != 0 {
+		t.Errorf("Refused() = %d, want 0", n)
+	}
+}
+
+func TestStoreGetWaitsForPut(t *testing.T) {
+	s := newServer(t, testToken)
+	ctx := testCtx(t)
+	const waiters = 4
+	type result struct {
+		v   []byte
+		err error
+	}
+	results := make(chan result, waiters)
+	for i := 0; i < waiters; i++ {
+		c := dial(t, s)
+		go func() {
+			v, err := c.Get(ctx, "late")
+			results <- result{v, err}
+		}()
+	}
+	// Nothing has been put, so nobody may have an answer. (If the Gets
+	// have not reached the server yet this proves less, but never fails
+	// wrongly.)
+	select {
+	case r := <-results:
+		t.Fatalf("Get returned %q, %v before the key was put", r.v, r.err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	// Other keys do not wake the waiters with the wrong value.
+	p := dial(t, s)
+	if err := p.Put(ctx, "other", []byte("nope")); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Put(ctx, "late", []byte("at last")); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < waiters; i++ {
+		r := <-results
+		if r.err != nil || string(r.v) != "at last" {
+			t.Fatalf("waiter got %q, %v; want %q", r.v, r.err, "at last")
+		}
+	}
+}
+
+// TestStoreManyClients is what a job does: every rank publishes its address,
+// then reads everyone else's.
+func TestStoreManyClients(t *testing.T) {
+	s := newServer(t, testToken)
+	ctx := testCtx(t)
+	const n = 32
+	var wg sync.WaitGroup
+	errc := make(chan error, n)
+	for r := 0; r < n; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := Dial(ctx, s.Addr(), testToken)
+			if err != nil {
+				errc <- err
+				return
+			}
+			defer c.Close()
+			// Read the lower ranks, publish, then read the higher ones:
+			// rank r's Gets wait for ranks that publish after it asks.
+			for p := 0; p < n; p++ {
+				if p == r {
+					if err := c.Put(ctx, fmt.Sprintf("rank/%d", r), []byte(fmt.Sprintf("addr-of-%d", r))); err != nil {
+						errc <- err
+						return
+					}
+					continue
+				}
+				v, err := c.Get(ctx, fmt.Sprintf("rank/%d", p))
+				if err != nil {
+					errc <- err
+					return
+				}
+				if want := fmt.Sprintf("addr-of-%d", p); string(v) != want {
+					errc <- fmt.Errorf("rank %d read %q for rank %d, want %q", r, v, p, want)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Error(err)
+	}
+	if n := s.Refused(); n != 0 {
+		t.Errorf("Refused() = %d, want 0", n)
+	}
+}
+
+// TestStoreClientConcurrentUse shares one Client between goroutines.
+func TestStoreClientConcurrentUse(t *testing.T) {
+	s := newServer(t, testToken)
+	c := dial(t, s)
+	ctx := testCtx(t)
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 20; i++ {
+				k := fmt.Sprintf("g%d/%d", g, i)
+				if err := c.Put(ctx, k, []byte(k)); err != nil {
+					t.Error(err)
+					return
+				}
+				if v, err := c.Get(ctx, k); err != nil || string(v) != k {
+					t.Errorf("Get(%q) = %q, %v", k, v, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func TestStoreGetContext(t *testing.T) {
+	tests := []struct {
+		name string
+		ctx  func() (context.Context, context.CancelFunc)
+		want error
+	}{
+		{"cancelled before", func() (context.Context, context.CancelFunc) {
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			return ctx, cancel
+		}, context.Canceled},
+		{"expires while waiting", func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), 50*time.Millisecond)
+		}, context.DeadlineExceeded},
+		{"cancelled while waiting", func() (context.Context, context.CancelFunc) {
+			ctx, cancel := context.WithCancel(context.Background())
+			time.AfterFunc(50*time.Millisecond, cancel)
+			return ctx, cancel
+		}, context.Canceled},
+	}
+	s := newServer(t, testToken)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := dial(t, s)
+			ctx, cancel := tt.ctx()
+			defer cancel()
+			start := time.Now()
+			v, err := c.Get(ctx, "never-put")
+			if took := time.Since(start); took > 2*time.Second {
+				t.Errorf("Get took %v to notice its context", took)
+			}
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("Get = %q, %v; want %v", v, err, tt.want)
+			}
+			// The request may have been cut off half-way, so the client
+			// is done for; it says so rather than reading a stale answer.
+			if _, err := c.Get(context.Background(), "k"); err == nil {
+				t.Fatal("Get on a client whose request was cut off succeeded")
+			}
+		})
+	}
+	checkServes(t, s)
+}
+
+// TestStoreCancelAfterReply cancels each request's context just as the
+// request completes. A request that succeeded must leave the client usable.
+func TestStoreCancelAfterReply(t *testing.T) {
+	s := newServer(t, testToken)
+	c := dial(t, s)
+	for i := 0; i < 300; i++ {
+		ctx, cancel := context.WithCancel(context.Background())
+		go cancel()
+		if err := c.Put(ctx, "k", []byte("v")); err != nil {
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("Put with a cancelled context: %v", err)
+			}
+			c = dial(t, s) // cut off half-way: this client is spent
+			continue
+		}
+		ctx2, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
+		v, err := c.Get(ctx2, "k")
+		cancel2()
+		if err != nil || string(v) != "v" {
+			t.Fatalf("round %d: Get after a successful Put = %q, %v", i, v, err)
+		}
+	}
+}
+
+func TestStoreWrongToken(t *testing.T) {
+	tests := []struct {
+		name          string
+		server, token []byte
+	}{
+		{"wrong token", testToken, []byte("fedcba9876543210fedcba9876543210")},
+		{"no token", testToken, nil},
+		{"prefix", testToken, testToken[:len(testToken)-1]},
+		{"trailing newline", testToken, append(bytes.Clone(testToken), '\n')},
+		{"decoded hex", []byte("00ff"), []byte{0x00, 0xff}},
+		{"unauthenticated store", nil, testToken},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newServer(t, tt.server)
+			for i := 1; i <= 2; i++ {
+				c, err := Dial(testCtx(t), s.Addr(), tt.token)
+				if !errors.Is(err, auth.ErrDenied) {
+					if c != nil {
+						c.Close()
+					}
+					t.Fatalf("Dial with the wrong token: %v, want %v", err, auth.ErrDenied)
+				}
+				eventually(t, fmt.Sprintf("Refused() == %d", i), func() bool { return s.Refused() == i })
+			}
+			// The right token still gets in.
+			c, err := Dial(testCtx(t), s.Addr(), tt.server)
+			if err != nil {
+				t.Fatalf("Dial with the right token: %v", err)
+			}
+			c.Close()
+		})
+	}
+}
+
+// TestStoreStrangers connects things that are not store clients. Each must
+// be refused and cut off, and must not hold up real clients meanwhile.
+func TestStoreStrangers(t *testing.T) {
+	tests := []struct {
+		name  string
+		speak func(c net.Conn)
+	}{
+		{"http request", func(c net.Conn) { c.Write([]byte("GET / HTTP/1.1\r\nHost: store\r\nAccept: */*\r\n\r\n")) }},
+		{"zeros", func(c net.Conn) { c.Write(make([]byte, 4096)) }},
+		{"a few bytes", func(c net.Conn) { c.Write([]byte("hi")) }},
+		{"says nothing", func(c net.Conn) {}},
+		{"mesh handshake", func(c net.Conn) {
+			auth.Handshake(c, testToken, auth.Mesh, true, time.Now().Add(5*time.Second))
+		}},
+	}
+	// Cut silent strangers off quickly.
+	saved := handshakeTimeout
+	handshakeTimeout = 500 * time.Millisecond
+	s := newServer(t, testToken)
+	handshakeTimeout = saved
+
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := net.Dial("tcp", s.Addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			tt.speak(c)
+			// While the stranger is connected, a real rank gets served.
+			checkServes(t, s)
+			// The store cuts the stranger off: whatever it says, it
+			// reads the store's hello at most, then the end of stream.
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			n, err := io.Copy(io.Discard, c)
+			if err != nil && !errors.Is(err, syscall.ECONNRESET) {
+				t.Fatalf("stranger was not cut off: read %d bytes, %v", n, err)
+			}
+			if n > 24 {
+				t.Fatalf("stranger was sent %d bytes, want at most a hello", n)
+			}
+			eventually(t, fmt.Sprintf("Refused() == %d", i+1), func() bool { return s.Refused() == i+1 })
+		})
+	}
+}
+
+// TestStoreBadFrames sends malformed requests on an authenticated
+// connection. The store drops that client, counts it as refused, and goes
+// on serving the others.
+func TestStoreBadFrames(t *testing.T) {
+	frame := func(n uint32, body []byte) []byte { return append(binary.LittleEndian.AppendUint32(nil, n), body...) }
+	tests := []struct {
+		name      string
+		send      []byte
+		closeSend bool   // half-close after sending
+		reply     string // an error reply expected before the store hangs up
+	}{
+		{"empty frame", frame(0, nil), false, ""},
+		{"frame shorter than a header", frame(2, []byte{opGet, 0}), false, ""},
+		{"frame over the limit", frame(maxFrame+1, nil), false, ""},
+		{"frame length 4 GiB", frame(0xffffffff, nil), false, ""},
+		{"key longer than frame", frame(5, []byte{opGet, 10, 0, 'a', 'b'}), false, ""},
+		{"key over the limit", frame(3+MaxKey+1, append([]byte{opPut, byte((MaxKey + 1) & 0xff), byte((MaxKey + 1) >> 8)}, make([]byte, MaxKey+1)...)), false, ""},
+		{"get with a value", request(opGet, "k", []byte("v")), false, ""},
+		{"truncated frame", frame(100, []byte{opPut, 1, 0, 'k', 'v'}), true, ""},
+		{"truncated length", []byte{10, 0}, true, ""},
+		{"unknown op", request(9, "k", nil), false, "unknown op 9"},
+		{"op zero", request(0, "k", nil), false, "unknown op 0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newServer(t, testToken)
+			c := rawConn(t, s)
+			// A good request first: the connection works until the bad one.
+			if _, err := c.Write(request(opPut, "k", []byte("v"))); err != nil {
+				t.Fatal(err)
+			}
+			r := bufio.NewReader(c)
+			if resp := readResponse(t, r); resp == nil || resp[0] != statusOK {
+				t.Fatalf("good request answered % x", resp)
+			}
+			if _, err := c.Write(tt.send); err != nil {
+				t.Fatal(err)
+			}
+			if tt.closeSend {
+				c.(*net.TCPConn).CloseWrite()
+			}
+			if tt.reply != "" {
+				resp := readResponse(t, r)
+				if resp == nil || resp[0] != statusErr || !strings.Contains(string(resp[1:]), tt.reply) {
+					t.Fatalf("reply %q, want an error saying %q", resp, tt.reply)
+				}
+			}
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if n, err := io.Copy(io.Discard, r); n != 0 || (err != nil && !errors.Is(err, syscall.ECONNRESET)) {
+				t.Fatalf("after a bad frame: read %d more bytes, %v; want the store to hang up", n, err)
+			}
+			checkServes(t, s)
+			s.Close() // waits for the connection handlers, so Refused is final
+			if n := s.Refused(); n != 1 {
+				t.Fatalf("Refused() = %d, want 1", n)
+			}
+		})
+	}
+}
+
+// TestStoreCleanHangUp: a client that disconnects between requests is not
+// counted as refused.
+func TestStoreCleanHangUp(t *testing.T) {
+	s := newServer(t, testToken)
+	c := dial(t, s)
+	if err := c.Put(testCtx(t), "k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	checkServes(t, s)
+	s.Close()
+	if n := s.Refused(); n != 0 {
+		t.Fatalf("Refused() = %d, want 0", n)
+	}
+}
+
+// readResponse reads one response frame; nil if the store hung up.
+func readResponse(t *testing.T, r *bufio.Reader) []byte {
+	t.Helper()
+	var hdr [4]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return nil
+	}
+	body := make([]byte, binary.LittleEndian.Uint32(hdr[:]))
+	if _, err := io.ReadFull(r, body); err != nil {
+		t.Fatalf("truncated response: %v", err)
+	}
+	return body
+}
+
+// TestClientRejectsOversize checks the limits on the client side: nothing
+// is sent, and the client stays usable.
+func TestClientRejectsOversize(t *testing.T) {
+	s := newServer(t, testToken)
+	c := dial(t, s)
+	ctx := testCtx(t)
+	tests := []struct {
+		name string
+		do   func() error
+	}{
+		{"put key", func() error { return c.Put(ctx, strings.Repeat("k", MaxKey+1), nil) }},
+		{"put value", func() error { return c.Put(ctx, "k", make([]byte, MaxValue+1)) }},
+		{"get key", func() error { _, err := c.Get(ctx, strings.Repeat("k", MaxKey+1)); return err }},
+		{"get key of 64 KiB", func() error { _, err := c.Get(ctx, strings.Repeat("k", 1<<16)); return err }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := tt.do(); !errors.Is(err, ErrBadFrame) {
+				t.Fatalf("got %v, want %v", err, ErrBadFrame)
+			}
+			if err := c.Put(ctx, "ok", []byte("fine")); err != nil {
+				t.Fatalf("client unusable after a refused request: %v", err)
+			}
+		})
+	}
+	if n := s.Refused(); n != 0 {
+		t.Errorf("Refused() = %d, want 0: oversize requests reached the store", n)
+	}
+}
+
+// TestClientBadResponses puts a fake store behind the handshake and checks
+// that the client refuses malformed answers.
+func TestClientBadResponses(t *testing.T) {
+	frame := func(n uint32, body []byte) []byte { return append(binary.LittleEndian.AppendUint32(nil, n), body...) }
+	tests := []struct {
+		name  string
+		reply []byte
+		want  error  // nil: any error whose text contains text
+		text  string // in the error's text
+	}{
+		{"empty frame", frame(0, nil), ErrBadFrame, "response length 0"},
+		{"over the limit", frame(2+MaxValue, nil), ErrBadFrame, "response length"},
+		{"truncated", frame(10, []byte{statusOK, 'a'}), ErrBadFrame, "truncated"},
+		{"error status", frame(5, []byte{statusErr, 'n', 'o', 'p', 'e'}), nil, "store refused: nope"},
+		{"hang up", nil, ErrStoreClosed, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				defer c.Close()
+				if auth.Handshake(c, testToken, auth.Store, false, time.Now().Add(5*time.Second)) != nil {
+					return
+				}
+				r := bufio.NewReader(c)
+				if _, _, _, err := readRequest(r); err != nil {
+					return
+				}
+				c.Write(tt.reply)
+			}()
+			c, err := Dial(testCtx(t), ln.Addr().String(), testToken)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			v, err := c.Get(testCtx(t), "k")
+			<-done
+			if err == nil {
+				t.Fatalf("Get = %q, want an error", v)
+			}
+			if tt.want != nil && !errors.Is(err, tt.want) {
+				t.Fatalf("Get: %v, want %v", err, tt.want)
+			}
+			if !strings.Contains(err.Error(), tt.text) {
+				t.Fatalf("Get: %v, want it to say %q", err, tt.text)
+			}
+		})
+	}
+}
+
+func TestStoreClose(t *testing.T) {
+	s := newServer(t, testToken)
+	ctx := testCtx(t)
+	const waiters = 3
+	errc := make(chan error, waiters)
+	clients := make([]*Client, waiters)
+	for i := range clients {
+		clients[i] = dial(t, s)
+		go func() {
+			_, err := clients[i].Get(ctx, "never-put")
+			errc <- err
+		}()
+	}
+	select {
+	case err := <-errc:
+		t.Fatalf("Get returned %v before the store closed", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	start := time.Now()
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	for i := 0; i < waiters; i++ {
+		if err := <-errc; !errors.Is(err, ErrStoreClosed) {
+			t.Errorf("waiting Get: %v, want %v", err, ErrStoreClosed)
+		}
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("Close took %v to release the waiters", took)
+	}
+	if err := s.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
+
+// TestStoreUseAfterClose: a client that was idle when the store closed
+// finds out on its next request, whichever way the socket reports it.
+func TestStoreUseAfterClose(t *testing.T) {
+	for i := 0; i < 20; i++ {
+		s := newServer(t, testToken)
+		c := dial(t, s)
+		if err := c.Put(testCtx(t), "k", []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+		if _, err := c.Get(testCtx(t), "k"); !errors.Is(err, ErrStoreClosed) {
+			t.Fatalf("round %d: Get after the store closed: %v, want %v", i, err, ErrStoreClosed)
+		}
+	}
+}
+
+func TestDialFailsWithinContext(t *testing.T) {
+	s := newServer(t, testToken)
+	addr := s.Addr()
+	s.Close()
+	tests := []struct {
+		name    string
+		timeout time.Duration
+		cancel  bool // cancelled before Dial
+		want    error
+	}{
+		{"closed store, deadline", 200 * time.Millisecond, false, context.DeadlineExceeded},
+		{"closed store, cancelled", time.Minute, true, context.Canceled},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), tt.timeout)
+			defer cancel()
+			if tt.cancel {
+				cancel()
+			}
+			start := time.Now()
+			c, err := Dial(ctx, addr, testToken)
+			if c != nil {
+				c.Close()
+			}
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("Dial: %v, want %v", err, tt.want)
+			}
+			if took := time.Since(start); took > tt.timeout+2*time.Second && !tt.cancel || tt.cancel && took > 2*time.Second {
+				t.Fatalf("Dial took %v", took)
+			}
+		})
+	}
+}
+
+// TestDialWaitsForStore: the store may come up after the ranks start
+// dialing (rank 0 serves it); Dial keeps trying.
+func TestDialWaitsForStore(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	errc := make(chan error, 1)
+	go func() {
+		c, err := Dial(testCtx(t), addr, testToken)
+		if err == nil {
+			err = c.Put(testCtx(t), "early", []byte("bird"))
+			c.Close()
+		}
+		errc <- err
+	}()
+	select {
+	case err := <-errc:
+		t.Fatalf("Dial to a store not yet up returned %v", err)
+	case <-time.After(30 * time.Millisecond):
+	}
+	s, err := Listen(addr, testToken)
+	if err != nil {
+		t.Skipf("port %s was taken meanwhile: %v", addr, err)
+	}
+	defer s.Close()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if v, err := dial(t, s).Get(testCtx(t), "early"); err != nil || string(v) != "bird" {
+		t.Fatalf("Get = %q, %v", v, err)
+	}
+}
+
+func TestParseRequest(t *testing.T) {
+	body := func(op byte, klen uint16, rest string) []byte {
+		b := []byte{op, 0, 0}
+		binary.LittleEndian.PutUint16(b[1:], klen)
+		return append(b, rest...)
+	}
+	tests := []struct {
+		name    string
+		in      []byte
+		op      byte
+		key     string
+		val     string
+		wantErr bool
+	}{
+		{"put", body(opPut, 3, "keyvalue"), opPut, "key", "value", false},
+		{"put empty value", body(opPut, 3, "key"), opPut, "key", "", false},
+		{"put empty key", body(opPut, 0, "value"), opPut, "", "value", false},
+		{"get", body(opGet, 3, "key"), opGet, "key", "", false},
+		{"get empty key", body(opGet, 0, ""), opGet, "", "", false},
+		{"unknown op parses", body(7, 1, "k"), 7, "k", "", false},
+		{"nil", nil, 0, "", "", true},
+		{"one byte", []byte{opGet}, 0, "", "", true},
+		{"two bytes", []byte{opGet, 0}, 0, "", "", true},
+		{"key past the end", body(opGet, 4, "key"), 0, "", "", true},
+		{"key length 65535", body(opPut, 0xffff, "k"), 0, "", "", true},
+		{"key over the limit", body(opPut, MaxKey+1, strings.Repeat("k", MaxKey+1)), 0, "", "", true},
+		{"value over the limit", body(opPut, 1, "k"+strings.Repeat("v", MaxValue+1)), 0, "", "", true},
+		{"get with a value", body(opGet, 1, "kv"), 0, "", "", true},
+		{"largest", body(opPut, MaxKey, strings.Repeat("k", MaxKey)+strings.Repeat("v", MaxValue)), opPut, strings.Repeat("k", MaxKey), strings.Repeat("v", MaxValue), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			op, key, val, err := parseRequest(tt.in)
+			if tt.wantErr {
+				if !errors.Is(err, ErrBadFrame) {
+					t.Fatalf("parseRequest: %v, want %v", err, ErrBadFrame)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("parseRequest: %v", err)
+			}
+			if op != tt.op || key != tt.key || string(val) != tt.val {
+				t.Fatalf("parseRequest = %d %.20q %.20q, want %d %.20q %.20q", op, key, val, tt.op, tt.key, tt.val)
+			}
+		})
+	}
+}
+
+func TestReadRequest(t *testing.T) {
+	tests := []struct {
+		name string
+		in   []byte
+		want error
+	}{
+		{"round trip", request(opPut, "k", []byte("v")), nil},
+		{"nothing", nil, io.EOF},
+		{"half a length", []byte{1, 0}, io.ErrUnexpectedEOF},
+		{"zero length", []byte{0, 0, 0, 0}, ErrBadFrame},
+		{"over the limit", binary.LittleEndian.AppendUint32(nil, maxFrame+1), ErrBadFrame},
+		{"truncated body", append(binary.LittleEndian.AppendUint32(nil, 10), opPut, 1, 0), ErrBadFrame},
+		{"bad body", append(binary.LittleEndian.AppendUint32(nil, 4), opGet, 5, 0, 'k'), ErrBadFrame},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			op, key, val, err := readRequest(bufio.NewReader(bytes.NewReader(tt.in)))
+			if !errors.Is(err, tt.want) || (tt.want == nil && err != nil) {
+				t.Fatalf("readRequest: %v, want %v", err, tt.want)
+			}
+			if tt.want == nil && (op != opPut || key != "k" || string(val) != "v") {
+				t.Fatalf("readRequest = %d %q %q", op, key, val)
+			}
+		})
+	}
+}
+
+// FuzzParseRequest: parseRequest never panics, and accepts a request only
+// if its declared key length accounts exactly for the body.
+func FuzzParseRequest(f *testing.F) {
+	f.Add([]byte{opPut, 3, 0, 'k', 'e', 'y', 'v'})
+	f.Add([]byte{opGet, 3, 0, 'k', 'e', 'y'})
+	f.Add([]byte{opGet, 4, 0, 'k', 'e', 'y'})
+	f.Add([]byte{opPut, 0xff, 0xff})
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, body []byte) {
+		op, key, val, err := parseRequest(body)
+		if err != nil {
+			if !errors.Is(err, ErrBadFrame) {
+				t.Fatalf("error %v does not wrap ErrBadFrame", err)
+			}
+			return
+		}
+		if len(body) < 3 {
+			t.Fatalf("accepted a %d-byte request", len(body))
+		}
+		klen := int(binary.LittleEndian.Uint16(body[1:]))
+		switch {
+		case op != body[0]:
+			t.Fatalf("op %d, body says %d", op, body[0])
+		case len(key) != klen || klen > MaxKey:
+			t.Fatalf("key of %d bytes, declared %d", len(key), klen)
+		case 3+len(key)+len(val) != len(body):
+			t.Fatalf("key %d + value %d bytes do not add up to the %d-byte body", len(key), len(val), len(body))
+		case key != string(body[3:3+klen]) || !bytes.Equal(val, body[3+klen:]):
+			t.Fatal("key or value not taken from where the lengths say")
+		case len(val) > MaxValue:
+			t.Fatalf("accepted a %d-byte value", len(val))
+		case op == opGet && len(val) != 0:
+			t.Fatal("accepted a get with a value")
+		}
+	})
+}
