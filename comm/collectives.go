@@ -95,6 +95,9 @@ func bytesOf[T Element](s []T) []byte {
 }
 
 func checkOp[T Element](what string, op Op) error {
+	if !reduce.Op(op).Valid() {
+		return fmt.Errorf("comm: %s: unknown op %d (want Sum, Prod, Min, Max or Avg): %w", what, op, ErrInvalid)
+	}
 	dt := dtypeOf[T]()
 	if err := reduce.Check(dt, reduce.Op(op)); err != nil {
 		return fmt.Errorf("comm: %s: %w: %w", what, ErrUnsupported, err)
@@ -120,6 +123,9 @@ func same(a, b []byte) bool {
 // on return every rank's buf holds the same bytes. Every rank must pass the
 // same length and op.
 func AllReduce[T Element](ctx context.Context, c *Communicator, buf []T, op Op) error {
+	if c == nil {
+		return errNil("allreduce")
+	}
 	if err := checkOp[T]("allreduce", op); err != nil {
 		return err
 	}
@@ -131,6 +137,9 @@ func AllReduce[T Element](ctx context.Context, c *Communicator, buf []T, op Op) 
 // Broadcast copies root's buf into every other rank's buf. Every rank must
 // pass the same length and root.
 func Broadcast[T Element](ctx context.Context, c *Communicator, buf []T, root int) error {
+	if c == nil {
+		return errNil("broadcast")
+	}
 	if root < 0 || root >= c.Size() {
 		return fmt.Errorf("comm: broadcast: root %d out of range [0, %d): %w", root, c.Size(), ErrInvalid)
 	}
@@ -144,6 +153,9 @@ func Broadcast[T Element](ctx context.Context, c *Communicator, buf []T, root in
 // block (recv[Rank()*len(send):][:len(send)]), for an in-place gather;
 // any other overlap is refused.
 func AllGather[T Element](ctx context.Context, c *Communicator, send, recv []T) error {
+	if c == nil {
+		return errNil("allgather")
+	}
 	n := c.Size()
 	if len(recv) != n*len(send) {
 		return fmt.Errorf("comm: allgather: len(recv) = %d, want Size() x len(send) = %d x %d: %w", len(recv), n, len(send), ErrInvalid)
@@ -162,6 +174,9 @@ func AllGather[T Element](ctx context.Context, c *Communicator, send, recv []T) 
 // in recv. recv may be send's own block, for an in-place reduce-scatter;
 // any other overlap is refused.
 func ReduceScatter[T Element](ctx context.Context, c *Communicator, send, recv []T, op Op) error {
+	if c == nil {
+		return errNil("reducescatter")
+	}
 	if err := checkOp[T]("reducescatter", op); err != nil {
 		return err
 	}
@@ -176,4 +191,8 @@ func ReduceScatter[T Element](ctx context.Context, c *Communicator, send, recv [
 	return c.run(ctx, "reducescatter", func() error {
 		return c.g.ReduceScatter(ctx, s, r, dtypeOf[T](), reduce.Op(op))
 	})
+}
+
+func errNil(what string) error {
+	return fmt.Errorf("comm: %s: nil *Communicator (Init or New failed?): %w", what, ErrInvalid)
 }

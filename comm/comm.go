@@ -246,6 +246,9 @@ func (c *Communicator) Err() error {
 	select {
 	case <-c.closed:
 		return ErrClosed
+	default:
+	}
+	select {
 	case c.sem <- struct{}{}:
 		err := c.broken
 		<-c.sem
@@ -258,6 +261,9 @@ func (c *Communicator) Err() error {
 // Close leaves the job and releases every resource. Collectives still
 // running return ErrClosed. It is safe to call more than once.
 func (c *Communicator) Close() error {
+	if c == nil {
+		return nil
+	}
 	select {
 	case <-c.closed:
 		return nil
@@ -285,6 +291,9 @@ func (c *Communicator) shutdown() error {
 // communicator's state: a failure part-way leaves the ranks out of step, so
 // it breaks the communicator for good.
 func (c *Communicator) run(ctx context.Context, what string, f func() error) error {
+	if c == nil {
+		return errNil(what)
+	}
 	select {
 	case <-c.closed:
 		return fmt.Errorf("comm: %s: %w", what, ErrClosed)
@@ -314,6 +323,14 @@ func (c *Communicator) run(ctx context.Context, what string, f func() error) err
 	default:
 	}
 	c.broken = err
+	// The ranks are out of step now, and a peer may be waiting for data
+	// this rank will never send. Dropping the connections tells every peer
+	// at once (their calls fail with ErrPeerLost naming this rank) instead
+	// of leaving them to hang until their own deadlines.
+	// Close lingers for the peers' goodbyes, which a peer busy computing
+	// may not send for a while; this rank's caller need not wait for that.
+	go c.t.Close()
+	c.log.Info("communicator broken; closing its connections so the peers notice", "rank", c.cfg.Rank, "err", err)
 	return fmt.Errorf("comm: rank %d: %w", c.cfg.Rank, err)
 }
 

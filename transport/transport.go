@@ -77,8 +77,9 @@ var (
 	// ErrClosed reports use of a transport after Close.
 	ErrClosed = errors.New("transport closed")
 	// ErrPeerClosed reports that a peer closed its end in an orderly way
-	// while this rank still expected to talk to it.
-	ErrPeerClosed = errors.New("peer closed the connection")
+	// while this rank still expected to talk to it. For the caller that is
+	// a lost peer too, so it wraps ErrPeerLost.
+	ErrPeerClosed = fmt.Errorf("peer closed the connection: %w", ErrPeerLost)
 )
 
 // PeerError says which peer an error concerns and what was being done.

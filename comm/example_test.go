@@ -1,0 +1,153 @@
+package comm_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"sync"
+
+	"github.com/gocoll/gocoll/comm"
+)
+
+// onEveryRank runs f on each communicator of an in-process job in its own
+// goroutine, as each would run in its own process, and waits for all.
+func onEveryRank(cs []*comm.Communicator, f func(c *comm.Communicator)) {
+	var wg sync.WaitGroup
+	for _, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f(c)
+		}()
+	}
+	wg.Wait()
+}
+
+// A program started by grun (or torchrun, mpirun, srun) joins its job with
+// Init and leaves it with Close.
+func ExampleInit() {
+	ctx := context.Background()
+	c, err := comm.Init(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	grads := make([]float32, 1<<20)
+	// ... compute this rank's gradients into grads ...
+	if err := comm.AllReduce(ctx, c, grads, comm.Avg); err != nil {
+		log.Fatalf("rank %d: %v", c.Rank(), err)
+	}
+}
+
+func ExampleAllReduce() {
+	ctx := context.Background()
+	cs, err := comm.NewLocal(ctx, 4) // four ranks in this process, for the example
+	if err != nil {
+		log.Fatal(err)
+	}
+	results := make([][]float64, len(cs))
+	onEveryRank(cs, func(c *comm.Communicator) {
+		defer c.Close()
+		grads := []float64{float64(c.Rank()), 1, 0.5}
+		if err := comm.AllReduce(ctx, c, grads, comm.Sum); err != nil {
+			log.Fatal(err)
+		}
+		results[c.Rank()] = grads
+	})
+	fmt.Println(results)
+	// Output: [[6 4 2] [6 4 2] [6 4 2] [6 4 2]]
+}
+
+func ExampleBroadcast() {
+	ctx := context.Background()
+	cs, err := comm.NewLocal(ctx, 3)
+	if err != nil {
+		log.Fatal(err)
+	}
+	results := make([][]int32, len(cs))
+	onEveryRank(cs, func(c *comm.Communicator) {
+		defer c.Close()
+		params := make([]int32, 3)
+		if c.Rank() == 0 {
+			params = []int32{7, 8, 9} // only the root has the values
+		}
+		if err := comm.Broadcast(ctx, c, params, 0); err != nil {
+			log.Fatal(err)
+		}
+		results[c.Rank()] = params
+	})
+	fmt.Println(results)
+	// Output: [[7 8 9] [7 8 9] [7 8 9]]
+}
+
+func ExampleAllGather() {
+	ctx := context.Background()
+	cs, err := comm.NewLocal(ctx, 3)
+	if err != nil {
+		log.Fatal(err)
+	}
+	results := make([][]uint16, len(cs))
+	onEveryRank(cs, func(c *comm.Communicator) {
+		defer c.Close()
+		mine := []uint16{uint16(10 * c.Rank()), uint16(10*c.Rank() + 1)}
+		all := make([]uint16, c.Size()*len(mine))
+		if err := comm.AllGather(ctx, c, mine, all); err != nil {
+			log.Fatal(err)
+		}
+		results[c.Rank()] = all
+	})
+	fmt.Println(results[2])
+	// Output: [0 1 10 11 20 21]
+}
+
+func ExampleReduceScatter() {
+	ctx := context.Background()
+	cs, err := comm.NewLocal(ctx, 2)
+	if err != nil {
+		log.Fatal(err)
+	}
+	results := make([][]float32, len(cs))
+	onEveryRank(cs, func(c *comm.Communicator) {
+		defer c.Close()
+		// Two blocks of two: rank r keeps block r of the sum.
+		send := []float32{1, 2, 3, 4}
+		recv := make([]float32, 2)
+		if err := comm.ReduceScatter(ctx, c, send, recv, comm.Sum); err != nil {
+			log.Fatal(err)
+		}
+		results[c.Rank()] = recv
+	})
+	fmt.Println(results)
+	// Output: [[2 4] [6 8]]
+}
+
+func ExampleCommunicator_Barrier() {
+	ctx := context.Background()
+	cs, err := comm.NewLocal(ctx, 2)
+	if err != nil {
+		log.Fatal(err)
+	}
+	onEveryRank(cs, func(c *comm.Communicator) {
+		defer c.Close()
+		if err := c.Barrier(ctx); err != nil {
+			log.Fatal(err)
+		}
+	})
+	fmt.Println("every rank reached the barrier")
+	// Output: every rank reached the barrier
+}
+
+func ExampleNewLocal() {
+	ctx := context.Background()
+	cs, err := comm.NewLocal(ctx, 2, comm.WithTransport("tcp"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, c := range cs {
+		fmt.Printf("rank %d of %d\n", c.Rank(), c.Size())
+	}
+	onEveryRank(cs, func(c *comm.Communicator) { c.Close() })
+	// Output:
+	// rank 0 of 2
+	// rank 1 of 2
+}
