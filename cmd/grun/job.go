@@ -77,9 +77,22 @@ type job struct {
 	// message and the exit status, later ones only hurry things along.
 	cause    *cause
 	stopping bool
+	stopSig  syscall.Signal // what beginStop sent the ranks
 	grace    *time.Timer
 	killed   bool
+
+	// Ranks that failed on their own (not of a signal grun sent) within
+	// settleWindow of the first failure, in the order they were reaped.
+	// Reap order is not death order: a rank that loses a peer can exit
+	// before the dead peer's exit has been reaped, so report picks among
+	// these rather than trusting the first.
+	failures  []*rank
+	settleEnd time.Time
 }
+
+// settleWindow is how long after the first failure other ranks' failures
+// still count as candidates for "the rank that failed first".
+const settleWindow = 250 * time.Millisecond
 
 type rank struct {
 	id     int
@@ -250,6 +263,7 @@ func (j *job) supervise(ctx context.Context, sigs <-chan os.Signal) {
 				j.out.say("rank %d (pid %d) %v", r.id, r.proc.pid(), r.status)
 			}
 			if r.status.failed() {
+				j.noteFailure(r)
 				j.beginStop(&cause{kind: rankFailed, rank: r}, syscall.SIGTERM)
 			}
 		case s := <-sigs:
@@ -282,6 +296,34 @@ func (j *job) supervise(ctx context.Context, sigs <-chan os.Signal) {
 	}
 }
 
+// noteFailure records r as a candidate for the failure that ended the job,
+// unless it died of the signal grun sent to stop the job or came too late.
+func (j *job) noteFailure(r *rank) {
+	now := time.Now()
+	if len(j.failures) == 0 {
+		j.settleEnd = now.Add(settleWindow)
+	} else if now.After(j.settleEnd) {
+		return
+	}
+	if j.stopping && (r.status.signaled && (r.status.signal == j.stopSig || r.status.signal == syscall.SIGKILL && j.killed)) {
+		return
+	}
+	j.failures = append(j.failures, r)
+}
+
+// culprit picks, among the candidate failures, the rank to blame: one that
+// was killed by a signal grun did not send (SIGKILL from the OOM killer, a
+// SIGSEGV) says more than an exit status, which is what ranks that merely
+// lost a peer report; otherwise the first reaped.
+func (j *job) culprit() *rank {
+	for _, r := range j.failures {
+		if r.status.signaled {
+			return r
+		}
+	}
+	return j.failures[0]
+}
+
 // beginStop records why the job ends and signals every rank's group. Only
 // the first cause counts; a stop already under way carries on as it is.
 func (j *job) beginStop(c *cause, sig syscall.Signal) {
@@ -291,6 +333,7 @@ func (j *job) beginStop(c *cause, sig syscall.Signal) {
 	c.others = j.running
 	j.cause = c
 	j.stopping = true
+	j.stopSig = sig
 	// Ranks that already exited are signalled too: their groups may hold
 	// processes they left behind.
 	for _, r := range j.ranks {
@@ -410,12 +453,24 @@ func (j *job) report() int {
 	}
 	switch c.kind {
 	case rankFailed:
-		msg := fmt.Sprintf("rank %d (pid %d) %v", c.rank.id, c.rank.proc.pid(), c.rank.status)
-		if c.others > 0 {
-			msg += fmt.Sprintf("; stopped the other %s", plural(c.others, "rank"))
+		first := j.culprit()
+		msg := fmt.Sprintf("rank %d (pid %d) %v", first.id, first.proc.pid(), first.status)
+		var also []string
+		for _, r := range j.failures {
+			if r != first {
+				also = append(also, fmt.Sprintf("rank %d %v", r.id, r.status))
+			}
+		}
+		if len(also) > 0 {
+			msg += "; at about the same time " + strings.Join(also, ", ")
+		}
+		// c.others counted every rank still running at the first failure,
+		// the ones that then failed on their own among them.
+		if stopped := c.others - (len(j.failures) - 1); stopped > 0 {
+			msg += fmt.Sprintf("; stopped the other %s", plural(stopped, "rank"))
 		}
 		j.out.say("%s", msg)
-		return c.rank.status.exitCode()
+		return first.status.exitCode()
 	case gotSignal:
 		j.out.say("got %s; stopped %s", signalName(c.signal), plural(c.others, "rank"))
 		return 128 + int(c.signal)

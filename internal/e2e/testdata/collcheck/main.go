@@ -13,6 +13,7 @@ import (
 	"hash/fnv"
 	"math"
 	"os"
+	"syscall"
 	"unsafe"
 
 	"github.com/gocoll/gocoll/comm"
@@ -21,6 +22,7 @@ import (
 var (
 	dieRank  = flag.Int("die-rank", -1, "this rank exits with status 3 part-way (fault test)")
 	dieAfter = flag.Int("die-after", 10, "checks run before -die-rank exits")
+	dieHow   = flag.String("die-how", "exit", "how -die-rank dies: exit (status 3) or kill (SIGKILL to itself)")
 )
 
 type checker struct {
@@ -49,6 +51,9 @@ func main() {
 func (k *checker) tick() {
 	k.checks++
 	if k.c.Rank() == *dieRank && k.checks == *dieAfter {
+		if *dieHow == "kill" {
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		}
 		os.Exit(3)
 	}
 }
