@@ -61,6 +61,32 @@ type Transport interface {
 	Close() error
 }
 
+// LossNotifier is implemented by transports that notice the loss of any
+// peer as it happens, whichever peers the pending calls involve. A
+// collective waiting on a live rank that itself waits on the lost one
+// would otherwise only fail when that rank gives up; with this, the
+// communicator fails at once and drops its connections, and the failure
+// spreads through the job in one hop per rank.
+type LossNotifier interface {
+	// Lost is closed when the first peer is lost: died, reset or aborted
+	// its connection, or broke the protocol. A peer that closed in good
+	// order (ErrPeerClosed) is not lost: it may simply have finished
+	// first. Close never closes it.
+	Lost() <-chan struct{}
+	// LostErr says which peer was lost and why, once Lost is closed: a
+	// *PeerError wrapping ErrPeerLost.
+	LostErr() error
+}
+
+// Aborter is implemented by transports that can drop every connection at
+// once, without Close's orderly goodbye, so that every peer sees this rank
+// as lost (ErrPeerLost), not as gone in good order. A communicator that
+// breaks or is aborted uses it: its peers must stop waiting for it.
+// Abort releases what Close would; a later Close does nothing.
+type Aborter interface {
+	Abort() error
+}
+
 // Message is a received payload, still in the receive slot it landed in.
 type Message struct {
 	// Data is the payload: a view of the slot, valid until Release.

@@ -44,6 +44,10 @@ type Transport struct {
 	closed    chan struct{}
 	closeOnce sync.Once
 	refused   atomic.Int64
+
+	lostOnce sync.Once
+	lost     chan struct{} // closed when the first peer is lost
+	lostErr  error         // set before lost is closed
 }
 
 type peer struct {
@@ -100,6 +104,12 @@ func (t *Transport) newPeer(r int, c *net.TCPConn) (*peer, error) {
 		return nil, err
 	}
 	unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+	return t.peerOnFd(r, fd), nil
+}
+
+// peerOnFd sets up the state of peer r around an open, non-blocking
+// stream socket.
+func (t *Transport) peerOnFd(r, fd int) *peer {
 	p := &peer{
 		t:        t,
 		rank:     r,
@@ -116,7 +126,7 @@ func (t *Transport) newPeer(r int, c *net.TCPConn) (*peer, error) {
 	for i := 0; i < t.opts.Slots; i++ {
 		p.credits <- struct{}{}
 	}
-	return p, nil
+	return p
 }
 
 func (p *peer) closeFd() {
@@ -650,7 +660,40 @@ func (p *peer) fail(err error) {
 	p.failOnce.Do(func() {
 		p.err = err
 		close(p.dead)
+		p.t.noteLoss(p)
 	})
+}
+
+// noteLoss records the first peer lost while the transport is open.
+// Failures during Close are not losses: the peers are saying goodbye.
+func (t *Transport) noteLoss(p *peer) {
+	select {
+	case <-t.closed:
+		return
+	default:
+	}
+	if t.lost == nil || errors.Is(p.err, transport.ErrPeerClosed) {
+		// A peer outside a connected mesh (tests of the decoder), or one
+		// that finished first and said goodbye.
+		return
+	}
+	t.lostOnce.Do(func() {
+		t.lostErr = &transport.PeerError{Peer: p.rank, Op: "link to", Err: p.err}
+		close(t.lost)
+	})
+}
+
+// Lost implements transport.LossNotifier.
+func (t *Transport) Lost() <-chan struct{} { return t.lost }
+
+// LostErr implements transport.LossNotifier.
+func (t *Transport) LostErr() error {
+	select {
+	case <-t.lost:
+		return t.lostErr
+	default:
+		return nil
+	}
 }
 
 // failed is the peer's failure cause, or nil while it is healthy.
@@ -716,6 +759,34 @@ func (t *Transport) Close() error {
 	return nil
 }
 
+// Abort implements transport.Aborter: it resets every connection at once,
+// with no goodbye, so that each peer's pending and later calls fail with
+// ErrPeerLost naming this rank. Pending calls here return ErrClosed.
+func (t *Transport) Abort() error {
+	t.closeOnce.Do(func() {
+		close(t.closed)
+		if t.wakefd >= 0 {
+			t.wake()
+			t.progress <- struct{}{} // no descriptor is closed under a poll
+			t.closing.Store(true)
+		}
+		for _, p := range t.peers {
+			if p == nil {
+				continue
+			}
+			p.fail(transport.ErrClosed)
+			// A zero linger time makes close send a reset: the peer
+			// learns at once, and nothing queued is delivered late.
+			unix.SetsockoptLinger(p.fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0})
+			p.closeFd()
+		}
+		if t.wakefd >= 0 {
+			unix.Close(t.wakefd)
+		}
+	})
+	return nil
+}
+
 // goodbye writes any owed tail and a goodbye frame, then shuts our half of
 // the connection, waiting for socket space until deadline at the most.
 func (p *peer) goodbye(deadline time.Time) {
@@ -737,4 +808,8 @@ func (p *peer) goodbye(deadline time.Time) {
 	unix.Shutdown(p.fd, unix.SHUT_WR)
 }
 
-var _ transport.Transport = (*Transport)(nil)
+var (
+	_ transport.Transport    = (*Transport)(nil)
+	_ transport.Aborter      = (*Transport)(nil)
+	_ transport.LossNotifier = (*Transport)(nil)
+)

@@ -160,6 +160,7 @@ func Connect(ctx context.Context, store Store, rank, size int, token []byte, opt
 		opts:     opts,
 		peers:    make([]*peer, size),
 		closed:   make(chan struct{}),
+		lost:     make(chan struct{}),
 		progress: make(chan struct{}, 1),
 		wakefd:   -1,
 	}
