@@ -129,7 +129,7 @@ func AllReduce[T Element](ctx context.Context, c *Communicator, buf []T, op Op) 
 	if err := checkOp[T]("allreduce", op); err != nil {
 		return err
 	}
-	return c.run(ctx, "allreduce", func() error {
+	return c.run(ctx, "allreduce", func(ctx context.Context) error {
 		return c.g.AllReduce(ctx, bytesOf(buf), dtypeOf[T](), reduce.Op(op))
 	})
 }
@@ -143,7 +143,7 @@ func Broadcast[T Element](ctx context.Context, c *Communicator, buf []T, root in
 	if root < 0 || root >= c.Size() {
 		return fmt.Errorf("comm: broadcast: root %d out of range [0, %d): %w", root, c.Size(), ErrInvalid)
 	}
-	return c.run(ctx, "broadcast", func() error {
+	return c.run(ctx, "broadcast", func(ctx context.Context) error {
 		return c.g.Broadcast(ctx, bytesOf(buf), dtypeOf[T](), root)
 	})
 }
@@ -164,7 +164,7 @@ func AllGather[T Element](ctx context.Context, c *Communicator, send, recv []T) 
 	if overlap(s, r) && !same(s, r[c.Rank()*len(s):(c.Rank()+1)*len(s)]) {
 		return fmt.Errorf("comm: allgather: send overlaps recv other than at this rank's block: %w", ErrInvalid)
 	}
-	return c.run(ctx, "allgather", func() error {
+	return c.run(ctx, "allgather", func(ctx context.Context) error {
 		return c.g.AllGather(ctx, s, r, dtypeOf[T]())
 	})
 }
@@ -188,7 +188,7 @@ func ReduceScatter[T Element](ctx context.Context, c *Communicator, send, recv [
 	if overlap(s, r) && !same(r, s[c.Rank()*len(r):(c.Rank()+1)*len(r)]) {
 		return fmt.Errorf("comm: reducescatter: recv overlaps send other than at this rank's block: %w", ErrInvalid)
 	}
-	return c.run(ctx, "reducescatter", func() error {
+	return c.run(ctx, "reducescatter", func(ctx context.Context) error {
 		return c.g.ReduceScatter(ctx, s, r, dtypeOf[T](), reduce.Op(op))
 	})
 }

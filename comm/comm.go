@@ -10,6 +10,8 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gocoll/gocoll/bootstrap"
@@ -45,6 +47,13 @@ var (
 	ErrPeerLost = transport.ErrPeerLost
 	// ErrEnv: the launch environment is missing or contradictory.
 	ErrEnv = bootstrap.ErrEnv
+	// ErrAborted: Abort was called on this rank; the error also wraps the
+	// reason given to Abort.
+	ErrAborted = errors.New("communicator aborted")
+	// ErrTimeout: a collective ran past its deadline (the context's, or
+	// GOCOLL_TIMEOUT when the context has none). It is returned together
+	// with context.DeadlineExceeded, so either test works.
+	ErrTimeout = errors.New("timed out")
 )
 
 // Communicator is this process's membership in a job: its rank, its
@@ -61,9 +70,26 @@ type Communicator struct {
 	log    *slog.Logger
 
 	// sem admits one collective at a time; waiting for it honours ctx.
-	sem    chan struct{}
-	broken error // guarded by sem
-	closed chan struct{}
+	sem     chan struct{}
+	broken  error // guarded by sem
+	closed  chan struct{}
+	timeout time.Duration // bound of a collective whose ctx has no deadline
+
+	abortOnce sync.Once
+	aborted   chan struct{} // closed by Abort, after abortErr is set
+	abortErr  error
+
+	// The watchdog's view of the running collective: when it started
+	// (since epoch; 0 while none runs), and what the watchdog found wrong
+	// with it: a peer lost elsewhere in the job, or the timeout. A fault
+	// closes the transport, which wakes the collective; run then reports
+	// the fault rather than the ErrClosed the transport saw.
+	epoch     time.Time
+	started   atomic.Int64
+	unbounded atomic.Bool // the running collective's ctx has no deadline
+	faultMu   sync.Mutex
+	fault     error
+	lostErr   error // a peer lost while no collective ran
 }
 
 // Option adjusts how a communicator is built.
@@ -85,8 +111,10 @@ func WithTransport(name string) Option { return func(s *settings) { s.transport 
 // "allreduce=rd,broadcast=chain"). It overrides GOCOLL_ALGO.
 func WithAlgorithm(spec string) Option { return func(s *settings) { s.algo = spec } }
 
-// WithTimeout bounds how long Init waits for the other ranks when ctx has
-// no deadline of its own. It overrides GOCOLL_TIMEOUT.
+// WithTimeout bounds how long Init, and then each collective, may take
+// when its ctx has no deadline of its own: a rank that never joins or a
+// peer that hangs becomes an error wrapping ErrTimeout instead of a hang.
+// It overrides GOCOLL_TIMEOUT.
 func WithTimeout(d time.Duration) Option { return func(s *settings) { s.timeout = d } }
 
 // WithLogger sends the library's log lines to l instead of the
@@ -96,8 +124,12 @@ func WithLogger(l *slog.Logger) Option { return func(s *settings) { s.logger = l
 // WithTCPOptions tunes the TCP transport (slot count and size).
 func WithTCPOptions(o tcp.Options) Option { return func(s *settings) { s.tcp = o } }
 
-// DefaultTimeout is how long Init waits for the other ranks by default.
-const DefaultTimeout = 5 * time.Minute
+// DefaultTimeout is how long Init, or a collective, may take when neither
+// its context, WithTimeout nor GOCOLL_TIMEOUT sets a bound. It is long,
+// because a rank may reach a collective long after its peers (a slow
+// checkpoint, uneven work); it is finite, because a job that hangs for
+// good costs more than one that fails.
+const DefaultTimeout = 10 * time.Minute
 
 // Init joins the job described by the launcher's environment (grun,
 // torchrun-style, Open MPI or Slurm; see bootstrap.FromEnv) and connects to
@@ -128,7 +160,8 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 		ctx, cancel = context.WithTimeout(ctx, s.timeout)
 		defer cancel()
 	}
-	c := &Communicator{cfg: cfg, log: s.logger, sem: make(chan struct{}, 1), closed: make(chan struct{})}
+	c := &Communicator{cfg: cfg, log: s.logger, sem: make(chan struct{}, 1), closed: make(chan struct{}),
+		timeout: s.timeout, aborted: make(chan struct{}), epoch: time.Now()}
 	if err := c.connect(ctx, s); err != nil {
 		c.shutdown()
 		return nil, fmt.Errorf("comm: rank %d of %d: %w", cfg.Rank, cfg.Size, err)
@@ -141,6 +174,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 		c.shutdown()
 		return nil, fmt.Errorf("comm: rank %d of %d: waiting for every rank to connect: %w", cfg.Rank, cfg.Size, err)
 	}
+	go c.watch()
 	c.log.Info("communicator ready", "rank", cfg.Rank, "size", cfg.Size, "local_rank", cfg.LocalRank,
 		"launcher", cfg.Source, "transport", s.transport, "store", cfg.Addr)
 	return c, nil
@@ -241,12 +275,11 @@ func (c *Communicator) Size() int { return c.cfg.Size }
 // launcher did not say.
 func (c *Communicator) LocalRank() int { return c.cfg.LocalRank }
 
-// Err reports why the communicator is unusable (closed or broken), or nil.
+// Err reports why the communicator is unusable (closed, aborted or
+// broken), or nil.
 func (c *Communicator) Err() error {
-	select {
-	case <-c.closed:
-		return ErrClosed
-	default:
+	if err := c.unusable(); err != nil {
+		return err
 	}
 	select {
 	case c.sem <- struct{}{}:
@@ -290,14 +323,12 @@ func (c *Communicator) shutdown() error {
 // run admits one collective at a time and turns the outcome into the
 // communicator's state: a failure part-way leaves the ranks out of step, so
 // it breaks the communicator for good.
-func (c *Communicator) run(ctx context.Context, what string, f func() error) error {
+func (c *Communicator) run(ctx context.Context, what string, f func(context.Context) error) error {
 	if c == nil {
 		return errNil(what)
 	}
-	select {
-	case <-c.closed:
-		return fmt.Errorf("comm: %s: %w", what, ErrClosed)
-	default:
+	if err := c.unusable(); err != nil {
+		return fmt.Errorf("comm: %s: %w", what, err)
 	}
 	select {
 	case c.sem <- struct{}{}:
@@ -305,36 +336,174 @@ func (c *Communicator) run(ctx context.Context, what string, f func() error) err
 		return fmt.Errorf("comm: %s: waiting for the previous collective: %w", what, ctx.Err())
 	case <-c.closed:
 		return fmt.Errorf("comm: %s: %w", what, ErrClosed)
+	case <-c.aborted:
+		return fmt.Errorf("comm: %s: %w", what, c.abortErr)
 	}
 	defer func() { <-c.sem }()
 	if c.broken != nil {
 		return fmt.Errorf("comm: %s: %w (cause: %w)", what, ErrBroken, c.broken)
 	}
+	if err := c.unusable(); err != nil {
+		return fmt.Errorf("comm: %s: %w", what, err)
+	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("comm: %s: %w", what, err)
 	}
-	err := f()
+	if err := c.faultErr(); err != nil {
+		c.broken = err
+		return fmt.Errorf("comm: rank %d: %s: %w", c.cfg.Rank, what, err)
+	}
+	_, bounded := ctx.Deadline()
+	c.unbounded.Store(!bounded)
+	c.started.Store(int64(time.Since(c.epoch)) + 1) // never 0, which means idle
+	err := f(ctx)
+	c.started.Store(0)
 	if err == nil {
 		return nil
 	}
-	select {
-	case <-c.closed:
-		return fmt.Errorf("comm: rank %d: %s: %w", c.cfg.Rank, what, ErrClosed)
-	default:
+	if uerr := c.unusable(); uerr != nil {
+		// Close or Abort woke the call; that, not the transport's view of
+		// it, is the cause.
+		if errors.Is(uerr, ErrAborted) {
+			c.broken = uerr
+		}
+		return fmt.Errorf("comm: rank %d: %s: %w", c.cfg.Rank, what, uerr)
+	}
+	if ferr := c.faultErr(); ferr != nil {
+		c.broken = ferr
+		return fmt.Errorf("comm: rank %d: %s: %w", c.cfg.Rank, what, ferr)
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = fmt.Errorf("%w: %w", ErrTimeout, err)
 	}
 	c.broken = err
 	// The ranks are out of step now, and a peer may be waiting for data
 	// this rank will never send. Dropping the connections tells every peer
 	// at once (their calls fail with ErrPeerLost naming this rank) instead
 	// of leaving them to hang until their own deadlines.
-	// Close lingers for the peers' goodbyes, which a peer busy computing
-	// may not send for a while; this rank's caller need not wait for that.
-	go c.t.Close()
-	c.log.Info("communicator broken; closing its connections so the peers notice", "rank", c.cfg.Rank, "err", err)
+	c.drop()
+	c.log.Info("communicator broken; dropped its connections so the peers notice", "rank", c.cfg.Rank, "err", err)
 	return fmt.Errorf("comm: rank %d: %w", c.cfg.Rank, err)
+}
+
+// watch is the communicator's watchdog. It turns two things a running
+// collective cannot see from where it waits into errors: a peer lost
+// anywhere in the job, and a collective that runs longer than the timeout
+// while its context has no deadline (GOCOLL_TIMEOUT). Watching from here
+// keeps the cost off the collectives: they only store their start time.
+func (c *Communicator) watch() {
+	var lost <-chan struct{}
+	ln, _ := c.t.(transport.LossNotifier)
+	if ln != nil {
+		lost = ln.Lost()
+	}
+	var tick <-chan time.Time
+	if c.timeout > 0 {
+		t := time.NewTicker(min(max(c.timeout/20, 10*time.Millisecond), time.Second))
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-c.closed:
+			return
+		case <-c.aborted:
+			return
+		case <-lost:
+			lost = nil
+			err := ln.LostErr()
+			if c.started.Load() != 0 {
+				c.setFault(err)
+				return
+			}
+			// Nothing runs: the next collective fails with it (run checks).
+			c.faultMu.Lock()
+			c.lostErr = err
+			c.faultMu.Unlock()
+		case <-tick:
+			if s := c.started.Load(); s != 0 && c.unbounded.Load() && time.Since(c.epoch)-time.Duration(s) > c.timeout {
+				c.setFault(fmt.Errorf("%w: a collective ran longer than %v (GOCOLL_TIMEOUT) while its context had no deadline: %w",
+					ErrTimeout, c.timeout, context.DeadlineExceeded))
+				return
+			}
+		}
+	}
+}
+
+// setFault records why the running collective must fail and wakes it by
+// closing the transport, which also tells every peer.
+func (c *Communicator) setFault(err error) {
+	c.faultMu.Lock()
+	if c.fault == nil {
+		c.fault = err
+	}
+	c.faultMu.Unlock()
+	c.log.Info("communicator fault; dropping its connections", "rank", c.cfg.Rank, "err", err)
+	c.drop()
+}
+
+func (c *Communicator) faultErr() error {
+	c.faultMu.Lock()
+	defer c.faultMu.Unlock()
+	if c.fault != nil {
+		return c.fault
+	}
+	return c.lostErr
+}
+
+// unusable is ErrClosed after Close, the abort error after Abort, else nil.
+func (c *Communicator) unusable() error {
+	select {
+	case <-c.closed:
+		return ErrClosed
+	default:
+	}
+	select {
+	case <-c.aborted:
+		return c.abortErr
+	default:
+	}
+	return nil
+}
+
+// Abort breaks the communicator from any goroutine, as ncclCommAbort does:
+// every collective pending on this rank returns an error wrapping
+// ErrAborted and reason, so does every later one, and the connections are
+// dropped, so that the peers' pending and later calls fail with ErrPeerLost
+// naming this rank instead of waiting for it. Abort does not wait for the
+// peers; Close must still be called to release the rest. Only the first
+// Abort counts.
+func (c *Communicator) Abort(reason error) {
+	if c == nil {
+		return
+	}
+	c.abortOnce.Do(func() {
+		if reason == nil {
+			reason = errors.New("no reason given")
+		}
+		c.abortErr = fmt.Errorf("%w: %w", ErrAborted, reason)
+		close(c.aborted)
+		c.log.Info("communicator aborted; dropping its connections", "rank", c.cfg.Rank, "reason", reason)
+		c.drop()
+	})
+}
+
+// drop cuts every connection so that the peers see this rank lost and stop
+// waiting for it: at once where the transport can abort, else by an
+// orderly Close, which lingers for the peers' goodbyes (a peer busy
+// computing may not send one for a while, and the caller need not wait).
+func (c *Communicator) drop() {
+	if c.t == nil {
+		return
+	}
+	if a, ok := c.t.(transport.Aborter); ok {
+		a.Abort()
+		return
+	}
+	go c.t.Close()
 }
 
 // Barrier returns once every rank has called it.
 func (c *Communicator) Barrier(ctx context.Context) error {
-	return c.run(ctx, "barrier", func() error { return c.g.Barrier(ctx) })
+	return c.run(ctx, "barrier", func(ctx context.Context) error { return c.g.Barrier(ctx) })
 }

@@ -1,0 +1,110 @@
+package comm_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gocoll/gocoll/comm"
+)
+
+// TestAbort: Abort from another goroutine wakes the rank's pending call,
+// fails its later calls, and makes the peers waiting on it fail naming it.
+func TestAbort(t *testing.T) {
+	cs := local(t, 3)
+	reason := errors.New("checkpoint write failed")
+	time.AfterFunc(100*time.Millisecond, func() { cs[1].Abort(reason) })
+	start := time.Now()
+	// Rank 0 never joins, so ranks 1 and 2 wait until the abort.
+	errs := each(t, cs[1:], func(ctx context.Context, c *comm.Communicator) error {
+		return comm.AllReduce(ctx, c, make([]float32, 4096), comm.Sum)
+	})
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("abort took %v to wake the calls", d)
+	}
+	if err := errs[0]; !errors.Is(err, comm.ErrAborted) || !errors.Is(err, reason) || !strings.Contains(err.Error(), "allreduce") {
+		t.Errorf("aborted rank: err = %v, want ErrAborted wrapping the reason, naming the collective", err)
+	}
+	if err := errs[1]; !errors.Is(err, comm.ErrPeerLost) || !strings.Contains(err.Error(), "rank 1") {
+		t.Errorf("rank 2: err = %v, want ErrPeerLost naming rank 1", err)
+	}
+	if err := cs[1].Barrier(context.Background()); !errors.Is(err, comm.ErrAborted) || !errors.Is(err, reason) {
+		t.Errorf("call after Abort: %v, want ErrAborted wrapping the reason", err)
+	}
+	if err := cs[1].Err(); !errors.Is(err, comm.ErrAborted) {
+		t.Errorf("Err after Abort = %v, want ErrAborted", err)
+	}
+	// Rank 0 arrives late and finds rank 1 gone.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := comm.AllReduce(ctx, cs[0], make([]float32, 4096), comm.Sum); !errors.Is(err, comm.ErrPeerLost) {
+		t.Errorf("rank 0 after the abort: %v, want ErrPeerLost", err)
+	}
+	cs[1].Abort(errors.New("second abort")) // ignored
+	if err := cs[1].Err(); !errors.Is(err, reason) {
+		t.Errorf("a second Abort replaced the first reason: %v", err)
+	}
+}
+
+// TestAbortIdle: Abort with nothing pending, and a nil reason.
+func TestAbortIdle(t *testing.T) {
+	cs := local(t, 2)
+	cs[0].Abort(nil)
+	err := cs[0].Barrier(context.Background())
+	if !errors.Is(err, comm.ErrAborted) || !strings.Contains(err.Error(), "no reason given") {
+		t.Errorf("err = %v, want ErrAborted saying no reason was given", err)
+	}
+	var nilComm *comm.Communicator
+	nilComm.Abort(errors.New("x")) // must not panic
+}
+
+// TestDefaultTimeout: a collective whose ctx has no deadline is bounded by
+// WithTimeout (GOCOLL_TIMEOUT), returns ErrTimeout and DeadlineExceeded,
+// and leaves the communicator broken.
+func TestDefaultTimeout(t *testing.T) {
+	cs := local(t, 2, comm.WithTimeout(300*time.Millisecond))
+	start := time.Now()
+	err := cs[1].Barrier(context.Background()) // rank 0 never comes
+	d := time.Since(start)
+	if !errors.Is(err, comm.ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v, want ErrTimeout and DeadlineExceeded", err)
+	}
+	if d < 300*time.Millisecond || d > 5*time.Second {
+		t.Errorf("returned after %v, want about 300ms", d)
+	}
+	if err := cs[1].Barrier(context.Background()); !errors.Is(err, comm.ErrBroken) || !errors.Is(err, comm.ErrTimeout) {
+		t.Errorf("after the timeout: %v, want ErrBroken wrapping ErrTimeout", err)
+	}
+}
+
+// TestAbortRace: Abort and Close racing with running collectives on every
+// rank, many times; under -race this checks the bookkeeping, and every
+// call must end.
+func TestAbortRace(t *testing.T) {
+	for i := 0; i < 10; i++ {
+		cs := local(t, 3)
+		var wg sync.WaitGroup
+		for _, c := range cs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				for j := 0; j < 50; j++ {
+					if err := comm.AllReduce(ctx, c, make([]int32, 1000), comm.Sum); err != nil {
+						if ctx.Err() != nil {
+							t.Errorf("rank %d: hung until the deadline: %v", c.Rank(), err)
+						}
+						return
+					}
+				}
+			}()
+		}
+		time.Sleep(time.Duration(i) * time.Millisecond)
+		cs[i%3].Abort(errors.New("stop"))
+		wg.Wait()
+	}
+}
