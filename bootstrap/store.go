@@ -8,10 +8,14 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gocoll/gocoll/internal/auth"
 	"github.com/gocoll/gocoll/internal/logging"
@@ -23,13 +27,29 @@ import (
 //	request:  op(1) keylen(2) key value
 //	response: status(1) payload       (the value, or an error text)
 //
+// Besides put and get, a client may say which rank it is (join), that it is
+// leaving and why (leave; an empty reason is a normal end), and ask who has
+// left the job abnormally (departures). The store records a joined client
+// whose connection ends without a leave as dead: the kernel closes a
+// killed process's connections, so the store sees a death at once, from a
+// vantage point no data link has. A get waiting on a key fails as soon as
+// any rank has departed, since that rank may be the one to put it.
+//
 // Lengths are checked against the limits below before anything is allocated.
 const (
-	opPut = 1
-	opGet = 2
+	opPut        = 1
+	opGet        = 2
+	opJoin       = 3 // key: the rank in decimal
+	opLeave      = 4 // value: why, empty for a normal end
+	opDepartures = 5 // value: uint32 milliseconds to wait for a first departure
 
-	statusOK  = 0
-	statusErr = 1
+	statusOK   = 0
+	statusErr  = 1
+	statusGone = 2 // a get cut short by a departure; payload says whose
+
+	maxRank       = 1 << 24
+	maxReason     = 1 << 10
+	maxDepartWait = 10 * time.Second
 
 	// MaxKey and MaxValue bound what one entry may hold: addresses, queue
 	// pair numbers and host ids are tiny; nothing large goes through here.
@@ -48,7 +68,22 @@ var (
 	ErrStoreClosed = errors.New("rendezvous store closed")
 	// ErrBadFrame reports a malformed or oversized store frame.
 	ErrBadFrame = errors.New("malformed rendezvous frame")
+	// ErrRankGone reports that a rank left the job abnormally (died, or
+	// gave up) while others still waited for it at the rendezvous.
+	ErrRankGone = errors.New("a rank left the job")
 )
+
+// Departure is a rank that left the job abnormally, as the store saw it.
+type Departure struct {
+	Rank int
+	Why  string // "die (...)", "killed by signal SIGKILL" (from grun), "give up: REASON"
+}
+
+func (d Departure) String() string { return fmt.Sprintf("rank %d %s", d.Rank, d.Why) }
+
+// diedWhy is what the store records for a joined client whose connection
+// ends without a leave.
+const diedWhy = "die (its rendezvous connection closed without goodbye)"
 
 // Server is the rendezvous store: a key/value map where Get waits until the
 // key is Put. grun runs one per job; without grun, rank 0 runs it.
@@ -58,8 +93,9 @@ type Server struct {
 
 	mu      sync.Mutex
 	kv      map[string][]byte
-	changed chan struct{} // closed and replaced on every Put
+	changed chan struct{} // closed and replaced on every Put and departure
 	conns   map[net.Conn]struct{}
+	departs []Departure // in the order seen
 	closed  bool
 	done    chan struct{}
 
@@ -152,11 +188,16 @@ func (s *Server) acceptLoop() {
 
 func (s *Server) serveConn(c net.Conn) {
 	defer s.wg.Done()
+	rank, left := -1, false
 	defer func() {
 		s.mu.Lock()
 		delete(s.conns, c)
+		closed := s.closed
 		s.mu.Unlock()
 		c.Close()
+		if rank >= 0 && !left && !closed {
+			s.MarkGone(rank, diedWhy)
+		}
 	}()
 	if err := auth.Handshake(c, s.token, auth.Store, false, time.Now().Add(s.handshakeTimeout)); err != nil {
 		s.refused.Add(1)
@@ -178,11 +219,27 @@ func (s *Server) serveConn(c net.Conn) {
 			s.put(key, val)
 			err = writeFrame(c, statusOK, nil, nil)
 		case opGet:
-			v, ok := s.wait(key)
-			if !ok {
+			v, gone, ok := s.wait(key)
+			switch {
+			case !ok:
 				return
+			case gone != nil:
+				err = writeFrame(c, statusGone, []byte(gone.String()), nil)
+			default:
+				err = writeFrame(c, statusOK, v, nil)
 			}
-			err = writeFrame(c, statusOK, v, nil)
+		case opJoin:
+			rank, _ = strconv.Atoi(key) // parseRequest checked it
+			err = writeFrame(c, statusOK, nil, nil)
+		case opLeave:
+			left = true
+			if len(val) > 0 && rank >= 0 {
+				s.MarkGone(rank, "give up: "+string(val))
+			}
+			err = writeFrame(c, statusOK, nil, nil)
+		case opDepartures:
+			wait := time.Duration(binary.LittleEndian.Uint32(val)) * time.Millisecond
+			err = writeFrame(c, statusOK, encodeDepartures(s.departures(min(wait, maxDepartWait))), nil)
 		default:
 			s.refused.Add(1)
 			logging.L().Warn("rendezvous: unknown request", "remote", c.RemoteAddr().String(), "op", op)
@@ -203,24 +260,95 @@ func (s *Server) put(key string, val []byte) {
 	s.mu.Unlock()
 }
 
-// wait blocks until key exists or the server closes. A client that hangs
-// up while waiting is noticed when the server closes: waiters are few and
-// the store lives only as long as its job.
-func (s *Server) wait(key string) ([]byte, bool) {
+// MarkGone records that rank left the job abnormally, and why, and fails
+// every get still waiting. Clients report their own departures; a launcher
+// that reaps a rank (grun) reports it too, which covers a rank that died
+// before it reached the store. Only a rank's first departure counts.
+func (s *Server) MarkGone(rank int, why string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, d := range s.departs {
+		if d.Rank == rank {
+			return
+		}
+	}
+	s.departs = append(s.departs, Departure{Rank: rank, Why: printable([]byte(why))})
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// wait blocks until key exists, a rank departs or the server closes. A
+// client that hangs up while waiting is noticed when the server closes:
+// waiters are few and the store lives only as long as its job.
+func (s *Server) wait(key string) (v []byte, gone *Departure, ok bool) {
 	for {
 		s.mu.Lock()
 		v, ok := s.kv[key]
+		var d *Departure
+		if len(s.departs) > 0 {
+			d = &s.departs[0]
+		}
 		ch := s.changed
 		s.mu.Unlock()
 		if ok {
-			return v, true
+			return v, nil, true
+		}
+		if d != nil {
+			return nil, d, true
 		}
 		select {
 		case <-ch:
 		case <-s.done:
-			return nil, false
+			return nil, nil, false
 		}
 	}
+}
+
+// departures returns the departures so far, waiting up to wait for a first.
+func (s *Server) departures(wait time.Duration) []Departure {
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		s.mu.Lock()
+		d := slices.Clone(s.departs)
+		ch := s.changed
+		s.mu.Unlock()
+		if len(d) > 0 {
+			return d
+		}
+		select {
+		case <-ch:
+		case <-timer.C:
+			return nil
+		case <-s.done:
+			return nil
+		}
+	}
+}
+
+// encodeDepartures writes one "rank\twhy" line per departure.
+func encodeDepartures(ds []Departure) []byte {
+	var b []byte
+	for _, d := range ds {
+		b = fmt.Appendf(b, "%d\t%s\n", d.Rank, d.Why)
+	}
+	return b
+}
+
+func decodeDepartures(b []byte) ([]Departure, error) {
+	var ds []Departure
+	for _, line := range strings.Split(strings.TrimSuffix(string(b), "\n"), "\n") {
+		if line == "" {
+			continue
+		}
+		r, why, ok := strings.Cut(line, "\t")
+		n, err := strconv.Atoi(r)
+		if !ok || err != nil || n < 0 || n >= maxRank {
+			return nil, fmt.Errorf("departure %q: %w", line, ErrBadFrame)
+		}
+		ds = append(ds, Departure{Rank: n, Why: why})
+	}
+	return ds, nil
 }
 
 // readRequest reads one request frame, validating every length before use.
@@ -254,8 +382,23 @@ func parseRequest(body []byte) (op byte, key string, val []byte, err error) {
 	if len(val) > MaxValue {
 		return 0, "", nil, fmt.Errorf("value of %d bytes over the %d limit: %w", len(val), MaxValue, ErrBadFrame)
 	}
-	if op == opGet && len(val) != 0 {
-		return 0, "", nil, fmt.Errorf("get with a value: %w", ErrBadFrame)
+	switch op {
+	case opGet:
+		if len(val) != 0 {
+			return 0, "", nil, fmt.Errorf("get with a value: %w", ErrBadFrame)
+		}
+	case opJoin:
+		if n, err := strconv.Atoi(key); err != nil || n < 0 || n >= maxRank || len(val) != 0 {
+			return 0, "", nil, fmt.Errorf("join as %q: want a rank in [0, %d) and no value: %w", key, maxRank, ErrBadFrame)
+		}
+	case opLeave:
+		if key != "" || len(val) > maxReason {
+			return 0, "", nil, fmt.Errorf("leave with a %d-byte key and a %d-byte reason (at most %d): %w", len(key), len(val), maxReason, ErrBadFrame)
+		}
+	case opDepartures:
+		if key != "" || len(val) != 4 {
+			return 0, "", nil, fmt.Errorf("departures request with a %d-byte key and a %d-byte value (want none and 4): %w", len(key), len(val), ErrBadFrame)
+		}
 	}
 	return op, key, val, nil
 }
@@ -328,6 +471,39 @@ func (c *Client) Get(ctx context.Context, key string) ([]byte, error) {
 	return c.do(ctx, opGet, key, nil)
 }
 
+// Join tells the store which rank this client is, so that the store can
+// tell the others if the connection ends without a Leave.
+func (c *Client) Join(ctx context.Context, rank int) error {
+	if rank < 0 || rank >= maxRank {
+		return fmt.Errorf("bootstrap: join as rank %d: out of range: %w", rank, ErrBadFrame)
+	}
+	_, err := c.do(ctx, opJoin, strconv.Itoa(rank), nil)
+	return err
+}
+
+// Leave tells the store this rank is leaving: in good order with an empty
+// why, else abnormally, for that reason (which other ranks see).
+func (c *Client) Leave(ctx context.Context, why string) error {
+	if len(why) > maxReason {
+		why = why[:maxReason-3] + "..."
+	}
+	_, err := c.do(ctx, opLeave, "", []byte(why))
+	return err
+}
+
+// Departures lists the ranks that left the job abnormally, first first,
+// waiting up to wait for a first one: a rank that noticed a lost peer asks
+// here who really died.
+func (c *Client) Departures(ctx context.Context, wait time.Duration) ([]Departure, error) {
+	var ms [4]byte
+	binary.LittleEndian.PutUint32(ms[:], uint32(min(wait, maxDepartWait)/time.Millisecond))
+	b, err := c.do(ctx, opDepartures, "", ms[:])
+	if err != nil {
+		return nil, err
+	}
+	return decodeDepartures(b)
+}
+
 // Close disconnects from the store.
 func (c *Client) Close() error { return c.conn.Close() }
 
@@ -366,6 +542,11 @@ func (c *Client) do(ctx context.Context, op byte, key string, value []byte) ([]b
 	binary.LittleEndian.PutUint32(buf, uint32(3+len(key)+len(value)))
 	buf = append(append(append(buf, kh[:]...), key...), value...)
 	resp, err := c.roundTrip(buf)
+	var refused *refusal
+	if errors.As(err, &refused) {
+		// A whole answer, only not a value: the stream is in step.
+		return nil, fmt.Errorf("bootstrap: %s %q: %w", opName(op), key, refused.err)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			err = ctx.Err()
@@ -397,15 +578,44 @@ func (c *Client) roundTrip(req []byte) ([]byte, error) {
 	if _, err := io.ReadFull(c.r, body); err != nil {
 		return nil, fmt.Errorf("truncated response: %w", ErrBadFrame)
 	}
-	if body[0] != statusOK {
-		return nil, fmt.Errorf("store refused: %s", body[1:])
+	switch body[0] {
+	case statusOK:
+	case statusGone:
+		return nil, &refusal{fmt.Errorf("%w: the rendezvous saw %s", ErrRankGone, printable(body[1:]))}
+	default:
+		return nil, fmt.Errorf("store refused: %s", printable(body[1:]))
 	}
 	return body[1:], nil
 }
 
+// refusal is a well-formed answer that carries an error instead of a value.
+type refusal struct{ err error }
+
+func (r *refusal) Error() string { return r.err.Error() }
+
 func opName(op byte) string {
-	if op == opPut {
+	switch op {
+	case opPut:
 		return "put"
+	case opGet:
+		return "get"
+	case opJoin:
+		return "join"
+	case opLeave:
+		return "leave"
+	case opDepartures:
+		return "departures"
 	}
-	return "get"
+	return fmt.Sprintf("op %d", op)
+}
+
+// printable keeps what the store says from writing control characters
+// into errors and logs.
+func printable(b []byte) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || r == utf8.RuneError {
+			return '?'
+		}
+		return r
+	}, string(b))
 }

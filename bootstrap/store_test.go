@@ -736,6 +736,16 @@ func TestParseRequest(t *testing.T) {
 		{"key over the limit", body(opPut, MaxKey+1, strings.Repeat("k", MaxKey+1)), 0, "", "", true},
 		{"value over the limit", body(opPut, 1, "k"+strings.Repeat("v", MaxValue+1)), 0, "", "", true},
 		{"get with a value", body(opGet, 1, "kv"), 0, "", "", true},
+		{"join", body(opJoin, 2, "12"), opJoin, "12", "", false},
+		{"join not a number", body(opJoin, 2, "x1"), 0, "", "", true},
+		{"join negative", body(opJoin, 2, "-1"), 0, "", "", true},
+		{"join too large", body(opJoin, 8, "16777216"), 0, "", "", true},
+		{"join with a value", body(opJoin, 1, "1v"), 0, "", "", true},
+		{"leave", body(opLeave, 0, "why"), opLeave, "", "why", false},
+		{"leave with a key", body(opLeave, 1, "kwhy"), 0, "", "", true},
+		{"leave reason too long", body(opLeave, 0, strings.Repeat("w", maxReason+1)), 0, "", "", true},
+		{"departures", body(opDepartures, 0, "\x10\x00\x00\x00"), opDepartures, "", "\x10\x00\x00\x00", false},
+		{"departures short wait", body(opDepartures, 0, "\x10"), 0, "", "", true},
 		{"largest", body(opPut, MaxKey, strings.Repeat("k", MaxKey)+strings.Repeat("v", MaxValue)), opPut, strings.Repeat("k", MaxKey), strings.Repeat("v", MaxValue), false},
 	}
 	for _, tt := range tests {
@@ -792,6 +802,10 @@ func FuzzParseRequest(f *testing.F) {
 	f.Add([]byte{opGet, 4, 0, 'k', 'e', 'y'})
 	f.Add([]byte{opPut, 0xff, 0xff})
 	f.Add([]byte{})
+	f.Add([]byte{opJoin, 1, 0, '3'})
+	f.Add([]byte{opJoin, 2, 0, '-', '3'})
+	f.Add([]byte{opLeave, 0, 0, 'w', 'h', 'y'})
+	f.Add([]byte{opDepartures, 0, 0, 100, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, body []byte) {
 		op, key, val, err := parseRequest(body)
 		if err != nil {
@@ -817,6 +831,79 @@ func FuzzParseRequest(f *testing.F) {
 			t.Fatalf("accepted a %d-byte value", len(val))
 		case op == opGet && len(val) != 0:
 			t.Fatal("accepted a get with a value")
+		case op == opDepartures && len(val) != 4:
+			t.Fatalf("accepted a departures request with a %d-byte wait", len(val))
+		case op == opLeave && len(val) > maxReason:
+			t.Fatalf("accepted a %d-byte leave reason", len(val))
 		}
 	})
+}
+
+// TestDepartures: the store tells who left the job abnormally, in order, and
+// fails gets still waiting; a normal leave is not a departure.
+func TestDepartures(t *testing.T) {
+	s := newServer(t, testToken)
+	ctx := testCtx(t)
+	fine, dying, quitting, waiter, asker := dial(t, s), dial(t, s), dial(t, s), dial(t, s), dial(t, s)
+	for r, c := range []*Client{fine, dying, quitting, waiter} {
+		if err := c.Join(ctx, r); err != nil {
+			t.Fatalf("join as rank %d: %v", r, err)
+		}
+	}
+	if err := fine.Leave(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	fine.Close()
+	if ds, err := asker.Departures(ctx, 50*time.Millisecond); err != nil || len(ds) != 0 {
+		t.Fatalf("after a normal leave: departures %v, %v; want none", ds, err)
+	}
+
+	got := make(chan error, 1)
+	go func() {
+		_, err := waiter.Get(ctx, "never/put")
+		got <- err
+	}()
+	time.Sleep(20 * time.Millisecond) // let the get reach the store
+	dying.Close()                     // as the kernel does for a killed process
+	select {
+	case err := <-got:
+		if !errors.Is(err, ErrRankGone) || !strings.Contains(err.Error(), "rank 1 die") {
+			t.Fatalf("waiting get: %v, want ErrRankGone naming rank 1", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a get waiting for a dead rank's key did not fail")
+	}
+	if err := quitting.Leave(ctx, "checkpoint\nfailed"); err != nil {
+		t.Fatal(err)
+	}
+	s.MarkGone(1, "killed by signal SIGKILL") // a second report of rank 1 does not count
+	s.MarkGone(7, "killed by signal SIGKILL")
+	ds, err := asker.Departures(ctx, time.Second)
+	want := "[rank 1 die (its rendezvous connection closed without goodbye) rank 2 give up: checkpoint?failed rank 7 killed by signal SIGKILL]"
+	if err != nil || fmt.Sprint(ds) != want {
+		t.Fatalf("departures %v, %v; want %s", ds, err, want)
+	}
+	if _, err := asker.Get(ctx, "also/never"); !errors.Is(err, ErrRankGone) {
+		t.Fatalf("get after a departure: %v, want ErrRankGone", err)
+	}
+}
+
+// TestDeparturesWait: a departures request returns at the first departure,
+// not at the end of its wait, and an empty list when the wait ends.
+func TestDeparturesWait(t *testing.T) {
+	s := newServer(t, testToken)
+	ctx := testCtx(t)
+	start := time.Now()
+	if ds, err := dial(t, s).Departures(ctx, 100*time.Millisecond); err != nil || len(ds) != 0 || time.Since(start) < 100*time.Millisecond {
+		t.Fatalf("departures %v, %v after %v; want none after 100ms", ds, err, time.Since(start))
+	}
+	time.AfterFunc(50*time.Millisecond, func() { s.MarkGone(3, "exited with status 1") })
+	start = time.Now()
+	ds, err := dial(t, s).Departures(ctx, 10*time.Second)
+	if err != nil || len(ds) != 1 || ds[0].Rank != 3 || time.Since(start) > 5*time.Second {
+		t.Fatalf("departures %v, %v after %v; want rank 3 at once", ds, err, time.Since(start))
+	}
+	if err := dial(t, s).Join(ctx, -1); !errors.Is(err, ErrBadFrame) {
+		t.Fatalf("join as -1: %v, want ErrBadFrame", err)
+	}
 }

@@ -162,17 +162,33 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 	}
 	c := &Communicator{cfg: cfg, log: s.logger, sem: make(chan struct{}, 1), closed: make(chan struct{}),
 		timeout: s.timeout, aborted: make(chan struct{}), epoch: time.Now()}
-	if err := c.connect(ctx, s); err != nil {
+	// A rank that dies before it connects leaves the others waiting for
+	// its address or its connection, where no link can tell them: the
+	// store can, so Init listens to it until everyone is connected.
+	ictx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	if cfg.Size > 1 && cfg.Addr != "" {
+		go watchDepartures(ictx, stop, cfg)
+	}
+	fail := func(what string, err error) (*Communicator, error) {
+		if cause := context.Cause(ictx); errors.Is(cause, bootstrap.ErrRankGone) {
+			err = cause
+		} else {
+			err = c.withDepartures(err)
+		}
+		c.drop(err)
 		c.shutdown()
-		return nil, fmt.Errorf("comm: rank %d of %d: %w", cfg.Rank, cfg.Size, err)
+		return nil, fmt.Errorf("comm: rank %d of %d: %s%w", cfg.Rank, cfg.Size, what, err)
+	}
+	if err := c.connect(ictx, s); err != nil {
+		return fail("", err)
 	}
 	c.g = collectives.NewGroup(c.t, collectives.Options{Algos: algos, Logger: c.log})
 	// Nobody returns from Init before everyone is connected, so a rank that
 	// finishes its first collective and closes early cannot strand a peer
 	// still reading addresses from the store.
-	if err := c.g.Barrier(ctx); err != nil {
-		c.shutdown()
-		return nil, fmt.Errorf("comm: rank %d of %d: waiting for every rank to connect: %w", cfg.Rank, cfg.Size, err)
+	if err := c.g.Barrier(ictx); err != nil {
+		return fail("waiting for every rank to connect: ", err)
 	}
 	go c.watch()
 	c.log.Info("communicator ready", "rank", cfg.Rank, "size", cfg.Size, "local_rank", cfg.LocalRank,
@@ -257,8 +273,14 @@ func (c *Communicator) connect(ctx context.Context, s settings) error {
 		return err
 	}
 	c.store = store
+	if err := store.Join(ctx, cfg.Rank); err != nil {
+		return err
+	}
 	t, err := tcp.Connect(ctx, store, cfg.Rank, cfg.Size, cfg.Token, s.tcp)
 	if err != nil {
+		if errors.Is(err, bootstrap.ErrRankGone) {
+			err = fmt.Errorf("%w: %w", ErrPeerLost, err)
+		}
 		return err
 	}
 	c.t = t
@@ -312,6 +334,7 @@ func (c *Communicator) shutdown() error {
 		errs = append(errs, c.t.Close())
 	}
 	if c.store != nil {
+		c.leave("")
 		c.store.Close()
 	}
 	if c.server != nil {
@@ -370,20 +393,130 @@ func (c *Communicator) run(ctx context.Context, what string, f func(context.Cont
 		return fmt.Errorf("comm: rank %d: %s: %w", c.cfg.Rank, what, uerr)
 	}
 	if ferr := c.faultErr(); ferr != nil {
+		ferr = c.withLosses(ferr)
 		c.broken = ferr
 		return fmt.Errorf("comm: rank %d: %s: %w", c.cfg.Rank, what, ferr)
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		err = fmt.Errorf("%w: %w", ErrTimeout, err)
 	}
+	err = c.withLosses(err)
 	c.broken = err
 	// The ranks are out of step now, and a peer may be waiting for data
 	// this rank will never send. Dropping the connections tells every peer
 	// at once (their calls fail with ErrPeerLost naming this rank) instead
 	// of leaving them to hang until their own deadlines.
-	c.drop()
+	c.drop(err)
 	c.log.Info("communicator broken; dropped its connections so the peers notice", "rank", c.cfg.Rank, "err", err)
 	return fmt.Errorf("comm: rank %d: %w", c.cfg.Rank, err)
+}
+
+// lossSettle is how long the watchdog lets further losses arrive after the
+// first, before it fails the running collective.
+const lossSettle = 20 * time.Millisecond
+
+// withLosses adds to err, a failure through a lost peer, every peer the
+// transport has seen lost by now. The link that failed first here may be
+// to a rank that only gave up because another died, and could not say so
+// (its connection to us was mid-frame); the list names the rank that died.
+func (c *Communicator) withLosses(err error) error {
+	if !errors.Is(err, ErrPeerLost) {
+		return err
+	}
+	var notes []string
+	if ln, ok := c.t.(transport.LossNotifier); ok {
+		var list []*transport.PeerError
+		switch lost := ln.LostErr().(type) {
+		case *transport.PeerError:
+			list = append(list, lost)
+		case transport.Losses:
+			list = lost
+		}
+		text := err.Error()
+		for _, pe := range list {
+			// Ranks that gave up say why themselves; repeating each
+			// one's story would bury the rank that died.
+			if t := pe.Err.Error(); !strings.Contains(text, t) && !strings.Contains(t, " gave up: ") {
+				notes = append(notes, fmt.Sprintf("rank %d: %v", pe.Peer, pe.Err))
+			}
+		}
+	}
+	if len(notes) > 0 {
+		err = fmt.Errorf("%w (also lost: %s)", err, strings.Join(notes, "; "))
+	}
+	return c.withDepartures(err)
+}
+
+// withDepartures adds to err what the store saw of ranks that left the job
+// abnormally. The store saw every rank's rendezvous connection: it knows
+// who died even when no link of ours could tell (a death hidden behind
+// data not yet read, a rank that gave up mid-frame, a rank that died
+// before it connected).
+func (c *Communicator) withDepartures(err error) error {
+	if c.store == nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), departuresWait+time.Second)
+	ds, derr := c.store.Departures(ctx, departuresWait)
+	cancel()
+	switch {
+	case derr != nil:
+		return fmt.Errorf("%w (rendezvous unreachable too: %v)", err, derr)
+	case len(ds) > 0 && !strings.Contains(err.Error(), ds[0].String()):
+		return fmt.Errorf("%w (the rendezvous saw %s)", err, departures(ds))
+	}
+	return err
+}
+
+// departures names the first rank that left, the likely cause of the
+// rest: the others mostly gave up because of it.
+func departures(ds []bootstrap.Departure) string {
+	if len(ds) == 1 {
+		return ds[0].String()
+	}
+	return fmt.Sprintf("%v first, then %d more", ds[0], len(ds)-1)
+}
+
+// watchDepartures cancels ctx, with a cause wrapping ErrPeerLost and
+// bootstrap.ErrRankGone, as soon as the store sees a rank leave the job
+// abnormally. It has a store connection of its own: the communicator's
+// is busy with the waiting gets.
+func watchDepartures(ctx context.Context, stop context.CancelCauseFunc, cfg Config) {
+	w, err := bootstrap.Dial(ctx, cfg.Addr, cfg.Token)
+	if err != nil {
+		return
+	}
+	defer w.Close()
+	for ctx.Err() == nil {
+		ds, err := w.Departures(ctx, 10*time.Second)
+		if err != nil {
+			return
+		}
+		if len(ds) > 0 {
+			stop(fmt.Errorf("%w: %w: the rendezvous saw %s", ErrPeerLost, bootstrap.ErrRankGone, departures(ds)))
+			return
+		}
+	}
+}
+
+// departuresWait bounds how long a rank that lost a peer waits for the
+// store to see the departure that caused it: the store notices a death as
+// soon as the kernel closes the dead rank's connection, within
+// milliseconds, but may not have when we ask.
+const departuresWait = 300 * time.Millisecond
+
+// leave tells the store this rank is out: why is empty at a normal Close,
+// else the cause of the break, which the others then see.
+func (c *Communicator) leave(why string) {
+	if c.store == nil {
+		return
+	}
+	if len(why) > 300 {
+		why = why[:297] + "..."
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	c.store.Leave(ctx, why)
 }
 
 // watch is the communicator's watchdog. It turns two things a running
@@ -411,6 +544,17 @@ func (c *Communicator) watch() {
 			return
 		case <-lost:
 			lost = nil
+			// A rank that gave up because another died resets its links
+			// at about the time the dead rank's links end: wait a moment
+			// for those too, so that the error names the rank that died,
+			// not only the first link to go.
+			select {
+			case <-c.closed:
+				return
+			case <-c.aborted:
+				return
+			case <-time.After(lossSettle):
+			}
 			err := ln.LostErr()
 			if c.started.Load() != 0 {
 				c.setFault(err)
@@ -439,7 +583,7 @@ func (c *Communicator) setFault(err error) {
 	}
 	c.faultMu.Unlock()
 	c.log.Info("communicator fault; dropping its connections", "rank", c.cfg.Rank, "err", err)
-	c.drop()
+	c.drop(err)
 }
 
 func (c *Communicator) faultErr() error {
@@ -484,7 +628,7 @@ func (c *Communicator) Abort(reason error) {
 		c.abortErr = fmt.Errorf("%w: %w", ErrAborted, reason)
 		close(c.aborted)
 		c.log.Info("communicator aborted; dropping its connections", "rank", c.cfg.Rank, "reason", reason)
-		c.drop()
+		c.drop(c.abortErr)
 	})
 }
 
@@ -492,12 +636,15 @@ func (c *Communicator) Abort(reason error) {
 // waiting for it: at once where the transport can abort, else by an
 // orderly Close, which lingers for the peers' goodbyes (a peer busy
 // computing may not send one for a while, and the caller need not wait).
-func (c *Communicator) drop() {
+func (c *Communicator) drop(cause error) {
 	if c.t == nil {
 		return
 	}
+	if cause != nil {
+		go c.leave(cause.Error())
+	}
 	if a, ok := c.t.(transport.Aborter); ok {
-		a.Abort()
+		a.Abort(cause)
 		return
 	}
 	go c.t.Close()

@@ -28,8 +28,8 @@ func TestAbort(t *testing.T) {
 	if err := errs[0]; !errors.Is(err, comm.ErrAborted) || !errors.Is(err, reason) || !strings.Contains(err.Error(), "allreduce") {
 		t.Errorf("aborted rank: err = %v, want ErrAborted wrapping the reason, naming the collective", err)
 	}
-	if err := errs[1]; !errors.Is(err, comm.ErrPeerLost) || !strings.Contains(err.Error(), "rank 1") {
-		t.Errorf("rank 2: err = %v, want ErrPeerLost naming rank 1", err)
+	if err := errs[1]; !errors.Is(err, comm.ErrPeerLost) || !strings.Contains(err.Error(), "rank 1") || !strings.Contains(err.Error(), reason.Error()) {
+		t.Errorf("rank 2: err = %v, want ErrPeerLost naming rank 1 and its reason", err)
 	}
 	if err := cs[1].Barrier(context.Background()); !errors.Is(err, comm.ErrAborted) || !errors.Is(err, reason) {
 		t.Errorf("call after Abort: %v, want ErrAborted wrapping the reason", err)

@@ -40,6 +40,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Transport is one rank's connections to every other rank of a job.
@@ -74,7 +75,11 @@ type LossNotifier interface {
 	// first. Close never closes it.
 	Lost() <-chan struct{}
 	// LostErr says which peer was lost and why, once Lost is closed: a
-	// *PeerError wrapping ErrPeerLost.
+	// *PeerError wrapping ErrPeerLost, or, where the transport tracks
+	// more than the first loss, Losses listing every peer lost by the
+	// time of the call, first noticed first. A rank that gives up because
+	// another died is lost too, so it takes the whole list to name the
+	// rank that died.
 	LostErr() error
 }
 
@@ -82,9 +87,13 @@ type LossNotifier interface {
 // once, without Close's orderly goodbye, so that every peer sees this rank
 // as lost (ErrPeerLost), not as gone in good order. A communicator that
 // breaks or is aborted uses it: its peers must stop waiting for it.
-// Abort releases what Close would; a later Close does nothing.
+// The transport tells the peers cause where it can (best effort: never at
+// the price of waiting), so that a rank that gives up because another died
+// does not get blamed for the death: each peer's ErrPeerLost then carries
+// cause's text. Abort releases what Close would; a later Close does
+// nothing.
 type Aborter interface {
-	Abort() error
+	Abort(cause error) error
 }
 
 // Message is a received payload, still in the receive slot it landed in.
@@ -121,3 +130,23 @@ func (e *PeerError) Error() string {
 }
 
 func (e *PeerError) Unwrap() error { return e.Err }
+
+// Losses lists several lost peers, first noticed first. It unwraps to each,
+// so errors.Is(err, ErrPeerLost) and errors.As for a *PeerError work.
+type Losses []*PeerError
+
+func (l Losses) Error() string {
+	parts := make([]string, len(l))
+	for i, e := range l {
+		parts[i] = e.Error()
+	}
+	return strings.Join(parts, "; ")
+}
+
+func (l Losses) Unwrap() []error {
+	errs := make([]error, len(l))
+	for i, e := range l {
+		errs[i] = e
+	}
+	return errs
+}

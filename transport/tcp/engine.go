@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 
@@ -47,7 +50,8 @@ type Transport struct {
 
 	lostOnce sync.Once
 	lost     chan struct{} // closed when the first peer is lost
-	lostErr  error         // set before lost is closed
+	lostMu   sync.Mutex
+	losses   transport.Losses // peers lost, in the order noticed; set before lost is closed
 }
 
 type peer struct {
@@ -443,11 +447,28 @@ func (p *peer) parse() {
 			return
 		}
 		hdr := p.rbuf[p.rpos : p.rpos+frameHdrLen]
-		p.rpos += frameHdrLen
 		kind := hdr[0]
 		slot := int(binary.LittleEndian.Uint16(hdr[2:]))
 		n := int(binary.LittleEndian.Uint32(hdr[4:]))
 		credits := int(binary.LittleEndian.Uint32(hdr[8:]))
+		if kind == frameAbort {
+			// Checked before anything is taken from the buffer: a
+			// partly arrived abort frame is parsed again whole.
+			if n > maxAbortText || credits != 0 {
+				p.rpos += frameHdrLen
+				p.protocolError("abort frame of %d bytes with %d credits (at most %d bytes, no credits)", n, credits, maxAbortText)
+				return
+			}
+			if p.rend-p.rpos < frameHdrLen+n {
+				return
+			}
+			why := printable(p.rbuf[p.rpos+frameHdrLen : p.rpos+frameHdrLen+n])
+			p.rpos += frameHdrLen + n
+			p.ended = true
+			p.fail(fmt.Errorf("%w: rank %d gave up: %s", transport.ErrPeerLost, p.rank, why))
+			return
+		}
+		p.rpos += frameHdrLen
 		if credits > opts.Slots {
 			p.protocolError("%d credits returned, only %d slots exist", credits, opts.Slots)
 			return
@@ -489,6 +510,17 @@ func (p *peer) parse() {
 			return
 		}
 	}
+}
+
+// printable keeps what a peer says from writing control characters into
+// our logs and errors.
+func printable(b []byte) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || r == utf8.RuneError {
+			return '?'
+		}
+		return r
+	}, string(b))
 }
 
 func (p *peer) protocolError(format string, args ...any) {
@@ -568,7 +600,7 @@ func (p *peer) writeData(ctx context.Context, slot int, b []byte) error {
 				return p.error("send to")
 			}
 		default:
-			p.fail(fmt.Errorf("%w: %v", transport.ErrPeerLost, err))
+			p.settle(ctx, err)
 			return p.error("send to")
 		}
 		// Interrupted (ctx or Close).
@@ -586,6 +618,22 @@ func (p *peer) writeData(ctx context.Context, slot int, b []byte) error {
 	p.tail = nil
 	p.tailLen.Store(0)
 	return nil
+}
+
+// settleTime bounds how long a send that hit a reset waits for the
+// receive side to say why the peer went away.
+const settleTime = 50 * time.Millisecond
+
+// settle fails p after a send hit werr (a reset, a broken pipe). What the
+// peer sent before it went (an abort frame saying why it gave up, or a
+// plain end of stream) is still in our receive queue: the engine reads it
+// first, so that the peer fails with that cause, naming the rank really
+// lost, rather than with a bare "connection reset".
+func (p *peer) settle(ctx context.Context, werr error) {
+	sctx, cancel := context.WithTimeout(ctx, settleTime)
+	p.t.await(sctx, p, p.sendNote, func() bool { return false })
+	cancel()
+	p.fail(fmt.Errorf("%w: %v", transport.ErrPeerLost, werr))
 }
 
 // returnCredit gives back the credit of a send that never went out.
@@ -677,23 +725,29 @@ func (t *Transport) noteLoss(p *peer) {
 		// that finished first and said goodbye.
 		return
 	}
-	t.lostOnce.Do(func() {
-		t.lostErr = &transport.PeerError{Peer: p.rank, Op: "link to", Err: p.err}
-		close(t.lost)
-	})
+	t.lostMu.Lock()
+	t.losses = append(t.losses, &transport.PeerError{Peer: p.rank, Op: "link to", Err: p.err})
+	t.lostMu.Unlock()
+	t.lostOnce.Do(func() { close(t.lost) })
 }
 
 // Lost implements transport.LossNotifier.
 func (t *Transport) Lost() <-chan struct{} { return t.lost }
 
-// LostErr implements transport.LossNotifier.
+// LostErr implements transport.LossNotifier: every peer lost so far, in
+// the order noticed.
 func (t *Transport) LostErr() error {
 	select {
 	case <-t.lost:
-		return t.lostErr
 	default:
 		return nil
 	}
+	t.lostMu.Lock()
+	defer t.lostMu.Unlock()
+	if len(t.losses) == 1 {
+		return t.losses[0]
+	}
+	return slices.Clone(t.losses)
 }
 
 // failed is the peer's failure cause, or nil while it is healthy.
@@ -762,7 +816,10 @@ func (t *Transport) Close() error {
 // Abort implements transport.Aborter: it resets every connection at once,
 // with no goodbye, so that each peer's pending and later calls fail with
 // ErrPeerLost naming this rank. Pending calls here return ErrClosed.
-func (t *Transport) Abort() error {
+// Before the reset, each peer whose connection is between frames and has
+// room in its socket buffer is sent cause in an abort frame; a peer
+// mid-frame, or too far behind to take it now, just sees the reset.
+func (t *Transport) Abort(cause error) error {
 	t.closeOnce.Do(func() {
 		close(t.closed)
 		if t.wakefd >= 0 {
@@ -770,9 +827,20 @@ func (t *Transport) Abort() error {
 			t.progress <- struct{}{} // no descriptor is closed under a poll
 			t.closing.Store(true)
 		}
+		var why []byte
+		if cause != nil {
+			why = []byte(cause.Error())
+			if len(why) > maxAbortText {
+				why = append(why[:maxAbortText-3], "..."...)
+			}
+		}
 		for _, p := range t.peers {
 			if p == nil {
 				continue
+			}
+			if why != nil && p.fd >= 0 && p.failed() == nil && p.wmu.TryLock() {
+				p.tellAbort(why)
+				p.wmu.Unlock()
 			}
 			p.fail(transport.ErrClosed)
 			// A zero linger time makes close send a reset: the peer
@@ -785,6 +853,29 @@ func (t *Transport) Abort() error {
 		}
 	})
 	return nil
+}
+
+// tellAbort writes, without waiting, any owed credit-frame tail and then an
+// abort frame carrying why. Holding wmu means no data frame is half
+// written. A short write leaves a truncated frame, which the reset that
+// follows turns into a plain loss on the peer's side.
+func (p *peer) tellAbort(why []byte) {
+	out := make([]byte, 0, len(p.tail)+frameHdrLen+len(why))
+	out = append(out, p.tail...)
+	var hdr [frameHdrLen]byte
+	hdr[0] = frameAbort
+	binary.LittleEndian.PutUint32(hdr[4:], uint32(len(why)))
+	out = append(append(out, hdr[:]...), why...)
+	for len(out) > 0 {
+		n, err := unix.Write(p.fd, out)
+		if n > 0 {
+			out = out[n:]
+			continue
+		}
+		if err != unix.EINTR {
+			return
+		}
+	}
 }
 
 // goodbye writes any owed tail and a goodbye frame, then shuts our half of

@@ -3,7 +3,9 @@ package tcp
 import (
 	"encoding/binary"
 	"errors"
+	"strings"
 	"testing"
+	"unicode"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -44,6 +46,11 @@ func FuzzFrames(f *testing.F) {
 	f.Add(frame(frameCredit, 0, 0, 3, nil))
 	f.Add(frame(frameCredit, 0, 7, 0, nil))
 	f.Add(frame(frameBye, 0, 0, 0, nil))
+	f.Add(frame(frameAbort, 0, 9, 0, []byte("gave\nup\x00!")))
+	f.Add(frame(frameAbort, 0, maxAbortText+1, 0, make([]byte, maxAbortText+1)))
+	f.Add(frame(frameAbort, 0, 3, 1, []byte("why")))
+	f.Add(frame(frameAbort, 0, 100, 0, []byte("truncated")))
+	f.Add(cat(frame(frameData, 0, 1, 0, []byte("a")), frame(frameAbort, 0, 2, 0, []byte("no"))))
 	f.Add(frame(9, 0, 0, 0, nil))
 	f.Add(frame(frameData, 0, 10, 0, []byte("short")))
 	f.Add([]byte{frameData, 0, 0})
@@ -80,6 +87,9 @@ func FuzzFrames(f *testing.F) {
 		}
 		if err := p.failed(); err != nil && !errors.Is(err, transport.ErrPeerLost) {
 			t.Fatalf("failure does not wrap ErrPeerLost: %v", err)
+		}
+		if err := p.failed(); err != nil && strings.ContainsFunc(err.Error(), unicode.IsControl) {
+			t.Fatalf("the peer wrote control characters into our error: %q", err)
 		}
 		slab := uintptr(unsafe.Pointer(unsafe.SliceData(p.slab)))
 		for len(p.ready) > 0 {

@@ -83,7 +83,13 @@ const (
 	frameData   = 1
 	frameCredit = 2
 	frameBye    = 3
+	// frameAbort carries, as text, why the sender is about to reset its
+	// connections, so that the receiver can name the real culprit.
+	frameAbort  = 4
 	frameHdrLen = 12
+	// maxAbortText bounds an abort frame's payload, which the receiver
+	// must hold whole in its read-ahead buffer.
+	maxAbortText = 512
 
 	// smallSend is the payload size below which header and payload are
 	// copied into one buffer and written with one write: cheaper than
