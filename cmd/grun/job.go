@@ -48,9 +48,12 @@ type config struct {
 	tag     bool
 	timeout time.Duration
 	grace   time.Duration
-	verbose bool
-	prog    string
-	args    []string
+	// failWait is how long, after a rank fails, the others have to exit
+	// on their own before they are stopped.
+	failWait time.Duration
+	verbose  bool
+	prog     string
+	args     []string
 }
 
 // job runs one launch of N ranks from start to exit status. It is used by a
@@ -64,6 +67,9 @@ type job struct {
 
 	ranks   []*rank
 	running int // ranks started and not yet reaped
+	// store is the job's rendezvous; grun tells it of every rank that
+	// fails, so that ranks still connecting stop waiting for it.
+	store *bootstrap.Server
 
 	// Filled by the goroutines the job starts: the per-rank waiters, and
 	// the forwarders when whoever reads grun's output went away (as in
@@ -80,6 +86,14 @@ type job struct {
 	stopSig  syscall.Signal // what beginStop sent the ranks
 	grace    *time.Timer
 	killed   bool
+
+	// A rank failure not yet acted on: the others have until failWait
+	// fires to exit on their own.
+	pending  *cause
+	failWait *time.Timer
+	// len(failures) when the stop began: failures after that were ranks
+	// ending on their own, not ranks grun stopped.
+	failuresAtStop int
 
 	// Ranks that failed on their own (not of a signal grun sent) within
 	// settleWindow of the first failure, in the order they were reaped.
@@ -157,6 +171,7 @@ func (j *job) run(ctx context.Context, sigs <-chan os.Signal) int {
 		j.out.say("rendezvous store at %s; starting %s of %s", store.Addr(), plural(j.cfg.n, "rank"), j.cfg.prog)
 	}
 
+	j.store = store
 	j.startRanks(store.Addr(), token)
 	j.supervise(ctx, sigs)
 	j.sweep(sigs)
@@ -263,8 +278,11 @@ func (j *job) supervise(ctx context.Context, sigs <-chan os.Signal) {
 				j.out.say("rank %d (pid %d) %v", r.id, r.proc.pid(), r.status)
 			}
 			if r.status.failed() {
+				if j.store != nil {
+					j.store.MarkGone(r.id, r.status.String())
+				}
 				j.noteFailure(r)
-				j.beginStop(&cause{kind: rankFailed, rank: r}, syscall.SIGTERM)
+				j.rankFailed(r)
 			}
 		case s := <-sigs:
 			sig, _ := s.(syscall.Signal)
@@ -279,21 +297,60 @@ func (j *job) supervise(ctx context.Context, sigs <-chan os.Signal) {
 				}
 				continue
 			}
-			j.beginStop(&cause{kind: gotSignal, signal: sig}, sig)
+			j.beginStop(j.orPending(&cause{kind: gotSignal, signal: sig}), sig)
+		case <-j.failWaitC():
+			j.beginStop(j.pending, syscall.SIGTERM)
 		case <-j.brokenPipe:
 			// Ranks are Go programs as often as not, and those ignore a
 			// SIGPIPE that does not come from their own write.
-			j.beginStop(&cause{kind: gotSignal, signal: syscall.SIGPIPE}, syscall.SIGTERM)
+			j.beginStop(j.orPending(&cause{kind: gotSignal, signal: syscall.SIGPIPE}), syscall.SIGTERM)
 		case <-timeout:
 			timeout = nil
-			j.beginStop(&cause{kind: timedOut}, syscall.SIGTERM)
+			j.beginStop(j.orPending(&cause{kind: timedOut}), syscall.SIGTERM)
 		case <-done:
 			done = nil
-			j.beginStop(&cause{kind: canceled, err: context.Cause(ctx)}, syscall.SIGTERM)
+			j.beginStop(j.orPending(&cause{kind: canceled, err: context.Cause(ctx)}), syscall.SIGTERM)
 		case <-j.graceC():
 			j.kill(fmt.Sprintf("still running after --grace %v", j.cfg.grace))
 		}
 	}
+	if j.cause == nil && j.pending != nil {
+		// Every rank ended on its own within --fail-wait.
+		j.failWait.Stop()
+		j.cause = j.pending
+		j.failuresAtStop = len(j.failures)
+	}
+}
+
+// rankFailed starts the end of the job on r's failure: at once without
+// --fail-wait, else once the others have had failWait to exit on their own.
+func (j *job) rankFailed(r *rank) {
+	if j.cause != nil || j.pending != nil {
+		return
+	}
+	c := &cause{kind: rankFailed, rank: r}
+	if j.cfg.failWait <= 0 {
+		j.beginStop(c, syscall.SIGTERM)
+		return
+	}
+	j.pending = c
+	j.failWait = time.NewTimer(j.cfg.failWait)
+}
+
+// orPending is the cause a stop is reported under: a rank failure that came
+// first, else c.
+func (j *job) orPending(c *cause) *cause {
+	if j.pending != nil {
+		return j.pending
+	}
+	return c
+}
+
+func (j *job) failWaitC() <-chan time.Time {
+	if j.failWait == nil || j.cause != nil {
+		return nil
+	}
+	return j.failWait.C
 }
 
 // noteFailure records r as a candidate for the failure that ended the job,
@@ -332,6 +389,10 @@ func (j *job) beginStop(c *cause, sig syscall.Signal) {
 	}
 	c.others = j.running
 	j.cause = c
+	j.failuresAtStop = len(j.failures)
+	if j.failWait != nil {
+		j.failWait.Stop()
+	}
 	j.stopping = true
 	j.stopSig = sig
 	// Ranks that already exited are signalled too: their groups may hold
@@ -464,9 +525,9 @@ func (j *job) report() int {
 		if len(also) > 0 {
 			msg += "; at about the same time " + strings.Join(also, ", ")
 		}
-		// c.others counted every rank still running at the first failure,
-		// the ones that then failed on their own among them.
-		if stopped := c.others - (len(j.failures) - 1); stopped > 0 {
+		// c.others counted every rank still running when grun began to
+		// stop them, the ones that then failed on their own among them.
+		if stopped := c.others - (len(j.failures) - j.failuresAtStop); stopped > 0 {
 			msg += fmt.Sprintf("; stopped the other %s", plural(stopped, "rank"))
 		}
 		j.out.say("%s", msg)

@@ -224,6 +224,19 @@ func TestStop(t *testing.T) {
 			failer: 0, minDur: 500 * time.Millisecond,
 		},
 		{
+			// The others notice and exit on their own within --fail-wait:
+			// grun waits for them and sends no signal, and does not sit
+			// out the whole --fail-wait (the test bounds the time at 5s).
+			name: "others exit on their own", n: 3, flags: []string{"--fail-wait", "20s"}, ctl: []string{"-fail-rank", "0", "-code", "3", "-follow"},
+			code: 3, msg: `(?m)^grun: rank 0 \(pid PID\) exited with status 3; at about the same time rank [12] exited with status 4, rank [12] exited with status 4\n\z`,
+			failer: 0,
+		},
+		{
+			name: "fail-wait expires", n: 2, flags: []string{"--fail-wait", "700ms"}, ctl: []string{"-fail-rank", "1", "-code", "2"},
+			code: 2, msg: `(?m)^grun: rank 1 \(pid PID\) exited with status 2; stopped the other 1 rank\n\z`,
+			failer: 1, minDur: 700 * time.Millisecond,
+		},
+		{
 			name: "timeout", n: 3, flags: []string{"--timeout", "1s"}, ctl: []string{"-child"},
 			code: 124, msg: `(?m)^grun: job exceeded --timeout 1s; stopped 3 ranks\n\z`, failer: -1, minDur: time.Second,
 		},

@@ -30,6 +30,9 @@ Flags (-flag and --flag are the same; flags end at PROG or at "--"):
                  (default 0: no limit)
   --grace D      how long ranks have to exit after SIGTERM or a forwarded
                  signal before they get SIGKILL (default 3s)
+  --fail-wait D  after a rank fails, how long the others have to notice and
+                 exit on their own, reporting their errors, before they get
+                 SIGTERM (default 2s; 0: at once, as mpirun does)
   -v, --verbose  print the store address, N and each rank's pid to stderr
   -h, --help     print this help and exit
 
@@ -49,8 +52,11 @@ without a newline gets one; lines over 1 MiB are split.
 Stopping: each rank runs in a process group of its own, and every signal
 grun sends goes to the whole group, so processes a rank started are stopped
 with it. SIGINT, SIGTERM and SIGHUP sent to grun are passed on to every
-rank. When a rank fails (exits non-zero or is killed by a signal), --timeout
-expires or grun's output is closed, the others get SIGTERM. Ranks still
+rank. When a rank fails (exits non-zero or is killed by a signal), the
+others get --fail-wait to exit on their own (gocoll ranks notice a lost
+peer within milliseconds and return an error naming it, which a program may
+act on), then SIGTERM. When --timeout expires or grun's output is closed,
+they get SIGTERM at once. Ranks still
 running --grace later get SIGKILL; a second signal to grun sends SIGKILL at
 once. Ranks that exit 0 early are fine: grun waits for all of them, then
 stops anything they left behind.
@@ -68,7 +74,10 @@ Exit status:
   1        grun itself failed (could not start the rendezvous store)
 `
 
-const defaultGrace = 3 * time.Second
+const (
+	defaultGrace    = 3 * time.Second
+	defaultFailWait = 2 * time.Second
+)
 
 func main() {
 	os.Exit(run(context.Background(), os.Args[1:], dupStd(os.Stdout), dupStd(os.Stderr)))
@@ -139,6 +148,7 @@ func newFlagSet(cfg *config, lookupEnv func(string) (string, bool)) *flag.FlagSe
 	fs.BoolVar(&cfg.tag, "tag-output", false, "prefix output lines with [RANK]")
 	durationFlag(fs, &cfg.timeout, "timeout", "stop the job after this long")
 	durationFlag(fs, &cfg.grace, "grace", "time between SIGTERM and SIGKILL")
+	durationFlag(fs, &cfg.failWait, "fail-wait", "time the others have to exit on their own after a rank fails")
 	fs.BoolVar(&cfg.verbose, "v", false, "verbose")
 	fs.BoolVar(&cfg.verbose, "verbose", false, "verbose")
 	return fs
@@ -159,7 +169,7 @@ func durationFlag(fs *flag.FlagSet, dst *time.Duration, name, usage string) {
 }
 
 func parseArgs(args []string, lookupEnv func(string) (string, bool)) (config, error) {
-	cfg := config{grace: defaultGrace}
+	cfg := config{grace: defaultGrace, failWait: defaultFailWait}
 	fs := newFlagSet(&cfg, lookupEnv)
 	if err := fs.Parse(args); err != nil {
 		return config{}, err

@@ -254,7 +254,7 @@ func TestParseArgs(t *testing.T) {
 	env := map[string]string{"HOME": "/home/u", "EMPTY": ""}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 	cfg, err := parseArgs([]string{"-n", "3", "-x", "A=1=2", "--x", "HOME", "-x", "EMPTY", "--tag-output",
-		"--timeout=1m", "-grace", "250ms", "--verbose", "prog", "-n", "9", "--", "x"}, lookup)
+		"--timeout=1m", "-grace", "250ms", "--fail-wait=0", "--verbose", "prog", "-n", "9", "--", "x"}, lookup)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +267,7 @@ func TestParseArgs(t *testing.T) {
 		t.Errorf("got  %+v\nwant %+v", cfg, want)
 	}
 	cfg, err = parseArgs([]string{"-n", "1", "--", "-prog"}, lookup)
-	if err != nil || cfg.prog != "-prog" || cfg.grace != defaultGrace || cfg.timeout != 0 {
+	if err != nil || cfg.prog != "-prog" || cfg.grace != defaultGrace || cfg.failWait != defaultFailWait || cfg.timeout != 0 {
 		t.Errorf("after --: %+v, %v", cfg, err)
 	}
 }

@@ -28,6 +28,7 @@ func main() {
 	record := flag.Bool("record", false, "on SIGINT, SIGTERM or SIGHUP write its name to DIR/sig-R and exit 0")
 	sleep := flag.Duration("sleep", 60*time.Second, "how long to sleep")
 	sleeper := flag.Bool("sleeper", false, "just sleep (the child)")
+	follow := flag.Bool("follow", false, "other ranks exit with status 4 once -fail-rank is gone, as ranks that notice a lost peer do")
 	flag.Parse()
 	if *sleeper {
 		time.Sleep(*sleep)
@@ -70,6 +71,20 @@ func main() {
 			syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		}
 		os.Exit(*code)
+	}
+	if *follow && *failRank >= 0 {
+		waitReady(*dir, *ready)
+		b, err := os.ReadFile(filepath.Join(*dir, fmt.Sprintf("rank-%d.pid", *failRank)))
+		pid, _ := strconv.Atoi(string(b))
+		if err != nil || pid <= 0 {
+			fail("no pid file of the failing rank")
+		}
+		deadline := time.Now().Add(*sleep)
+		for time.Now().Before(deadline) && syscall.Kill(pid, 0) == nil {
+			time.Sleep(2 * time.Millisecond)
+		}
+		fmt.Printf("rank %d noticed rank %d is gone\n", rank, *failRank)
+		os.Exit(4)
 	}
 	time.Sleep(*sleep)
 }
