@@ -9,10 +9,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -30,7 +32,8 @@ func TestMain(m *testing.M) {
 	out, err := exec.Command("go", "build", "-o", dir+string(filepath.Separator),
 		"github.com/gocoll/gocoll/cmd/grun",
 		"github.com/gocoll/gocoll/examples/allreduce",
-		"github.com/gocoll/gocoll/internal/e2e/testdata/collcheck").CombinedOutput()
+		"github.com/gocoll/gocoll/internal/e2e/testdata/collcheck",
+		"github.com/gocoll/gocoll/internal/e2e/testdata/chaos").CombinedOutput()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "building the programs: %v\n%s", err, out)
 	} else {
@@ -131,6 +134,81 @@ func TestRankDiesMidJob(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestKillAtRandomPoints SIGKILLs a random rank of a 4-rank job at a
+// random moment (while connecting, between collectives, inside a pipelined
+// ring) of a seeded stream of checked allreduces, broadcasts and barriers,
+// many times. Every survivor must fail with an error naming the dead rank
+// within 2 s of the death, and grun must exit 137 naming it.
+// GOCOLL_KILLS sets the number of kills (default 16).
+func TestKillAtRandomPoints(t *testing.T) {
+	kills := 16
+	if v, err := strconv.Atoi(os.Getenv("GOCOLL_KILLS")); err == nil && v > 0 {
+		kills = v
+	}
+	const size, bound = 4, 2 * time.Second
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0))
+	line := regexp.MustCompile(`(?m)^chaos: (?:kill rank (\d+)|rank (\d+) failed) at (\d+)(?:: (.*))?$`)
+	var worst time.Duration
+	survived := 0
+	for k := 0; k < kills; k++ {
+		victim := rng.IntN(size)
+		after := time.Duration(rng.IntN(400)) * time.Millisecond
+		seed := rng.Uint64()
+		args := []string{"-n", fmt.Sprint(size), filepath.Join(bin, "chaos"),
+			"-seed", fmt.Sprint(seed), "-victim", fmt.Sprint(victim), "-after", after.String()}
+		out, code := grun(t, time.Minute, []string{"GOCOLL_TIMEOUT=60s"}, args...)
+		fail := func(format string, a ...any) {
+			t.Errorf("kill %d (grun %s): %s\n%s", k, strings.Join(args, " "), fmt.Sprintf(format, a...), out)
+		}
+		if code != 137 {
+			fail("grun exited %d, want 137 (the victim's SIGKILL)", code)
+		}
+		if !regexp.MustCompile(fmt.Sprintf(`grun: rank %d \(pid \d+\) killed by signal SIGKILL`, victim)).MatchString(out) {
+			fail("grun does not name rank %d as killed", victim)
+		}
+		var died int64
+		failed := map[int]int64{}
+		for _, m := range line.FindAllStringSubmatch(out, -1) {
+			at, _ := strconv.ParseInt(m[3], 10, 64)
+			if m[1] != "" {
+				died = at
+				continue
+			}
+			r, _ := strconv.Atoi(m[2])
+			failed[r] = at
+			if !strings.Contains(m[4], fmt.Sprintf("rank %d", victim)) {
+				fail("rank %d's error does not name the dead rank %d: %s", r, victim, m[4])
+			}
+		}
+		if died == 0 {
+			fail("the victim did not report its death")
+			continue
+		}
+		ok := true
+		for r := 0; r < size; r++ {
+			if r == victim {
+				continue
+			}
+			at, seen := failed[r]
+			if !seen {
+				fail("survivor rank %d reported no failure", r)
+				ok = false
+				continue
+			}
+			d := time.Duration(at - died)
+			worst = max(worst, d)
+			if d > bound {
+				fail("rank %d took %v to notice, above %v", r, d, bound)
+				ok = false
+			}
+		}
+		if ok && code == 137 {
+			survived++
+		}
+	}
+	t.Logf("kills tried %d, survived (every survivor failed in time naming the dead rank) %d, worst detection %v", kills, survived, worst)
 }
 
 // TestBadEnvironment starts the example without a launcher's environment:
