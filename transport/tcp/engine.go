@@ -108,7 +108,39 @@ func (t *Transport) newPeer(r int, c *net.TCPConn) (*peer, error) {
 		return nil, err
 	}
 	unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+	if err := watchSilence(fd, t.opts.SilentPeer); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
 	return t.peerOnFd(r, fd), nil
+}
+
+// watchSilence has the kernel declare the connection dead once the peer's
+// host has been silent for d: unacknowledged data for d
+// (TCP_USER_TIMEOUT), or, on an idle link, keepalive probes from d/3 on,
+// every d/6, unanswered (TCP_USER_TIMEOUT then also bounds the probing).
+// The engine then sees ETIMEDOUT on the socket like any other loss.
+func watchSilence(fd int, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	idle := max(int(d/3/time.Second), 1)
+	intvl := max(int(d/6/time.Second), 1)
+	for _, o := range []struct {
+		level, name, value int
+		what               string
+	}{
+		{unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1, "SO_KEEPALIVE"},
+		{unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, idle, "TCP_KEEPIDLE"},
+		{unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, intvl, "TCP_KEEPINTVL"},
+		{unix.IPPROTO_TCP, unix.TCP_KEEPCNT, 4, "TCP_KEEPCNT"},
+		{unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, int(d / time.Millisecond), "TCP_USER_TIMEOUT"},
+	} {
+		if err := unix.SetsockoptInt(fd, o.level, o.name, o.value); err != nil {
+			return fmt.Errorf("tcp: setsockopt %s=%d: %w", o.what, o.value, err)
+		}
+	}
+	return nil
 }
 
 // peerOnFd sets up the state of peer r around an open, non-blocking
@@ -418,6 +450,11 @@ func (p *peer) readAll() {
 		case err == unix.EAGAIN:
 			return
 		case err == unix.EINTR:
+		case err == unix.ETIMEDOUT || err == unix.EHOSTUNREACH || err == unix.ENETUNREACH:
+			// The kernel gave up on a host that stopped answering
+			// (watchSilence); the last error it saw says how.
+			p.fail(fmt.Errorf("%w: its host was silent for %v (crashed, powered off or cut off the network): %v", transport.ErrPeerLost, p.t.opts.SilentPeer, err))
+			return
 		case err != nil:
 			p.fail(fmt.Errorf("%w: %v", transport.ErrPeerLost, err))
 			return

@@ -71,7 +71,21 @@ type Options struct {
 	// CloseLinger bounds how long Close waits for peers to close their ends
 	// in order, so that no data in flight is cut off by a reset.
 	CloseLinger time.Duration
+	// SilentPeer is how long a peer's host may stay silent (data sent but
+	// not acknowledged, or keepalive probes unanswered on an idle link)
+	// before the peer is declared lost: the host crashed, lost power or
+	// dropped off the network, and no reset will ever come. The kernel
+	// does the probing (TCP keepalive and TCP_USER_TIMEOUT), so a rank
+	// busy computing for an hour is not mistaken for a dead one, and
+	// neither is a stopped process, whose kernel still answers. Default
+	// DefaultSilentPeer; negative: never (the kernel's own retransmission
+	// limit, about 15 minutes).
+	SilentPeer time.Duration
 }
+
+// DefaultSilentPeer is how long a silent peer host is waited for by
+// default: well above any pause of a loaded but live network.
+const DefaultSilentPeer = 30 * time.Second
 
 const (
 	DefaultSlots    = 4
@@ -148,6 +162,12 @@ func (o *Options) fill() error {
 	}
 	if o.CloseLinger == 0 {
 		o.CloseLinger = 2 * time.Second
+	}
+	if o.SilentPeer == 0 {
+		o.SilentPeer = DefaultSilentPeer
+	}
+	if o.SilentPeer > 0 && o.SilentPeer < 2*time.Second {
+		return fmt.Errorf("tcp: SilentPeer %v, want at least 2s (keepalive probes go at whole seconds)", o.SilentPeer)
 	}
 	return nil
 }
