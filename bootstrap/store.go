@@ -15,10 +15,10 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-	"unicode/utf8"
 
 	"github.com/gocoll/gocoll/internal/auth"
 	"github.com/gocoll/gocoll/internal/logging"
+	"github.com/gocoll/gocoll/internal/safetext"
 )
 
 // Wire format of the store, after the auth handshake. Every frame is a
@@ -272,7 +272,7 @@ func (s *Server) MarkGone(rank int, why string) {
 			return
 		}
 	}
-	s.departs = append(s.departs, Departure{Rank: rank, Why: printable([]byte(why))})
+	s.departs = append(s.departs, Departure{Rank: rank, Why: safetext.Printable([]byte(why))})
 	close(s.changed)
 	s.changed = make(chan struct{})
 }
@@ -581,9 +581,9 @@ func (c *Client) roundTrip(req []byte) ([]byte, error) {
 	switch body[0] {
 	case statusOK:
 	case statusGone:
-		return nil, &refusal{fmt.Errorf("%w: the rendezvous saw %s", ErrRankGone, printable(body[1:]))}
+		return nil, &refusal{fmt.Errorf("%w: the rendezvous saw %s", ErrRankGone, safetext.Printable(body[1:]))}
 	default:
-		return nil, fmt.Errorf("store refused: %s", printable(body[1:]))
+		return nil, fmt.Errorf("store refused: %s", safetext.Printable(body[1:]))
 	}
 	return body[1:], nil
 }
@@ -607,15 +607,4 @@ func opName(op byte) string {
 		return "departures"
 	}
 	return fmt.Sprintf("op %d", op)
-}
-
-// printable keeps what the store says from writing control characters
-// into errors and logs.
-func printable(b []byte) string {
-	return strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f || r == utf8.RuneError {
-			return '?'
-		}
-		return r
-	}, string(b))
 }

@@ -7,14 +7,13 @@ import (
 	"fmt"
 	"net"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gocoll/gocoll/internal/safetext"
 	"github.com/gocoll/gocoll/transport"
 )
 
@@ -499,7 +498,7 @@ func (p *peer) parse() {
 			if p.rend-p.rpos < frameHdrLen+n {
 				return
 			}
-			why := printable(p.rbuf[p.rpos+frameHdrLen : p.rpos+frameHdrLen+n])
+			why := safetext.Printable(p.rbuf[p.rpos+frameHdrLen : p.rpos+frameHdrLen+n])
 			p.rpos += frameHdrLen + n
 			p.ended = true
 			p.fail(fmt.Errorf("%w: rank %d gave up: %s", transport.ErrPeerLost, p.rank, why))
@@ -547,17 +546,6 @@ func (p *peer) parse() {
 			return
 		}
 	}
-}
-
-// printable keeps what a peer says from writing control characters into
-// our logs and errors.
-func printable(b []byte) string {
-	return strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f || r == utf8.RuneError {
-			return '?'
-		}
-		return r
-	}, string(b))
 }
 
 func (p *peer) protocolError(format string, args ...any) {

@@ -1,0 +1,20 @@
+// Package safetext makes text that came from another process safe to put
+// into our errors and logs: a peer, even an authenticated one, must not be
+// able to write control characters or invalid UTF-8 into them.
+package safetext
+
+import (
+	"strings"
+	"unicode/utf8"
+)
+
+// Printable returns b as a string with every control character and every
+// byte that is not valid UTF-8 replaced by '?'.
+func Printable(b []byte) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || r == utf8.RuneError {
+			return '?'
+		}
+		return r
+	}, string(b))
+}
