@@ -52,6 +52,13 @@ func Reduce(dt DType, op Op, dst, a, b []byte) {
 	if len(dst)%info.size != 0 {
 		panic("reduce: length " + strconv.Itoa(len(dst)) + " is not a multiple of the " + dt.String() + " size")
 	}
+	if k := active[dt][op]; k.fn != nil && len(dst) >= k.block {
+		// The vector kernels use unaligned loads and stores, so they take
+		// any buffer; only the scalar tail cares about alignment.
+		nb := len(dst) &^ (k.block - 1)
+		k.fn(unsafe.SliceData(dst), unsafe.SliceData(a), unsafe.SliceData(b), nb)
+		dst, a, b = dst[nb:], a[nb:], b[nb:]
+	}
 	if len(dst) == 0 {
 		return
 	}
