@@ -89,7 +89,7 @@ var sseNames = map[string]string{
 	"pmullw": "PMULLW", "pmuludq": "PMULULQ",
 	"pminub": "PMINUB", "pmaxub": "PMAXUB", "pminsw": "PMINSW", "pmaxsw": "PMAXSW",
 	"pcmpgtd": "PCMPGTL",
-	"psrlw": "PSRLW", "psrld": "PSRLL", "psrlq": "PSRLQ", "psllw": "PSLLW", "pslld": "PSLLL", "psllq": "PSLLQ", "psrad": "PSRAL",
+	"psrlw":   "PSRLW", "psrld": "PSRLL", "psrlq": "PSRLQ", "psllw": "PSLLW", "pslld": "PSLLL", "psllq": "PSLLQ", "psrad": "PSRAL",
 	"packssdw": "PACKSSLW", "punpcklwd": "PUNPCKLWL", "punpckhwd": "PUNPCKHWL",
 }
 
