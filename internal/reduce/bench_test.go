@@ -166,12 +166,12 @@ func BenchmarkFloat32SumLevel(b *testing.B) {
 			}
 			b.ReportMetric(3*float64(sz.bytes)/best.Seconds()/1e9, "best-GB/s")
 		}
-		b.Run("naive/"+sz.name, func(b *testing.B) {
+		b.Run("impl=naive/size="+sz.name, func(b *testing.B) {
 			d, fx, fy := view[float32](dst), view[float32](x), view[float32](y)
 			run(b, func() { naiveSumF32(d, fx, fy) })
 		})
 		for _, l := range levels() {
-			b.Run(l.String()+"/"+sz.name, func(b *testing.B) {
+			b.Run("impl="+l.String()+"/size="+sz.name, func(b *testing.B) {
 				old, oldLevel := active, activeLevel
 				active, activeLevel = tables[l], l
 				defer func() { active, activeLevel = old, oldLevel }()

@@ -17,6 +17,9 @@ func minF32SSE2(d, a, b *byte, n int)
 func maxF32SSE2(d, a, b *byte, n int)
 
 //go:noescape
+func scaleF32SSE2(d *byte, n int, div32 float32, div64 float64)
+
+//go:noescape
 func sumF64SSE2(d, a, b *byte, n int)
 
 //go:noescape
@@ -27,6 +30,9 @@ func minF64SSE2(d, a, b *byte, n int)
 
 //go:noescape
 func maxF64SSE2(d, a, b *byte, n int)
+
+//go:noescape
+func scaleF64SSE2(d *byte, n int, div32 float32, div64 float64)
 
 //go:noescape
 func sumI8SSE2(d, a, b *byte, n int)
@@ -125,6 +131,9 @@ func minBF16SSE2(d, a, b *byte, n int)
 func maxBF16SSE2(d, a, b *byte, n int)
 
 //go:noescape
+func scaleBF16SSE2(d *byte, n int, div32 float32, div64 float64)
+
+//go:noescape
 func sumF32AVX2(d, a, b *byte, n int)
 
 //go:noescape
@@ -137,6 +146,9 @@ func minF32AVX2(d, a, b *byte, n int)
 func maxF32AVX2(d, a, b *byte, n int)
 
 //go:noescape
+func scaleF32AVX2(d *byte, n int, div32 float32, div64 float64)
+
+//go:noescape
 func sumF64AVX2(d, a, b *byte, n int)
 
 //go:noescape
@@ -147,6 +159,9 @@ func minF64AVX2(d, a, b *byte, n int)
 
 //go:noescape
 func maxF64AVX2(d, a, b *byte, n int)
+
+//go:noescape
+func scaleF64AVX2(d *byte, n int, div32 float32, div64 float64)
 
 //go:noescape
 func sumI8AVX2(d, a, b *byte, n int)
@@ -257,6 +272,9 @@ func minF16AVX2(d, a, b *byte, n int)
 func maxF16AVX2(d, a, b *byte, n int)
 
 //go:noescape
+func scaleF16AVX2(d *byte, n int, div32 float32, div64 float64)
+
+//go:noescape
 func sumBF16AVX2(d, a, b *byte, n int)
 
 //go:noescape
@@ -267,6 +285,9 @@ func minBF16AVX2(d, a, b *byte, n int)
 
 //go:noescape
 func maxBF16AVX2(d, a, b *byte, n int)
+
+//go:noescape
+func scaleBF16AVX2(d *byte, n int, div32 float32, div64 float64)
 
 //go:noescape
 func sumF32AVX512(d, a, b *byte, n int)
@@ -281,6 +302,9 @@ func minF32AVX512(d, a, b *byte, n int)
 func maxF32AVX512(d, a, b *byte, n int)
 
 //go:noescape
+func scaleF32AVX512(d *byte, n int, div32 float32, div64 float64)
+
+//go:noescape
 func sumF64AVX512(d, a, b *byte, n int)
 
 //go:noescape
@@ -291,6 +315,9 @@ func minF64AVX512(d, a, b *byte, n int)
 
 //go:noescape
 func maxF64AVX512(d, a, b *byte, n int)
+
+//go:noescape
+func scaleF64AVX512(d *byte, n int, div32 float32, div64 float64)
 
 //go:noescape
 func sumI8AVX512(d, a, b *byte, n int)
@@ -401,6 +428,9 @@ func minF16AVX512(d, a, b *byte, n int)
 func maxF16AVX512(d, a, b *byte, n int)
 
 //go:noescape
+func scaleF16AVX512(d *byte, n int, div32 float32, div64 float64)
+
+//go:noescape
 func sumBF16AVX512(d, a, b *byte, n int)
 
 //go:noescape
@@ -412,143 +442,157 @@ func minBF16AVX512(d, a, b *byte, n int)
 //go:noescape
 func maxBF16AVX512(d, a, b *byte, n int)
 
+//go:noescape
+func scaleBF16AVX512(d *byte, n int, div32 float32, div64 float64)
+
 // asmKernels lists every assembly kernel with its level, the bytes of
 // output it handles per step, and any CPU feature it needs beyond its level.
 var asmKernels = []asmKernel{
-	{levelSSE2, Float32, Sum, sumF32SSE2, 16, 0},
-	{levelSSE2, Float32, Prod, prodF32SSE2, 16, 0},
-	{levelSSE2, Float32, Min, minF32SSE2, 16, 0},
-	{levelSSE2, Float32, Max, maxF32SSE2, 16, 0},
-	{levelSSE2, Float64, Sum, sumF64SSE2, 16, 0},
-	{levelSSE2, Float64, Prod, prodF64SSE2, 16, 0},
-	{levelSSE2, Float64, Min, minF64SSE2, 16, 0},
-	{levelSSE2, Float64, Max, maxF64SSE2, 16, 0},
-	{levelSSE2, Int8, Sum, sumI8SSE2, 16, 0},
-	{levelSSE2, Int8, Prod, prodI8SSE2, 16, 0},
-	{levelSSE2, Int8, Min, minI8SSE2, 16, 0},
-	{levelSSE2, Int8, Max, maxI8SSE2, 16, 0},
-	{levelSSE2, Int16, Sum, sumI16SSE2, 16, 0},
-	{levelSSE2, Int16, Prod, prodI16SSE2, 16, 0},
-	{levelSSE2, Int16, Min, minI16SSE2, 16, 0},
-	{levelSSE2, Int16, Max, maxI16SSE2, 16, 0},
-	{levelSSE2, Int32, Sum, sumI32SSE2, 16, 0},
-	{levelSSE2, Int32, Prod, prodI32SSE2, 16, 0},
-	{levelSSE2, Int32, Min, minI32SSE2, 16, 0},
-	{levelSSE2, Int32, Max, maxI32SSE2, 16, 0},
-	{levelSSE2, Int64, Sum, sumI64SSE2, 16, 0},
-	{levelSSE2, Int64, Prod, prodI64SSE2, 16, 0},
-	{levelSSE2, Uint8, Sum, sumU8SSE2, 16, 0},
-	{levelSSE2, Uint8, Prod, prodU8SSE2, 16, 0},
-	{levelSSE2, Uint8, Min, minU8SSE2, 16, 0},
-	{levelSSE2, Uint8, Max, maxU8SSE2, 16, 0},
-	{levelSSE2, Uint16, Sum, sumU16SSE2, 16, 0},
-	{levelSSE2, Uint16, Prod, prodU16SSE2, 16, 0},
-	{levelSSE2, Uint16, Min, minU16SSE2, 16, 0},
-	{levelSSE2, Uint16, Max, maxU16SSE2, 16, 0},
-	{levelSSE2, Uint32, Sum, sumU32SSE2, 16, 0},
-	{levelSSE2, Uint32, Prod, prodU32SSE2, 16, 0},
-	{levelSSE2, Uint32, Min, minU32SSE2, 16, 0},
-	{levelSSE2, Uint32, Max, maxU32SSE2, 16, 0},
-	{levelSSE2, Uint64, Sum, sumU64SSE2, 16, 0},
-	{levelSSE2, Uint64, Prod, prodU64SSE2, 16, 0},
-	{levelSSE2, BFloat16, Sum, sumBF16SSE2, 16, 0},
-	{levelSSE2, BFloat16, Prod, prodBF16SSE2, 16, 0},
-	{levelSSE2, BFloat16, Min, minBF16SSE2, 16, 0},
-	{levelSSE2, BFloat16, Max, maxBF16SSE2, 16, 0},
-	{levelAVX2, Float32, Sum, sumF32AVX2, 32, 0},
-	{levelAVX2, Float32, Prod, prodF32AVX2, 32, 0},
-	{levelAVX2, Float32, Min, minF32AVX2, 32, 0},
-	{levelAVX2, Float32, Max, maxF32AVX2, 32, 0},
-	{levelAVX2, Float64, Sum, sumF64AVX2, 32, 0},
-	{levelAVX2, Float64, Prod, prodF64AVX2, 32, 0},
-	{levelAVX2, Float64, Min, minF64AVX2, 32, 0},
-	{levelAVX2, Float64, Max, maxF64AVX2, 32, 0},
-	{levelAVX2, Int8, Sum, sumI8AVX2, 32, 0},
-	{levelAVX2, Int8, Prod, prodI8AVX2, 32, 0},
-	{levelAVX2, Int8, Min, minI8AVX2, 32, 0},
-	{levelAVX2, Int8, Max, maxI8AVX2, 32, 0},
-	{levelAVX2, Int16, Sum, sumI16AVX2, 32, 0},
-	{levelAVX2, Int16, Prod, prodI16AVX2, 32, 0},
-	{levelAVX2, Int16, Min, minI16AVX2, 32, 0},
-	{levelAVX2, Int16, Max, maxI16AVX2, 32, 0},
-	{levelAVX2, Int32, Sum, sumI32AVX2, 32, 0},
-	{levelAVX2, Int32, Prod, prodI32AVX2, 32, 0},
-	{levelAVX2, Int32, Min, minI32AVX2, 32, 0},
-	{levelAVX2, Int32, Max, maxI32AVX2, 32, 0},
-	{levelAVX2, Int64, Sum, sumI64AVX2, 32, 0},
-	{levelAVX2, Int64, Prod, prodI64AVX2, 32, 0},
-	{levelAVX2, Int64, Min, minI64AVX2, 32, 0},
-	{levelAVX2, Int64, Max, maxI64AVX2, 32, 0},
-	{levelAVX2, Uint8, Sum, sumU8AVX2, 32, 0},
-	{levelAVX2, Uint8, Prod, prodU8AVX2, 32, 0},
-	{levelAVX2, Uint8, Min, minU8AVX2, 32, 0},
-	{levelAVX2, Uint8, Max, maxU8AVX2, 32, 0},
-	{levelAVX2, Uint16, Sum, sumU16AVX2, 32, 0},
-	{levelAVX2, Uint16, Prod, prodU16AVX2, 32, 0},
-	{levelAVX2, Uint16, Min, minU16AVX2, 32, 0},
-	{levelAVX2, Uint16, Max, maxU16AVX2, 32, 0},
-	{levelAVX2, Uint32, Sum, sumU32AVX2, 32, 0},
-	{levelAVX2, Uint32, Prod, prodU32AVX2, 32, 0},
-	{levelAVX2, Uint32, Min, minU32AVX2, 32, 0},
-	{levelAVX2, Uint32, Max, maxU32AVX2, 32, 0},
-	{levelAVX2, Uint64, Sum, sumU64AVX2, 32, 0},
-	{levelAVX2, Uint64, Prod, prodU64AVX2, 32, 0},
-	{levelAVX2, Uint64, Min, minU64AVX2, 32, 0},
-	{levelAVX2, Uint64, Max, maxU64AVX2, 32, 0},
-	{levelAVX2, Float16, Sum, sumF16AVX2, 16, featF16C},
-	{levelAVX2, Float16, Prod, prodF16AVX2, 16, featF16C},
-	{levelAVX2, Float16, Min, minF16AVX2, 16, featF16C},
-	{levelAVX2, Float16, Max, maxF16AVX2, 16, featF16C},
-	{levelAVX2, BFloat16, Sum, sumBF16AVX2, 32, 0},
-	{levelAVX2, BFloat16, Prod, prodBF16AVX2, 32, 0},
-	{levelAVX2, BFloat16, Min, minBF16AVX2, 32, 0},
-	{levelAVX2, BFloat16, Max, maxBF16AVX2, 32, 0},
-	{levelAVX512, Float32, Sum, sumF32AVX512, 64, 0},
-	{levelAVX512, Float32, Prod, prodF32AVX512, 64, 0},
-	{levelAVX512, Float32, Min, minF32AVX512, 64, 0},
-	{levelAVX512, Float32, Max, maxF32AVX512, 64, 0},
-	{levelAVX512, Float64, Sum, sumF64AVX512, 64, 0},
-	{levelAVX512, Float64, Prod, prodF64AVX512, 64, 0},
-	{levelAVX512, Float64, Min, minF64AVX512, 64, 0},
-	{levelAVX512, Float64, Max, maxF64AVX512, 64, 0},
-	{levelAVX512, Int8, Sum, sumI8AVX512, 64, 0},
-	{levelAVX512, Int8, Prod, prodI8AVX512, 64, 0},
-	{levelAVX512, Int8, Min, minI8AVX512, 64, 0},
-	{levelAVX512, Int8, Max, maxI8AVX512, 64, 0},
-	{levelAVX512, Int16, Sum, sumI16AVX512, 64, 0},
-	{levelAVX512, Int16, Prod, prodI16AVX512, 64, 0},
-	{levelAVX512, Int16, Min, minI16AVX512, 64, 0},
-	{levelAVX512, Int16, Max, maxI16AVX512, 64, 0},
-	{levelAVX512, Int32, Sum, sumI32AVX512, 64, 0},
-	{levelAVX512, Int32, Prod, prodI32AVX512, 64, 0},
-	{levelAVX512, Int32, Min, minI32AVX512, 64, 0},
-	{levelAVX512, Int32, Max, maxI32AVX512, 64, 0},
-	{levelAVX512, Int64, Sum, sumI64AVX512, 64, 0},
-	{levelAVX512, Int64, Prod, prodI64AVX512, 64, 0},
-	{levelAVX512, Int64, Min, minI64AVX512, 64, 0},
-	{levelAVX512, Int64, Max, maxI64AVX512, 64, 0},
-	{levelAVX512, Uint8, Sum, sumU8AVX512, 64, 0},
-	{levelAVX512, Uint8, Prod, prodU8AVX512, 64, 0},
-	{levelAVX512, Uint8, Min, minU8AVX512, 64, 0},
-	{levelAVX512, Uint8, Max, maxU8AVX512, 64, 0},
-	{levelAVX512, Uint16, Sum, sumU16AVX512, 64, 0},
-	{levelAVX512, Uint16, Prod, prodU16AVX512, 64, 0},
-	{levelAVX512, Uint16, Min, minU16AVX512, 64, 0},
-	{levelAVX512, Uint16, Max, maxU16AVX512, 64, 0},
-	{levelAVX512, Uint32, Sum, sumU32AVX512, 64, 0},
-	{levelAVX512, Uint32, Prod, prodU32AVX512, 64, 0},
-	{levelAVX512, Uint32, Min, minU32AVX512, 64, 0},
-	{levelAVX512, Uint32, Max, maxU32AVX512, 64, 0},
-	{levelAVX512, Uint64, Sum, sumU64AVX512, 64, 0},
-	{levelAVX512, Uint64, Prod, prodU64AVX512, 64, 0},
-	{levelAVX512, Uint64, Min, minU64AVX512, 64, 0},
-	{levelAVX512, Uint64, Max, maxU64AVX512, 64, 0},
-	{levelAVX512, Float16, Sum, sumF16AVX512, 32, 0},
-	{levelAVX512, Float16, Prod, prodF16AVX512, 32, 0},
-	{levelAVX512, Float16, Min, minF16AVX512, 32, 0},
-	{levelAVX512, Float16, Max, maxF16AVX512, 32, 0},
-	{levelAVX512, BFloat16, Sum, sumBF16AVX512, 32, 0},
-	{levelAVX512, BFloat16, Prod, prodBF16AVX512, 32, 0},
-	{levelAVX512, BFloat16, Min, minBF16AVX512, 32, 0},
-	{levelAVX512, BFloat16, Max, maxBF16AVX512, 32, 0},
+	{levelSSE2, Float32, Sum, sumF32SSE2, nil, 16, 0},
+	{levelSSE2, Float32, Prod, prodF32SSE2, nil, 16, 0},
+	{levelSSE2, Float32, Min, minF32SSE2, nil, 16, 0},
+	{levelSSE2, Float32, Max, maxF32SSE2, nil, 16, 0},
+	{levelSSE2, Float32, opScale, nil, scaleF32SSE2, 16, 0},
+	{levelSSE2, Float64, Sum, sumF64SSE2, nil, 16, 0},
+	{levelSSE2, Float64, Prod, prodF64SSE2, nil, 16, 0},
+	{levelSSE2, Float64, Min, minF64SSE2, nil, 16, 0},
+	{levelSSE2, Float64, Max, maxF64SSE2, nil, 16, 0},
+	{levelSSE2, Float64, opScale, nil, scaleF64SSE2, 16, 0},
+	{levelSSE2, Int8, Sum, sumI8SSE2, nil, 16, 0},
+	{levelSSE2, Int8, Prod, prodI8SSE2, nil, 16, 0},
+	{levelSSE2, Int8, Min, minI8SSE2, nil, 16, 0},
+	{levelSSE2, Int8, Max, maxI8SSE2, nil, 16, 0},
+	{levelSSE2, Int16, Sum, sumI16SSE2, nil, 16, 0},
+	{levelSSE2, Int16, Prod, prodI16SSE2, nil, 16, 0},
+	{levelSSE2, Int16, Min, minI16SSE2, nil, 16, 0},
+	{levelSSE2, Int16, Max, maxI16SSE2, nil, 16, 0},
+	{levelSSE2, Int32, Sum, sumI32SSE2, nil, 16, 0},
+	{levelSSE2, Int32, Prod, prodI32SSE2, nil, 16, 0},
+	{levelSSE2, Int32, Min, minI32SSE2, nil, 16, 0},
+	{levelSSE2, Int32, Max, maxI32SSE2, nil, 16, 0},
+	{levelSSE2, Int64, Sum, sumI64SSE2, nil, 16, 0},
+	{levelSSE2, Int64, Prod, prodI64SSE2, nil, 16, 0},
+	{levelSSE2, Uint8, Sum, sumU8SSE2, nil, 16, 0},
+	{levelSSE2, Uint8, Prod, prodU8SSE2, nil, 16, 0},
+	{levelSSE2, Uint8, Min, minU8SSE2, nil, 16, 0},
+	{levelSSE2, Uint8, Max, maxU8SSE2, nil, 16, 0},
+	{levelSSE2, Uint16, Sum, sumU16SSE2, nil, 16, 0},
+	{levelSSE2, Uint16, Prod, prodU16SSE2, nil, 16, 0},
+	{levelSSE2, Uint16, Min, minU16SSE2, nil, 16, 0},
+	{levelSSE2, Uint16, Max, maxU16SSE2, nil, 16, 0},
+	{levelSSE2, Uint32, Sum, sumU32SSE2, nil, 16, 0},
+	{levelSSE2, Uint32, Prod, prodU32SSE2, nil, 16, 0},
+	{levelSSE2, Uint32, Min, minU32SSE2, nil, 16, 0},
+	{levelSSE2, Uint32, Max, maxU32SSE2, nil, 16, 0},
+	{levelSSE2, Uint64, Sum, sumU64SSE2, nil, 16, 0},
+	{levelSSE2, Uint64, Prod, prodU64SSE2, nil, 16, 0},
+	{levelSSE2, BFloat16, Sum, sumBF16SSE2, nil, 16, 0},
+	{levelSSE2, BFloat16, Prod, prodBF16SSE2, nil, 16, 0},
+	{levelSSE2, BFloat16, Min, minBF16SSE2, nil, 16, 0},
+	{levelSSE2, BFloat16, Max, maxBF16SSE2, nil, 16, 0},
+	{levelSSE2, BFloat16, opScale, nil, scaleBF16SSE2, 16, 0},
+	{levelAVX2, Float32, Sum, sumF32AVX2, nil, 32, 0},
+	{levelAVX2, Float32, Prod, prodF32AVX2, nil, 32, 0},
+	{levelAVX2, Float32, Min, minF32AVX2, nil, 32, 0},
+	{levelAVX2, Float32, Max, maxF32AVX2, nil, 32, 0},
+	{levelAVX2, Float32, opScale, nil, scaleF32AVX2, 32, 0},
+	{levelAVX2, Float64, Sum, sumF64AVX2, nil, 32, 0},
+	{levelAVX2, Float64, Prod, prodF64AVX2, nil, 32, 0},
+	{levelAVX2, Float64, Min, minF64AVX2, nil, 32, 0},
+	{levelAVX2, Float64, Max, maxF64AVX2, nil, 32, 0},
+	{levelAVX2, Float64, opScale, nil, scaleF64AVX2, 32, 0},
+	{levelAVX2, Int8, Sum, sumI8AVX2, nil, 32, 0},
+	{levelAVX2, Int8, Prod, prodI8AVX2, nil, 32, 0},
+	{levelAVX2, Int8, Min, minI8AVX2, nil, 32, 0},
+	{levelAVX2, Int8, Max, maxI8AVX2, nil, 32, 0},
+	{levelAVX2, Int16, Sum, sumI16AVX2, nil, 32, 0},
+	{levelAVX2, Int16, Prod, prodI16AVX2, nil, 32, 0},
+	{levelAVX2, Int16, Min, minI16AVX2, nil, 32, 0},
+	{levelAVX2, Int16, Max, maxI16AVX2, nil, 32, 0},
+	{levelAVX2, Int32, Sum, sumI32AVX2, nil, 32, 0},
+	{levelAVX2, Int32, Prod, prodI32AVX2, nil, 32, 0},
+	{levelAVX2, Int32, Min, minI32AVX2, nil, 32, 0},
+	{levelAVX2, Int32, Max, maxI32AVX2, nil, 32, 0},
+	{levelAVX2, Int64, Sum, sumI64AVX2, nil, 32, 0},
+	{levelAVX2, Int64, Prod, prodI64AVX2, nil, 32, 0},
+	{levelAVX2, Int64, Min, minI64AVX2, nil, 32, 0},
+	{levelAVX2, Int64, Max, maxI64AVX2, nil, 32, 0},
+	{levelAVX2, Uint8, Sum, sumU8AVX2, nil, 32, 0},
+	{levelAVX2, Uint8, Prod, prodU8AVX2, nil, 32, 0},
+	{levelAVX2, Uint8, Min, minU8AVX2, nil, 32, 0},
+	{levelAVX2, Uint8, Max, maxU8AVX2, nil, 32, 0},
+	{levelAVX2, Uint16, Sum, sumU16AVX2, nil, 32, 0},
+	{levelAVX2, Uint16, Prod, prodU16AVX2, nil, 32, 0},
+	{levelAVX2, Uint16, Min, minU16AVX2, nil, 32, 0},
+	{levelAVX2, Uint16, Max, maxU16AVX2, nil, 32, 0},
+	{levelAVX2, Uint32, Sum, sumU32AVX2, nil, 32, 0},
+	{levelAVX2, Uint32, Prod, prodU32AVX2, nil, 32, 0},
+	{levelAVX2, Uint32, Min, minU32AVX2, nil, 32, 0},
+	{levelAVX2, Uint32, Max, maxU32AVX2, nil, 32, 0},
+	{levelAVX2, Uint64, Sum, sumU64AVX2, nil, 32, 0},
+	{levelAVX2, Uint64, Prod, prodU64AVX2, nil, 32, 0},
+	{levelAVX2, Uint64, Min, minU64AVX2, nil, 32, 0},
+	{levelAVX2, Uint64, Max, maxU64AVX2, nil, 32, 0},
+	{levelAVX2, Float16, Sum, sumF16AVX2, nil, 16, featF16C},
+	{levelAVX2, Float16, Prod, prodF16AVX2, nil, 16, featF16C},
+	{levelAVX2, Float16, Min, minF16AVX2, nil, 16, featF16C},
+	{levelAVX2, Float16, Max, maxF16AVX2, nil, 16, featF16C},
+	{levelAVX2, Float16, opScale, nil, scaleF16AVX2, 16, featF16C},
+	{levelAVX2, BFloat16, Sum, sumBF16AVX2, nil, 32, 0},
+	{levelAVX2, BFloat16, Prod, prodBF16AVX2, nil, 32, 0},
+	{levelAVX2, BFloat16, Min, minBF16AVX2, nil, 32, 0},
+	{levelAVX2, BFloat16, Max, maxBF16AVX2, nil, 32, 0},
+	{levelAVX2, BFloat16, opScale, nil, scaleBF16AVX2, 32, 0},
+	{levelAVX512, Float32, Sum, sumF32AVX512, nil, 64, 0},
+	{levelAVX512, Float32, Prod, prodF32AVX512, nil, 64, 0},
+	{levelAVX512, Float32, Min, minF32AVX512, nil, 64, 0},
+	{levelAVX512, Float32, Max, maxF32AVX512, nil, 64, 0},
+	{levelAVX512, Float32, opScale, nil, scaleF32AVX512, 64, 0},
+	{levelAVX512, Float64, Sum, sumF64AVX512, nil, 64, 0},
+	{levelAVX512, Float64, Prod, prodF64AVX512, nil, 64, 0},
+	{levelAVX512, Float64, Min, minF64AVX512, nil, 64, 0},
+	{levelAVX512, Float64, Max, maxF64AVX512, nil, 64, 0},
+	{levelAVX512, Float64, opScale, nil, scaleF64AVX512, 64, 0},
+	{levelAVX512, Int8, Sum, sumI8AVX512, nil, 64, 0},
+	{levelAVX512, Int8, Prod, prodI8AVX512, nil, 64, 0},
+	{levelAVX512, Int8, Min, minI8AVX512, nil, 64, 0},
+	{levelAVX512, Int8, Max, maxI8AVX512, nil, 64, 0},
+	{levelAVX512, Int16, Sum, sumI16AVX512, nil, 64, 0},
+	{levelAVX512, Int16, Prod, prodI16AVX512, nil, 64, 0},
+	{levelAVX512, Int16, Min, minI16AVX512, nil, 64, 0},
+	{levelAVX512, Int16, Max, maxI16AVX512, nil, 64, 0},
+	{levelAVX512, Int32, Sum, sumI32AVX512, nil, 64, 0},
+	{levelAVX512, Int32, Prod, prodI32AVX512, nil, 64, 0},
+	{levelAVX512, Int32, Min, minI32AVX512, nil, 64, 0},
+	{levelAVX512, Int32, Max, maxI32AVX512, nil, 64, 0},
+	{levelAVX512, Int64, Sum, sumI64AVX512, nil, 64, 0},
+	{levelAVX512, Int64, Prod, prodI64AVX512, nil, 64, 0},
+	{levelAVX512, Int64, Min, minI64AVX512, nil, 64, 0},
+	{levelAVX512, Int64, Max, maxI64AVX512, nil, 64, 0},
+	{levelAVX512, Uint8, Sum, sumU8AVX512, nil, 64, 0},
+	{levelAVX512, Uint8, Prod, prodU8AVX512, nil, 64, 0},
+	{levelAVX512, Uint8, Min, minU8AVX512, nil, 64, 0},
+	{levelAVX512, Uint8, Max, maxU8AVX512, nil, 64, 0},
+	{levelAVX512, Uint16, Sum, sumU16AVX512, nil, 64, 0},
+	{levelAVX512, Uint16, Prod, prodU16AVX512, nil, 64, 0},
+	{levelAVX512, Uint16, Min, minU16AVX512, nil, 64, 0},
+	{levelAVX512, Uint16, Max, maxU16AVX512, nil, 64, 0},
+	{levelAVX512, Uint32, Sum, sumU32AVX512, nil, 64, 0},
+	{levelAVX512, Uint32, Prod, prodU32AVX512, nil, 64, 0},
+	{levelAVX512, Uint32, Min, minU32AVX512, nil, 64, 0},
+	{levelAVX512, Uint32, Max, maxU32AVX512, nil, 64, 0},
+	{levelAVX512, Uint64, Sum, sumU64AVX512, nil, 64, 0},
+	{levelAVX512, Uint64, Prod, prodU64AVX512, nil, 64, 0},
+	{levelAVX512, Uint64, Min, minU64AVX512, nil, 64, 0},
+	{levelAVX512, Uint64, Max, maxU64AVX512, nil, 64, 0},
+	{levelAVX512, Float16, Sum, sumF16AVX512, nil, 32, 0},
+	{levelAVX512, Float16, Prod, prodF16AVX512, nil, 32, 0},
+	{levelAVX512, Float16, Min, minF16AVX512, nil, 32, 0},
+	{levelAVX512, Float16, Max, maxF16AVX512, nil, 32, 0},
+	{levelAVX512, Float16, opScale, nil, scaleF16AVX512, 32, 0},
+	{levelAVX512, BFloat16, Sum, sumBF16AVX512, nil, 32, 0},
+	{levelAVX512, BFloat16, Prod, prodBF16AVX512, nil, 32, 0},
+	{levelAVX512, BFloat16, Min, minBF16AVX512, nil, 32, 0},
+	{levelAVX512, BFloat16, Max, maxBF16AVX512, nil, 32, 0},
+	{levelAVX512, BFloat16, opScale, nil, scaleBF16AVX512, 32, 0},
 }

@@ -311,6 +311,16 @@ func Scale(dt DType, buf []byte, n int) {
 	if len(buf)%info.size != 0 {
 		panic("reduce: length " + strconv.Itoa(len(buf)) + " is not a multiple of the " + dt.String() + " size")
 	}
+	if k := active[dt][opScale]; k.sfn != nil && len(buf) >= k.block {
+		// Division by the same float32 (float64) the Go loop uses gives the
+		// same correctly rounded quotients.
+		nb := len(buf) &^ (k.block - 1)
+		k.sfn(unsafe.SliceData(buf), nb, float32(n), float64(n))
+		buf = buf[nb:]
+		if len(buf) == 0 {
+			return
+		}
+	}
 	if !aligned(buf, info.align) {
 		var scratch [scratchBytes / 8]uint64
 		tmp := unsafe.Slice((*byte)(unsafe.Pointer(&scratch[0])), scratchBytes)

@@ -42,23 +42,33 @@ const featF16C feature = 1 << iota
 // alias a or b exactly.
 type kernelFunc func(d, a, b *byte, n int)
 
+// scaleFunc divides n bytes of d in place by div32 (div64 for Float64); n
+// is a multiple of the kernel's block. The divisor is passed by value so
+// that calling through a func value does not make it escape.
+type scaleFunc func(d *byte, n int, div32 float32, div64 float64)
+
 type asmKernel struct {
 	lvl   level
 	dt    DType
-	op    Op
+	op    Op // or opScale
 	fn    kernelFunc
-	block int // bytes of output per step, a power of two
+	sfn   scaleFunc // for opScale
+	block int       // bytes of output per step, a power of two
 	feat  feature
 }
 
 type kern struct {
 	fn    kernelFunc
+	sfn   scaleFunc
 	block int
 }
 
+// opScale indexes the Scale kernels (sfn) in a kernTable.
+const opScale = maxOp + 1
+
 // kernTable holds the kernel for each (dtype, op) at one level; a nil fn
 // means the Go loop. Avg uses the Sum kernel.
-type kernTable [maxDType + 1][maxOp + 1]kern
+type kernTable [maxDType + 1][opScale + 1]kern
 
 // ErrSIMD is wrapped by the error SIMDConfigError reports for a GOCOLL_SIMD
 // value that cannot be honoured.
@@ -90,12 +100,12 @@ func init() {
 // not above l whose features the CPU has.
 func buildTable(l level, feats feature) *kernTable {
 	t := new(kernTable)
-	var from [maxDType + 1][maxOp + 1]level
+	var from [maxDType + 1][opScale + 1]level
 	for _, k := range asmKernels {
-		if k.lvl > l || k.feat&^feats != 0 || (t[k.dt][k.op].fn != nil && from[k.dt][k.op] >= k.lvl) {
+		if k.lvl > l || k.feat&^feats != 0 || (t[k.dt][k.op].block != 0 && from[k.dt][k.op] >= k.lvl) {
 			continue
 		}
-		t[k.dt][k.op], from[k.dt][k.op] = kern{k.fn, k.block}, k.lvl
+		t[k.dt][k.op], from[k.dt][k.op] = kern{k.fn, k.sfn, k.block}, k.lvl
 	}
 	for dt := range t {
 		t[dt][Avg] = t[dt][Sum]

@@ -72,8 +72,8 @@ func TestEveryKernelSelected(t *testing.T) {
 			continue
 		}
 		got := tables[k.lvl][k.dt][k.op]
-		if got.fn == nil || reflect.ValueOf(got.fn).Pointer() != reflect.ValueOf(k.fn).Pointer() || got.block != k.block {
-			t.Errorf("%v %v/%v: level table does not use its own kernel", k.lvl, k.dt, k.op)
+		if (got.fn == nil && got.sfn == nil) || !sameFunc(got.fn, k.fn) || !sameFunc(got.sfn, k.sfn) || got.block != k.block {
+			t.Errorf("%v %v/%v: level table does not use its own kernel: %+v", k.lvl, k.dt, k.op, got)
 		}
 		if k.block&(k.block-1) != 0 || k.block%k.dt.Size() != 0 {
 			t.Errorf("%v %v/%v: block %d", k.lvl, k.dt, k.op, k.block)
@@ -84,11 +84,15 @@ func TestEveryKernelSelected(t *testing.T) {
 	for _, l := range levels() {
 		for dt := range tables[l] {
 			avg, sum := tables[l][dt][Avg], tables[l][dt][Sum]
-			if avg.block != sum.block || reflect.ValueOf(avg.fn).Pointer() != reflect.ValueOf(sum.fn).Pointer() {
+			if avg.block != sum.block || !sameFunc(avg.fn, sum.fn) {
 				t.Errorf("%v: %v avg does not use the sum kernel", l, DType(dt))
 			}
 		}
 	}
+}
+
+func sameFunc(f, g any) bool {
+	return reflect.ValueOf(f).Pointer() == reflect.ValueOf(g).Pointer()
 }
 
 // placed returns a slice of n bytes at byte offset off inside a guarded
@@ -365,5 +369,23 @@ func TestSIMDEnv(t *testing.T) {
 		if !strings.Contains(out, "LEVEL="+best.String()+"\n") || !strings.Contains(out, "not available") {
 			t.Errorf("GOCOLL_SIMD=%v on a %v CPU: child said %q", maxLevel, best, out)
 		}
+	}
+}
+
+// TestEveryLevel runs the behavioural tests written for Reduce and Scale
+// (known values, aliasing, misaligned buffers, exhaustive float16/bfloat16
+// Scale, no allocations) at every level the CPU has.
+func TestEveryLevel(t *testing.T) {
+	for _, l := range levels() {
+		t.Run(l.String(), func(t *testing.T) {
+			useLevel(t, l)
+			t.Run("KnownValues", TestReduceKnownValues)
+			t.Run("Aliasing", TestReduceAliasing)
+			t.Run("Misaligned", TestReduceMisaligned)
+			t.Run("AlignedSubslices", TestReduceAlignedSubslices)
+			t.Run("Empty", TestReduceEmpty)
+			t.Run("Scale", TestScale)
+			t.Run("DoesNotAllocate", TestReduceDoesNotAllocate)
+		})
 	}
 }

@@ -44,6 +44,7 @@ var dtypes = []struct{ short, goName string }{
 
 var ops = []struct{ short, goName string }{
 	{"sum", "Sum"}, {"prod", "Prod"}, {"min", "Min"}, {"max", "Max"},
+	{"div", "opScale"}, // Scale: d = a / divisor, only for float types
 }
 
 // body collects the instructions of one lane. Lane registers are written as
@@ -54,6 +55,20 @@ type body struct {
 	nr     int      // lane registers used
 	consts []uint64 // 64-bit broadcast patterns
 	feat   string   // extra CPU feature: "" or "featF16C"
+	div    string   // "ps" or "pd" when the kernel divides by a broadcast scalar
+}
+
+// operand returns the lane's second operand: loaded from b's stream, or,
+// for division (Scale), the divisor broadcast once into register {d}.
+func (b *body) operand(mem string, s string, load func(mem, dst string)) string {
+	if b.div == "" {
+		y := b.r(1)
+		load(mem, y)
+		return y
+	}
+	b.div = s
+	b.r(1) // keep the register layout of the other kernels
+	return "{d}"
 }
 
 func (b *body) r(i int) string {
@@ -82,7 +97,7 @@ func (b *body) raw(format string, args ...any) {
 }
 
 var sseNames = map[string]string{
-	"addps": "ADDPS", "addpd": "ADDPD", "mulps": "MULPS", "mulpd": "MULPD",
+	"addps": "ADDPS", "addpd": "ADDPD", "divps": "DIVPS", "divpd": "DIVPD", "mulps": "MULPS", "mulpd": "MULPD",
 	"minps": "MINPS", "maxps": "MAXPS", "minpd": "MINPD", "maxpd": "MAXPD",
 	"and": "PAND", "or": "POR", "andn": "PANDN", "xor": "PXOR",
 	"paddb": "PADDB", "paddw": "PADDW", "paddd": "PADDL", "paddq": "PADDQ",
@@ -195,6 +210,8 @@ func (b *body) fop(op, s, x, y string, t []string) {
 		b.op("add"+s, y, x, x)
 	case "prod":
 		b.op("mul"+s, y, x, x)
+	case "div":
+		b.op("div"+s, y, x, x)
 	case "min":
 		b.op("min"+s, x, y, t[0])
 		b.op("min"+s, y, x, x)
@@ -347,7 +364,7 @@ func (b *body) lane(dt, op string, off int) int {
 			s = "pd"
 		}
 		b.load(mem("SI", 0), x)
-		b.load(mem("DX", 0), y)
+		y = b.operand(mem("DX", 0), s, b.load)
 		b.fop(op, s, x, y, []string{b.r(2), b.r(3)})
 		b.store(x, mem("DI", 0))
 		return b.isa.vs
@@ -360,7 +377,7 @@ func (b *body) lane(dt, op string, off int) int {
 		}
 		half := b.isa.vs / 2
 		b.raw("VCVTPH2PS %s, %s", mem("SI", 0), x)
-		b.raw("VCVTPH2PS %s, %s", mem("DX", 0), y)
+		y = b.operand(mem("DX", 0), "ps", func(m, r string) { b.raw("VCVTPH2PS %s, %s", m, r) })
 		b.fop(op, "ps", x, y, []string{b.r(2), b.r(3)})
 		b.raw("VCVTPS2PH $0, %s, %s", x, mem("DI", 0)) // imm 0: round to nearest even
 		return half
@@ -389,9 +406,11 @@ func (b *body) bf16Lane(op string, off int) int {
 		x, y := b.r(0), b.r(1)
 		t, u := b.r(2), b.r(3)
 		b.raw("VPMOVZXWD %s, %s", mem("SI", 0), x)
-		b.raw("VPMOVZXWD %s, %s", mem("DX", 0), y)
 		b.sh("pslld", 16, x, x)
-		b.sh("pslld", 16, y, y)
+		y = b.operand(mem("DX", 0), "ps", func(m, r string) {
+			b.raw("VPMOVZXWD %s, %s", m, r)
+			b.sh("pslld", 16, r, r)
+		})
 		b.fop(op, "ps", x, y, []string{t, u})
 		b.sh("psrld", 16, x, t)
 		b.op("and", one, t, t)
@@ -408,22 +427,25 @@ func (b *body) bf16Lane(op string, off int) int {
 	x0, y0, x1, y1 := b.r(0), b.r(1), b.r(2), b.r(3)
 	t, u := b.r(4), b.r(5)
 	step := b.isa.vs / 2 // input bytes per float32 vector
-	if b.isa.vex {
-		b.raw("VPMOVZXWD %s, %s", mem("SI", 0), x0)
-		b.raw("VPMOVZXWD %s, %s", mem("SI", step), x1)
-		b.raw("VPMOVZXWD %s, %s", mem("DX", 0), y0)
-		b.raw("VPMOVZXWD %s, %s", mem("DX", step), y1)
-		for _, r := range []string{x0, x1, y0, y1} {
-			b.sh("pslld", 16, r, r)
+	widen := func(reg string, lo, hi string) {
+		if b.isa.vex {
+			b.raw("VPMOVZXWD %s, %s", mem(reg, 0), lo)
+			b.raw("VPMOVZXWD %s, %s", mem(reg, step), hi)
+			b.sh("pslld", 16, lo, lo)
+			b.sh("pslld", 16, hi, hi)
+			return
 		}
-	} else {
 		zero := b.c(0)
-		b.load(mem("SI", 0), t)
-		b.op("punpcklwd", t, zero, x0)
-		b.op("punpckhwd", t, zero, x1)
-		b.load(mem("DX", 0), t)
-		b.op("punpcklwd", t, zero, y0)
-		b.op("punpckhwd", t, zero, y1)
+		b.load(mem(reg, 0), t)
+		b.op("punpcklwd", t, zero, lo)
+		b.op("punpckhwd", t, zero, hi)
+	}
+	widen("SI", x0, x1)
+	if b.div != "" {
+		b.div = "ps"
+		y0, y1 = "{d}", "{d}"
+	} else {
+		widen("DX", y0, y1)
 	}
 	for _, p := range [][2]string{{x0, y0}, {x1, y1}} {
 		x, y := p[0], p[1]
@@ -460,36 +482,55 @@ type kernel struct {
 }
 
 func gen(is *isa, dt, op string, asm *bytes.Buffer) (kernel, bool) {
-	probe := &body{isa: is}
+	newBody := func() *body {
+		b := &body{isa: is}
+		if op == "div" {
+			b.div = "?"
+		}
+		return b
+	}
+	probe := newBody()
 	block := probe.lane(dt, op, 0)
 	if block == 0 {
 		return kernel{}, false
 	}
 	nconst := len(probe.consts)
+	if probe.div != "" {
+		nconst++ // the divisor sits below the constants
+	}
 	unroll := min(4, (is.nregs-nconst)/probe.nr)
 	if unroll < 1 {
 		log.Fatalf("%s %s %s: not enough registers", is.name, dt, op)
 	}
+	divReg := fmt.Sprintf("%s%d", is.reg, is.nregs-1-len(probe.consts))
 	regs := func(text string, laneIdx int) string {
 		for i := probe.nr - 1; i >= 0; i-- {
 			text = strings.ReplaceAll(text, fmt.Sprintf("{r%d}", i), fmt.Sprintf("%s%d", is.reg, laneIdx*probe.nr+i))
 		}
-		for i := nconst - 1; i >= 0; i-- {
+		for i := len(probe.consts) - 1; i >= 0; i-- {
 			text = strings.ReplaceAll(text, fmt.Sprintf("{c%d}", i), fmt.Sprintf("%s%d", is.reg, is.nregs-1-i))
 		}
-		return text
+		return strings.ReplaceAll(text, "{d}", divReg)
 	}
 	emitLane := func(laneIdx int) {
-		b := &body{isa: is}
+		b := newBody()
 		b.lane(dt, op, laneIdx*block)
 		for _, l := range b.lines {
 			fmt.Fprintf(asm, "\t%s\n", regs(l, laneIdx))
 		}
 	}
 	name := op + dt + is.name
-	fmt.Fprintf(asm, "\n// func %s(d, a, b *byte, n int)\n", name)
-	fmt.Fprintf(asm, "TEXT ·%s(SB), NOSPLIT, $0-32\n", name)
-	fmt.Fprintf(asm, "\tMOVQ d+0(FP), DI\n\tMOVQ a+8(FP), SI\n\tMOVQ b+16(FP), DX\n\tMOVQ n+24(FP), CX\n")
+	if op == "div" {
+		// Scale: in place, the divisor passed by value.
+		name = "scale" + dt + is.name
+		fmt.Fprintf(asm, "\n// func %s(d *byte, n int, div32 float32, div64 float64)\n", name)
+		fmt.Fprintf(asm, "TEXT ·%s(SB), NOSPLIT, $0-32\n", name)
+		fmt.Fprintf(asm, "\tMOVQ d+0(FP), DI\n\tMOVQ DI, SI\n\tMOVQ n+8(FP), CX\n")
+	} else {
+		fmt.Fprintf(asm, "\n// func %s(d, a, b *byte, n int)\n", name)
+		fmt.Fprintf(asm, "TEXT ·%s(SB), NOSPLIT, $0-32\n", name)
+		fmt.Fprintf(asm, "\tMOVQ d+0(FP), DI\n\tMOVQ a+8(FP), SI\n\tMOVQ b+16(FP), DX\n\tMOVQ n+24(FP), CX\n")
+	}
 	for i, v := range probe.consts {
 		r := fmt.Sprintf("%s%d", is.reg, is.nregs-1-i)
 		xr := "X" + r[1:]
@@ -501,6 +542,20 @@ func gen(is *isa, dt, op string, asm *bytes.Buffer) (kernel, bool) {
 			fmt.Fprintf(asm, "\tMOVQ AX, %s\n\tVPBROADCASTQ %s, %s\n", xr, xr, r)
 		default:
 			fmt.Fprintf(asm, "\tMOVQ AX, %s\n\tPUNPCKLQDQ %s, %s\n", r, r, r)
+		}
+	}
+	switch probe.div {
+	case "ps", "pd":
+		sd, arg := "S", "div32+16(FP)"
+		if probe.div == "pd" {
+			sd, arg = "D", "div64+24(FP)"
+		}
+		if is.vex {
+			fmt.Fprintf(asm, "\tVBROADCASTS%s %s, %s\n", sd, arg, divReg)
+		} else if sd == "S" {
+			fmt.Fprintf(asm, "\tMOVSS %s, %s\n\tSHUFPS $0, %s, %s\n", arg, divReg, divReg, divReg)
+		} else {
+			fmt.Fprintf(asm, "\tMOVSD %s, %s\n\tUNPCKLPD %s, %s\n", arg, divReg, divReg, divReg)
 		}
 	}
 	if unroll > 1 {
@@ -530,6 +585,9 @@ func main() {
 	for _, is := range isas {
 		for _, dt := range dtypes {
 			for _, op := range ops {
+				if op.short == "div" && !strings.HasPrefix(dt.short, "F") && dt.short != "BF16" {
+					continue
+				}
 				if k, ok := gen(is, dt.short, op.short, &asm); ok {
 					ks = append(ks, k)
 				}
@@ -546,7 +604,11 @@ func main() {
 	var src bytes.Buffer
 	src.WriteString("// Code generated by go run ./_gen; DO NOT EDIT.\n\n//go:build amd64 && !purego\n\npackage reduce\n\n")
 	for _, k := range ks {
-		fmt.Fprintf(&src, "//go:noescape\nfunc %s(d, a, b *byte, n int)\n\n", k.name)
+		if k.op == "div" {
+			fmt.Fprintf(&src, "//go:noescape\nfunc %s(d *byte, n int, div32 float32, div64 float64)\n\n", k.name)
+		} else {
+			fmt.Fprintf(&src, "//go:noescape\nfunc %s(d, a, b *byte, n int)\n\n", k.name)
+		}
 	}
 	src.WriteString("// asmKernels lists every assembly kernel with its level, the bytes of\n// output it handles per step, and any CPU feature it needs beyond its level.\nvar asmKernels = []asmKernel{\n")
 	for _, k := range ks {
@@ -554,7 +616,11 @@ func main() {
 		if feat == "" {
 			feat = "0"
 		}
-		fmt.Fprintf(&src, "\t{%s, %s, %s, %s, %d, %s},\n", k.isa.level, goName[k.dt], goName[k.op], k.name, k.block, feat)
+		fn, sfn := k.name, "nil"
+		if k.op == "div" {
+			fn, sfn = "nil", k.name
+		}
+		fmt.Fprintf(&src, "\t{%s, %s, %s, %s, %s, %d, %s},\n", k.isa.level, goName[k.dt], goName[k.op], fn, sfn, k.block, feat)
 	}
 	src.WriteString("}\n")
 	out, err := format.Source(src.Bytes())
