@@ -7,11 +7,13 @@
 // operate on []byte and are told the element type by a [DType]. The public
 // API maps Go types onto DType; this package never sees them.
 //
-// [Reduce] looks up a kernel for (DType, Op) in a table chosen once at start-up
-// and runs it over the largest prefix that is a whole number of its blocks
-// (16 to 64 bytes); the remaining elements, and everything when there is no
-// kernel, go through a tight scalar Go loop over typed slices. Byte slices are
-// reinterpreted in place with unsafe.Slice; no data is copied.
+// [Reduce] looks up a kernel for (DType, Op) in a table chosen once at
+// start-up and runs it over the largest prefix that is a whole number of its
+// blocks (16 to 64 bytes), then a smaller-block kernel of a lower level over
+// what it can of the rest; the last few elements, and everything when there
+// is no kernel, go through a tight scalar Go loop over typed slices. Byte
+// slices are reinterpreted in place with unsafe.Slice; no data is copied.
+// [Scale] works the same way.
 //
 // # Kernel levels
 //

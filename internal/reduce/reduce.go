@@ -52,12 +52,14 @@ func Reduce(dt DType, op Op, dst, a, b []byte) {
 	if len(dst)%info.size != 0 {
 		panic("reduce: length " + strconv.Itoa(len(dst)) + " is not a multiple of the " + dt.String() + " size")
 	}
-	if k := active[dt][op]; k.fn != nil && len(dst) >= k.block {
-		// The vector kernels use unaligned loads and stores, so they take
-		// any buffer; only the scalar tail cares about alignment.
-		nb := len(dst) &^ (k.block - 1)
-		k.fn(unsafe.SliceData(dst), unsafe.SliceData(a), unsafe.SliceData(b), nb)
-		dst, a, b = dst[nb:], a[nb:], b[nb:]
+	// The vector kernels use unaligned loads and stores, so they take any
+	// buffer; only the scalar tail cares about alignment.
+	for _, k := range &active[dt][op] {
+		if k.fn != nil && len(dst) >= k.block {
+			nb := len(dst) &^ (k.block - 1)
+			k.fn(unsafe.SliceData(dst), unsafe.SliceData(a), unsafe.SliceData(b), nb)
+			dst, a, b = dst[nb:], a[nb:], b[nb:]
+		}
 	}
 	if len(dst) == 0 {
 		return
@@ -311,15 +313,17 @@ func Scale(dt DType, buf []byte, n int) {
 	if len(buf)%info.size != 0 {
 		panic("reduce: length " + strconv.Itoa(len(buf)) + " is not a multiple of the " + dt.String() + " size")
 	}
-	if k := active[dt][opScale]; k.sfn != nil && len(buf) >= k.block {
-		// Division by the same float32 (float64) the Go loop uses gives the
-		// same correctly rounded quotients.
-		nb := len(buf) &^ (k.block - 1)
-		k.sfn(unsafe.SliceData(buf), nb, float32(n), float64(n))
-		buf = buf[nb:]
-		if len(buf) == 0 {
-			return
+	// Division by the same float32 (float64) the Go loop uses gives the
+	// same correctly rounded quotients.
+	for _, k := range &active[dt][opScale] {
+		if k.sfn != nil && len(buf) >= k.block {
+			nb := len(buf) &^ (k.block - 1)
+			k.sfn(unsafe.SliceData(buf), nb, float32(n), float64(n))
+			buf = buf[nb:]
 		}
+	}
+	if len(buf) == 0 {
+		return
 	}
 	if !aligned(buf, info.align) {
 		var scratch [scratchBytes / 8]uint64

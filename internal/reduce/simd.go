@@ -66,9 +66,11 @@ type kern struct {
 // opScale indexes the Scale kernels (sfn) in a kernTable.
 const opScale = maxOp + 1
 
-// kernTable holds the kernel for each (dtype, op) at one level; a nil fn
-// means the Go loop. Avg uses the Sum kernel.
-type kernTable [maxDType + 1][opScale + 1]kern
+// kernTable holds, for each (dtype, op) at one level, the kernel to run
+// first and a kernel with a smaller block (from a lower level) for what is
+// left, so that at most a few elements reach the Go loop; nil functions
+// mean the Go loop. Avg uses the Sum kernels.
+type kernTable [maxDType + 1][opScale + 1][2]kern
 
 // ErrSIMD is wrapped by the error SIMDConfigError reports for a GOCOLL_SIMD
 // value that cannot be honoured.
@@ -97,15 +99,24 @@ func init() {
 }
 
 // buildTable picks, for every (dtype, op), the kernel of the highest level
-// not above l whose features the CPU has.
+// not above l whose features the CPU has, and then the one with the smallest
+// block among those, if its block is smaller, for the remainder.
 func buildTable(l level, feats feature) *kernTable {
 	t := new(kernTable)
 	var from [maxDType + 1][opScale + 1]level
-	for _, k := range asmKernels {
-		if k.lvl > l || k.feat&^feats != 0 || (t[k.dt][k.op].block != 0 && from[k.dt][k.op] >= k.lvl) {
-			continue
+	usable := func(k *asmKernel) bool { return k.lvl <= l && k.feat&^feats == 0 }
+	for i := range asmKernels {
+		k := &asmKernels[i]
+		if cur := &t[k.dt][k.op][0]; usable(k) && (cur.block == 0 || k.lvl > from[k.dt][k.op]) {
+			*cur, from[k.dt][k.op] = kern{k.fn, k.sfn, k.block}, k.lvl
 		}
-		t[k.dt][k.op], from[k.dt][k.op] = kern{k.fn, k.sfn, k.block}, k.lvl
+	}
+	for i := range asmKernels {
+		k := &asmKernels[i]
+		ks := &t[k.dt][k.op]
+		if usable(k) && k.block < ks[0].block && (ks[1].block == 0 || k.block < ks[1].block) {
+			ks[1] = kern{k.fn, k.sfn, k.block}
+		}
 	}
 	for dt := range t {
 		t[dt][Avg] = t[dt][Sum]

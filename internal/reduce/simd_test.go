@@ -71,7 +71,7 @@ func TestEveryKernelSelected(t *testing.T) {
 		if tables[k.lvl] == nil || k.feat&^feats != 0 {
 			continue
 		}
-		got := tables[k.lvl][k.dt][k.op]
+		got := tables[k.lvl][k.dt][k.op][0]
 		if (got.fn == nil && got.sfn == nil) || !sameFunc(got.fn, k.fn) || !sameFunc(got.sfn, k.sfn) || got.block != k.block {
 			t.Errorf("%v %v/%v: level table does not use its own kernel: %+v", k.lvl, k.dt, k.op, got)
 		}
@@ -81,10 +81,26 @@ func TestEveryKernelSelected(t *testing.T) {
 		n++
 	}
 	t.Logf("%d assembly kernels checked", n)
+	// The remainder kernel, when there is one, has a smaller block, so the Go
+	// loop sees fewer elements than one block of the smallest kernel.
+	for _, l := range levels() {
+		for dt := range tables[l] {
+			for op, ks := range tables[l][dt] {
+				if ks[1].block != 0 && (ks[0].block == 0 || ks[1].block >= ks[0].block) {
+					t.Errorf("%v %v/%v: remainder kernel block %d, first %d", l, DType(dt), Op(op), ks[1].block, ks[0].block)
+				}
+			}
+		}
+	}
+	if tables[levelAVX512] != nil {
+		if ks := tables[levelAVX512][Float32][Sum]; ks[0].block != 64 || ks[1].block != 16 {
+			t.Errorf("avx512 float32 sum blocks %d, %d; want 64, then 16 (SSE2)", ks[0].block, ks[1].block)
+		}
+	}
 	for _, l := range levels() {
 		for dt := range tables[l] {
 			avg, sum := tables[l][dt][Avg], tables[l][dt][Sum]
-			if avg.block != sum.block || !sameFunc(avg.fn, sum.fn) {
+			if avg[0].block != sum[0].block || !sameFunc(avg[0].fn, sum[0].fn) || avg[1].block != sum[1].block || !sameFunc(avg[1].fn, sum[1].fn) {
 				t.Errorf("%v: %v avg does not use the sum kernel", l, DType(dt))
 			}
 		}
