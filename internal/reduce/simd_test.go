@@ -405,3 +405,30 @@ func TestEveryLevel(t *testing.T) {
 		})
 	}
 }
+
+// TestGeneratedUpToDate regenerates the kernels and compares them with the
+// checked-in files, so that an edit of one without the other fails here.
+func TestGeneratedUpToDate(t *testing.T) {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		goTool = runtime.GOROOT() + "/bin/go"
+	}
+	dir := t.TempDir()
+	cmd := exec.Command(goTool, "run", "./_gen", "-dir", dir)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go run ./_gen: %v\n%s", err, out)
+	}
+	for _, f := range []string{"reduce_amd64.s", "kernels_amd64.go"} {
+		want, err := os.ReadFile(dir + "/" + f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s is not what _gen writes: run go generate in internal/reduce", f)
+		}
+	}
+}
