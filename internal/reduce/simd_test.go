@@ -411,7 +411,7 @@ func TestEveryLevel(t *testing.T) {
 func TestGeneratedUpToDate(t *testing.T) {
 	goTool, err := exec.LookPath("go")
 	if err != nil {
-		goTool = runtime.GOROOT() + "/bin/go"
+		t.Fatalf("this test runs the generator and needs the go command: %v", err)
 	}
 	dir := t.TempDir()
 	cmd := exec.Command(goTool, "run", "./_gen", "-dir", dir)
@@ -429,6 +429,40 @@ func TestGeneratedUpToDate(t *testing.T) {
 		}
 		if !bytes.Equal(got, want) {
 			t.Errorf("%s is not what _gen writes: run go generate in internal/reduce", f)
+		}
+	}
+}
+
+// TestKernelsChunked covers buffers longer than kernelChunk, which Reduce
+// and Scale split into several kernel calls.
+func TestKernelsChunked(t *testing.T) {
+	rng := rand.New(rand.NewSource(17))
+	for _, dt := range allDTypes {
+		n := 2*kernelChunk/dt.Size() + 1 + rng.Intn(40)
+		a, b := genValues(rng, dt, n), genValues(rng, dt, n)
+		for _, op := range []Op{Sum, Max} {
+			want := refReduce(dt, op, a, b)
+			for _, l := range levels() {
+				useLevel(t, l)
+				checkReduce(t, rng, l, dt, op, a, b, want)
+			}
+		}
+		if !dt.IsFloat() {
+			continue
+		}
+		useLevel(t, levelGo)
+		want := bytes.Clone(a)
+		Scale(dt, want, 7)
+		for _, l := range levels() {
+			useLevel(t, l)
+			got, ok := placed(a, randOffset(rng, dt))
+			Scale(dt, got, 7)
+			if i := compareElems(dt, got, want); i >= 0 {
+				t.Fatalf("%v Scale %v n=%d: element %d = %s, want %s", l, dt, n, i, fmtElem(dt, got, i), fmtElem(dt, want, i))
+			}
+			if !ok() {
+				t.Fatalf("%v Scale %v n=%d: wrote outside the buffer", l, dt, n)
+			}
 		}
 	}
 }
