@@ -18,7 +18,7 @@ const (
 	levelGo     level = iota // portable Go loops
 	levelSSE2                // amd64 baseline, 128-bit
 	levelAVX2                // 256-bit; float16 also needs F16C
-	levelAVX512              // 512-bit; needs AVX-512 F, BW and DQ
+	levelAVX512              // AVX-512 F, BW, DQ and VL, on 256-bit vectors
 
 	maxLevel = levelAVX512
 )

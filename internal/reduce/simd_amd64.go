@@ -11,7 +11,7 @@ func detectCPU() (level, feature) {
 		feats |= featF16C
 	}
 	switch {
-	case c.Supports(cpuid.AVX512F, cpuid.AVX512BW, cpuid.AVX512DQ):
+	case c.Supports(cpuid.AVX512F, cpuid.AVX512BW, cpuid.AVX512DQ, cpuid.AVX512VL):
 		return levelAVX512, feats
 	case c.Supports(cpuid.AVX2):
 		return levelAVX2, feats

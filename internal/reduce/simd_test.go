@@ -55,8 +55,8 @@ func TestLevelsAvailable(t *testing.T) {
 		if has("avx2") && tables[levelAVX2] == nil {
 			t.Errorf("cpuinfo lists avx2 but the AVX2 level is unavailable")
 		}
-		if has("avx512f") && has("avx512bw") && has("avx512dq") && tables[levelAVX512] == nil {
-			t.Errorf("cpuinfo lists avx512f/bw/dq but the AVX-512 level is unavailable")
+		if has("avx512f") && has("avx512bw") && has("avx512dq") && has("avx512vl") && tables[levelAVX512] == nil {
+			t.Errorf("cpuinfo lists avx512f/bw/dq/vl but the AVX-512 level is unavailable")
 		}
 	}
 }
@@ -93,8 +93,8 @@ func TestEveryKernelSelected(t *testing.T) {
 		}
 	}
 	if tables[levelAVX512] != nil {
-		if ks := tables[levelAVX512][Float32][Sum]; ks[0].block != 64 || ks[1].block != 16 {
-			t.Errorf("avx512 float32 sum blocks %d, %d; want 64, then 16 (SSE2)", ks[0].block, ks[1].block)
+		if ks := tables[levelAVX512][Float32][Sum]; ks[0].block != 32 || ks[1].block != 16 {
+			t.Errorf("avx512 float32 sum blocks %d, %d; want 32, then 16 (SSE2)", ks[0].block, ks[1].block)
 		}
 	}
 	for _, l := range levels() {
