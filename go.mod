@@ -3,3 +3,5 @@ module github.com/gocoll/gocoll
 go 1.22
 
 require golang.org/x/sys v0.30.0
+
+require github.com/klauspost/cpuid/v2 v2.2.10

@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand"
 	"testing"
+	"time"
 	"unsafe"
 )
 
@@ -135,5 +136,47 @@ func BenchmarkScale(b *testing.B) {
 				Scale(dt, buf, 3)
 			}
 		})
+	}
+}
+
+// BenchmarkFloat32SumLevel is out = a + b at each kernel level the CPU has,
+// next to the plain Go loop, for the side-by-side comparison with the C
+// a+b loop of run-mpi.sh membw, whose "moved" figure counts the same 3x
+// bytes as MB/s here. membw reports the best of 10 passes, so the 64 MiB
+// runs also report best-GB/s: the fastest single pass, in those units.
+func BenchmarkFloat32SumLevel(b *testing.B) {
+	for _, sz := range []struct {
+		name  string
+		bytes int
+	}{{"16KiB", 16 << 10}, {"64MiB", 64 << 20}} {
+		dst, x, y := benchBuffers(sz.bytes)
+		run := func(b *testing.B, f func()) {
+			b.SetBytes(3 * int64(sz.bytes))
+			if sz.bytes < 1<<20 {
+				for i := 0; i < b.N; i++ {
+					f()
+				}
+				return
+			}
+			best := time.Duration(math.MaxInt64)
+			for i := 0; i < b.N; i++ {
+				t0 := time.Now()
+				f()
+				best = min(best, time.Since(t0))
+			}
+			b.ReportMetric(3*float64(sz.bytes)/best.Seconds()/1e9, "best-GB/s")
+		}
+		b.Run("impl=naive/size="+sz.name, func(b *testing.B) {
+			d, fx, fy := view[float32](dst), view[float32](x), view[float32](y)
+			run(b, func() { naiveSumF32(d, fx, fy) })
+		})
+		for _, l := range levels() {
+			b.Run("impl="+l.String()+"/size="+sz.name, func(b *testing.B) {
+				old, oldLevel := active, activeLevel
+				active, activeLevel = tables[l], l
+				defer func() { active, activeLevel = old, oldLevel }()
+				run(b, func() { Reduce(Float32, Sum, dst, x, y) })
+			})
+		}
 	}
 }

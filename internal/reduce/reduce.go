@@ -52,6 +52,15 @@ func Reduce(dt DType, op Op, dst, a, b []byte) {
 	if len(dst)%info.size != 0 {
 		panic("reduce: length " + strconv.Itoa(len(dst)) + " is not a multiple of the " + dt.String() + " size")
 	}
+	// The vector kernels use unaligned loads and stores, so they take any
+	// buffer; only the scalar tail cares about alignment.
+	for _, k := range &active[dt][op] {
+		for k.fn != nil && len(dst) >= k.block {
+			nb := min(len(dst), kernelChunk) &^ (k.block - 1)
+			k.fn(unsafe.SliceData(dst), unsafe.SliceData(a), unsafe.SliceData(b), nb)
+			dst, a, b = dst[nb:], a[nb:], b[nb:]
+		}
+	}
 	if len(dst) == 0 {
 		return
 	}
@@ -66,6 +75,13 @@ func Reduce(dt DType, op Op, dst, a, b []byte) {
 	}
 	reduceAligned(dt, op, dst, a, b)
 }
+
+// kernelChunk bounds the bytes one assembly kernel call handles. The
+// runtime cannot preempt a goroutine inside an assembly loop, so a gigabyte
+// in one call would hold up a GC stop-the-world for a third of a second;
+// 256 KiB takes tens of microseconds, and the extra calls cost nothing
+// measurable.
+const kernelChunk = 256 << 10
 
 // scratchBytes is the chunk size of the misaligned fallback paths; it is a
 // multiple of every element size.
@@ -303,6 +319,18 @@ func Scale(dt DType, buf []byte, n int) {
 	info := &dtypeInfo[dt]
 	if len(buf)%info.size != 0 {
 		panic("reduce: length " + strconv.Itoa(len(buf)) + " is not a multiple of the " + dt.String() + " size")
+	}
+	// Division by the same float32 (float64) the Go loop uses gives the
+	// same correctly rounded quotients.
+	for _, k := range &active[dt][opScale] {
+		for k.sfn != nil && len(buf) >= k.block {
+			nb := min(len(buf), kernelChunk) &^ (k.block - 1)
+			k.sfn(unsafe.SliceData(buf), nb, float32(n), float64(n))
+			buf = buf[nb:]
+		}
+	}
+	if len(buf) == 0 {
+		return
 	}
 	if !aligned(buf, info.align) {
 		var scratch [scratchBytes / 8]uint64

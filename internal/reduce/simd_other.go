@@ -1,0 +1,9 @@
+//go:build !amd64 || purego
+
+package reduce
+
+// Only the portable Go loops exist here (arm64 included: the Go loops are
+// what serves it for now).
+var asmKernels []asmKernel
+
+func detectCPU() (level, feature) { return levelGo, 0 }
