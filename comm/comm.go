@@ -17,6 +17,7 @@ import (
 	"github.com/gocoll/gocoll/bootstrap"
 	"github.com/gocoll/gocoll/collectives"
 	"github.com/gocoll/gocoll/internal/logging"
+	"github.com/gocoll/gocoll/internal/reduce"
 	"github.com/gocoll/gocoll/transport"
 	"github.com/gocoll/gocoll/transport/tcp"
 )
@@ -191,7 +192,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 		return fail("waiting for every rank to connect: ", err)
 	}
 	go c.watch()
-	c.log.Info("communicator ready", "rank", cfg.Rank, "size", cfg.Size, "local_rank", cfg.LocalRank,
+	c.log.Info("communicator ready", "simd", reduce.SIMDLevel(), "rank", cfg.Rank, "size", cfg.Size, "local_rank", cfg.LocalRank,
 		"launcher", cfg.Source, "transport", s.transport, "store", cfg.Addr)
 	return c, nil
 }
@@ -200,6 +201,11 @@ func readSettings(opts []Option) (settings, error) {
 	s := settings{
 		transport: os.Getenv("GOCOLL_TRANSPORT"),
 		algo:      os.Getenv("GOCOLL_ALGO"),
+	}
+	// The kernels read GOCOLL_SIMD once, at start-up; a value they could
+	// not honour is bad input, not a detail to log and ignore.
+	if err := reduce.SIMDConfigError(); err != nil {
+		return s, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if v := strings.TrimSpace(os.Getenv("GOCOLL_TIMEOUT")); v != "" {
 		d, err := parseTimeout(v)

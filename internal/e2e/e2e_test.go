@@ -224,3 +224,20 @@ func TestBadEnvironment(t *testing.T) {
 		t.Errorf("error does not say the environment is bad:\n%s", out)
 	}
 }
+
+// TestBadSIMD: a GOCOLL_SIMD the kernels cannot honour fails Init with a
+// message naming the variable, on every rank; a good one runs.
+func TestBadSIMD(t *testing.T) {
+	for _, v := range []string{"avx9000", "sse2"} {
+		out, code := grun(t, time.Minute, []string{"GOCOLL_SIMD=" + v}, "-n", "2", filepath.Join(bin, "allreduce"), "-count", "1000", "-iters", "2")
+		if v == "sse2" {
+			if code != 0 || !strings.Contains(out, "allreduce ok") {
+				t.Errorf("GOCOLL_SIMD=sse2: exit %d:\n%s", code, out)
+			}
+			continue
+		}
+		if code == 0 || !strings.Contains(out, `GOCOLL_SIMD="avx9000": unknown value`) {
+			t.Errorf("GOCOLL_SIMD=%s: exit %d, want a failure naming the variable:\n%s", v, code, out)
+		}
+	}
+}
