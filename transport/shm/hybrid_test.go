@@ -236,4 +236,3 @@ func asBytes[T any](s []T) []byte {
 	}
 	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), len(s)*int(unsafe.Sizeof(s[0])))
 }
-
