@@ -18,6 +18,7 @@ import (
 	"github.com/gocoll/gocoll/collectives"
 	"github.com/gocoll/gocoll/internal/logging"
 	"github.com/gocoll/gocoll/transport"
+	"github.com/gocoll/gocoll/transport/shm"
 	"github.com/gocoll/gocoll/transport/tcp"
 )
 
@@ -90,6 +91,9 @@ type Communicator struct {
 	faultMu   sync.Mutex
 	fault     error
 	lostErr   error // a peer lost while no collective ran
+
+	hosts []int  // each rank's host, for the host-aware algorithms
+	tname string // the transport chosen
 }
 
 // Option adjusts how a communicator is built.
@@ -101,6 +105,8 @@ type settings struct {
 	timeout   time.Duration
 	logger    *slog.Logger
 	tcp       tcp.Options
+	shm       shm.Options
+	fakeHosts int
 }
 
 // WithTransport picks the transport: "auto" (default), "tcp", "shm", "rdma".
@@ -166,7 +172,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 		c.shutdown()
 		return nil, fmt.Errorf("comm: rank %d of %d: %w", cfg.Rank, cfg.Size, err)
 	}
-	c.g = collectives.NewGroup(c.t, collectives.Options{Algos: algos, Logger: c.log})
+	c.g = collectives.NewGroup(c.t, collectives.Options{Algos: algos, Logger: c.log, Hosts: c.hosts})
 	// Nobody returns from Init before everyone is connected, so a rank that
 	// finishes its first collective and closes early cannot strand a peer
 	// still reading addresses from the store.
@@ -176,7 +182,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 	}
 	go c.watch()
 	c.log.Info("communicator ready", "rank", cfg.Rank, "size", cfg.Size, "local_rank", cfg.LocalRank,
-		"launcher", cfg.Source, "transport", s.transport, "store", cfg.Addr)
+		"launcher", cfg.Source, "transport", c.tname, "store", cfg.Addr)
 	return c, nil
 }
 
@@ -204,11 +210,10 @@ func readSettings(opts []Option) (settings, error) {
 	s.transport = strings.ToLower(strings.TrimSpace(s.transport))
 	switch s.transport {
 	case "", "auto":
-		s.logger.Info("transport chosen", "transport", "tcp", "why", "auto: tcp is the only transport in this build (shm and rdma are not yet available)")
-		s.transport = "tcp"
-	case "tcp":
-	case "shm", "rdma":
-		return s, fmt.Errorf("GOCOLL_TRANSPORT=%s: transport not available in this build (available: tcp, auto): %w", s.transport, ErrUnsupported)
+		s.transport = "auto" // decided at connect, from where the ranks run
+	case "tcp", "shm":
+	case "rdma":
+		return s, fmt.Errorf("GOCOLL_TRANSPORT=%s: transport not available in this build (available: tcp, shm, auto): %w", s.transport, ErrUnsupported)
 	default:
 		return s, fmt.Errorf("GOCOLL_TRANSPORT=%q: unknown transport (want auto, tcp, shm or rdma): %w", s.transport, ErrInvalid)
 	}
@@ -257,11 +262,11 @@ func (c *Communicator) connect(ctx context.Context, s settings) error {
 		return err
 	}
 	c.store = store
-	t, err := tcp.Connect(ctx, store, cfg.Rank, cfg.Size, cfg.Token, s.tcp)
+	t, hosts, name, err := c.connectTransport(ctx, store, s)
 	if err != nil {
 		return err
 	}
-	c.t = t
+	c.t, c.hosts, c.tname = t, hosts, name
 	return nil
 }
 
