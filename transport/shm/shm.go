@@ -708,6 +708,12 @@ func (t *Transport) wait(ctx context.Context, p *peer, counter *atomic.Uint64, f
 				// Ranks of an in-process job share this process's cores.
 				runtime.Gosched()
 			}
+			if i%256 == 0 {
+				// And ranks in other processes may share this core: on a
+				// crowded host the peer we wait for is often queued
+				// behind us, and would run only once we park.
+				unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+			}
 		}
 	}
 	var stop func() bool
