@@ -7,17 +7,19 @@
 // in /dev/shm: the memory goes when the last process mapping it exits.
 //
 // A ring is the slab of the transport contract: Slots slots of SlotSize
-// bytes, plus two monotonic counters on cache lines of their own, tail
-// (messages published, written only by the sender) and head (messages
-// released, written only by the receiver). The sender holds a credit while
-// tail-head < Slots; it copies the payload into slot tail%Slots, stores its
-// length, and then advances tail; the receiver sees tail move, hands out a
-// view of the slot, and advances head on Release. Single producer, single
+// bytes, each behind a small header with its sequence number, plus a head
+// counter (messages released, written only by the receiver) on a cache
+// line of its own. The sender holds a credit while sent-head < Slots (it
+// rereads head only when the credits it last saw run out); it copies the
+// payload into slot sent%Slots and publishes it by storing the slot's
+// sequence number; the receiver polls that word, hands out a view of the
+// slot, and advances head on Release. Small messages sit next to the
+// sequence number, so one cache line carries them. Single producer, single
 // consumer, no locks and no system calls while both sides are busy.
 //
 // A waiting call spins on the counter for Options.Spin and then parks in a
-// futex on the counter's low 32 bits, after raising a flag that tells the
-// other side to issue a FUTEX_WAKE when it moves the counter. So a host
+// futex on the word's low 32 bits, after raising a flag that tells the
+// other side to issue a FUTEX_WAKE when it changes the word. So a host
 // with more ranks than cores (8 on 2) does not burn its cores, while two
 // ranks that each own a core pay no system call per message.
 //

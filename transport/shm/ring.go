@@ -10,52 +10,52 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Ring header layout. Each counter and flag has 128 bytes to itself: the
-// adjacent-line prefetcher of x86 cores pulls cache lines in pairs, so 64
-// bytes apart is not far enough to keep the sender's and the receiver's
-// writes from invalidating each other.
+// Ring layout. A header page holds the counters and flags, each with 128
+// bytes to itself: the adjacent-line prefetcher of x86 cores pulls cache
+// lines in pairs, so 64 bytes apart is not far enough to keep the sender's
+// and the receiver's writes from invalidating each other. Then come the
+// slots, each behind a 128-byte slot header holding its sequence number
+// and length. The sender publishes a message by storing the sequence
+// number last; the receiver polls that word, which is also its futex word.
+// A small message (the 8-byte allreduce's 40 bytes with the collective's
+// header) travels inline, in the slot header's first cache line next to
+// the sequence number, so that one cache line moves per message.
 const (
-	offTail    = 0   // uint64, messages published; written by the sender
-	offHead    = 128 // uint64, messages released; written by the receiver
-	offRxSleep = 256 // uint32, the receiver is (about to be) parked on tail
-	offTxSleep = 384 // uint32, the sender is (about to be) parked on head
-	offMagic   = 448 // uint64, set by the creator
-	offLens    = 512 // [Slots]uint32, payload length per slot; sender writes
+	offHead    = 0   // uint64, messages released; written by the receiver
+	offRxSleep = 128 // uint32, the receiver is (about to be) parked on a slot
+	offTxSleep = 256 // uint32, the sender is (about to be) parked on head
+	offMagic   = 384 // uint64, set by the creator
 	pageSize   = 4096
-	ringMagic  = 0x314d4853 // "SHM1"
+	ringMagic  = 0x324d4853 // "SHM2"
+
+	slotHdr    = 128 // bytes before each slot's payload
+	offSeq     = 0   // uint64 in the slot header: message number + 1
+	offLen     = 8   // uint32 in the slot header: payload length
+	offInline  = 16  // payloads of up to inlineMax bytes start here
+	inlineMax  = 48  // what fits in the slot header's first cache line
+	slotsStart = pageSize
 )
 
-func headerBytes(slots int) int {
-	return (offLens + 4*slots + pageSize - 1) &^ (pageSize - 1)
-}
-
 func ringBytes(slots, slotSize int) int {
-	return headerBytes(slots) + slots*slotSize
+	return slotsStart + slots*(slotHdr+slotSize)
 }
 
 // ring is one mapping of a pair's shared ring.
 type ring struct {
 	mem      []byte
-	tail     *atomic.Uint64
 	head     *atomic.Uint64
 	rxSleep  *atomic.Uint32
 	txSleep  *atomic.Uint32
-	lens     []uint32
-	slab     []byte
 	slots    uint64
 	slotSize int
 }
 
 func newRing(mem []byte, slots, slotSize int) *ring {
-	h := headerBytes(slots)
 	return &ring{
 		mem:      mem,
-		tail:     (*atomic.Uint64)(unsafe.Pointer(&mem[offTail])),
 		head:     (*atomic.Uint64)(unsafe.Pointer(&mem[offHead])),
 		rxSleep:  (*atomic.Uint32)(unsafe.Pointer(&mem[offRxSleep])),
 		txSleep:  (*atomic.Uint32)(unsafe.Pointer(&mem[offTxSleep])),
-		lens:     unsafe.Slice((*uint32)(unsafe.Pointer(&mem[offLens])), slots),
-		slab:     mem[h : h+slots*slotSize],
 		slots:    uint64(slots),
 		slotSize: slotSize,
 	}
@@ -65,10 +65,24 @@ func (r *ring) magic() *atomic.Uint64 {
 	return (*atomic.Uint64)(unsafe.Pointer(&r.mem[offMagic]))
 }
 
-// slot is the memory of slot i.
-func (r *ring) slot(i uint64) []byte {
-	off := int(i) * r.slotSize
-	return r.slab[off : off+r.slotSize : off+r.slotSize]
+func (r *ring) base(i uint64) int { return slotsStart + int(i)*(slotHdr+r.slotSize) }
+
+// seq is slot i's sequence word.
+func (r *ring) seq(i uint64) *atomic.Uint64 {
+	return (*atomic.Uint64)(unsafe.Pointer(&r.mem[r.base(i)+offSeq]))
+}
+
+func (r *ring) len(i uint64) *uint32 {
+	return (*uint32)(unsafe.Pointer(&r.mem[r.base(i)+offLen]))
+}
+
+// payload is where an n-byte message lives in slot i.
+func (r *ring) payload(i uint64, n int) []byte {
+	off := r.base(i) + slotHdr
+	if n <= inlineMax {
+		off = r.base(i) + offInline
+	}
+	return r.mem[off : off+n : off+n]
 }
 
 // createRing makes a sealed memfd of the ring's size, maps it and marks

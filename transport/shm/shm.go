@@ -135,8 +135,9 @@ type peer struct {
 	in   *ring // peer -> us, in the memfd we created
 	out  *ring // us -> peer, in the memfd the peer created
 
-	recvSeq uint64 // messages received (only the receiving goroutine)
-	sendSeq uint64 // messages sent (only the sending goroutine)
+	recvSeq  uint64 // messages received (only the receiving goroutine)
+	sendSeq  uint64 // messages sent (only the sending goroutine)
+	headSeen uint64 // the peer's head when last read (sending goroutine)
 
 	failOnce sync.Once
 	dead     chan struct{}
@@ -500,8 +501,12 @@ func (p *peer) fail(err error) {
 func (p *peer) wakeAll() {
 	// Only the counters are touched, and they stay mapped while any call
 	// holds a reference; a peer's rings are unmapped only after the
-	// readers stopped (see unmap).
-	wake(word(p.in.tail))
+	// readers stopped (see unmap). A receiver parks on the sequence word
+	// of the slot it expects next; which one is its own business, so every
+	// slot is woken (this happens once per peer, at loss or close).
+	for i := uint64(0); i < p.in.slots; i++ {
+		wake(word(p.in.seq(i)))
+	}
 	wake(word(p.out.head))
 }
 
@@ -600,17 +605,20 @@ func (t *Transport) Send(ctx context.Context, to int, b []byte) error {
 		return &transport.PeerError{Peer: to, Op: "send to", Err: transport.ErrClosed}
 	}
 	defer t.exit()
+	if p.failed() != nil {
+		return p.error("send to")
+	}
 	r := p.out
 	seq := p.sendSeq
-	for {
-		if p.failed() != nil {
-			return p.error("send to")
-		}
+	// The receiver's head is read only when the credits last seen run
+	// out: most sends then touch no cache line the receiver writes.
+	for seq-p.headSeen >= r.slots {
 		head := r.head.Load()
 		if head > seq || seq-head > r.slots {
 			p.fail(fmt.Errorf("%w: released %d of %d messages sent: %w", transport.ErrPeerLost, head, seq, errProtocol))
 			return p.error("send to")
 		}
+		p.headSeen = head
 		if seq-head < r.slots {
 			break
 		}
@@ -618,17 +626,21 @@ func (t *Transport) Send(ctx context.Context, to int, b []byte) error {
 		if err != nil {
 			return &transport.PeerError{Peer: to, Op: "send to", Err: err}
 		}
+		if p.failed() != nil {
+			return p.error("send to")
+		}
 	}
 	slot := seq % r.slots
-	copy(r.slot(slot), b)
-	r.lens[slot] = uint32(len(b))
+	copy(r.payload(slot, len(b)), b)
+	*r.len(slot) = uint32(len(b))
 	// The store publishes the payload and its length: Go's atomics are
 	// sequentially consistent, and on amd64 stores are not reordered
 	// with older stores anyway.
-	r.tail.Store(seq + 1)
+	w := r.seq(slot)
+	w.Store(seq + 1)
 	p.sendSeq = seq + 1
 	if r.rxSleep.Load() != 0 {
-		wake(word(r.tail))
+		wake(word(w))
 	}
 	return nil
 }
@@ -644,15 +656,18 @@ func (t *Transport) Recv(ctx context.Context, from int) (transport.Message, erro
 	}
 	r := p.in
 	seq := p.recvSeq
+	slot := seq % r.slots
+	w := r.seq(slot)
+	// Before message seq lands, its slot still holds the one a lap
+	// earlier (or nothing yet).
+	var before uint64
+	if seq >= r.slots {
+		before = seq + 1 - r.slots
+	}
 	for {
-		tail := r.tail.Load()
-		if tail > seq {
-			if tail-seq > r.slots {
-				p.fail(fmt.Errorf("%w: %d messages published, %d slots: %w", transport.ErrPeerLost, tail-seq, r.slots, errProtocol))
-				break
-			}
-			slot := seq % r.slots
-			n := int(r.lens[slot])
+		v := w.Load()
+		if v == seq+1 {
+			n := int(*r.len(slot))
 			if n > r.slotSize {
 				p.fail(fmt.Errorf("%w: message of %d bytes in a %d-byte slot: %w", transport.ErrPeerLost, n, r.slotSize, errProtocol))
 				break
@@ -660,12 +675,16 @@ func (t *Transport) Recv(ctx context.Context, from int) (transport.Message, erro
 			p.recvSeq = seq + 1
 			// The reference taken by enter now belongs to the message:
 			// Release returns it.
-			return transport.Message{Data: r.slot(slot)[:n:n], Peer: from, Slot: int(slot)}, nil
+			return transport.Message{Data: r.payload(slot, n), Peer: from, Slot: int(slot)}, nil
+		}
+		if v != before {
+			p.fail(fmt.Errorf("%w: slot %d holds message %d, expected %d or %d: %w", transport.ErrPeerLost, slot, v, before, seq+1, errProtocol))
+			break
 		}
 		if p.failed() != nil {
 			break // what the peer delivered came first, above
 		}
-		err := t.wait(ctx, p, r.tail, r.rxSleep, func() bool { return r.tail.Load() > seq })
+		err := t.wait(ctx, p, w, r.rxSleep, func() bool { return w.Load() != before })
 		if err != nil {
 			t.exit()
 			return transport.Message{}, &transport.PeerError{Peer: from, Op: "recv from", Err: err}
