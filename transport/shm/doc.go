@@ -17,7 +17,7 @@
 // sequence number, so one cache line carries them. Single producer, single
 // consumer, no locks and no system calls while both sides are busy.
 //
-// A waiting call spins on the counter for Options.Spin and then parks in a
+// A waiting call spins on its word for Options.Spin and then parks in a
 // futex on the word's low 32 bits, after raising a flag that tells the
 // other side to issue a FUTEX_WAKE when it changes the word. So a host
 // with more ranks than cores (8 on 2) does not burn its cores, while two
