@@ -206,6 +206,8 @@ type Group struct {
 
 	logMu  sync.Mutex
 	logged map[decision]bool
+
+	hier bool // Options.Hosts calls for the hierarchical allreduce
 }
 
 // NewGroup builds a Group over t.
@@ -216,7 +218,9 @@ func NewGroup(t transport.Transport, opts Options) *Group {
 	if opts.SmallBroadcast == 0 {
 		opts.SmallBroadcast = 64 << 10
 	}
+	_, _, hier := hierarchical(opts.Hosts, t.Size())
 	return &Group{
+		hier:    hier,
 		t:       t,
 		opts:    opts,
 		sentSeq: make([]uint64, t.Size()),
@@ -247,7 +251,7 @@ func (g *Group) choose(kind Kind, bytes int) Algo {
 	default:
 		switch kind {
 		case AllReduce:
-			if _, _, ok := hierarchical(g.opts.Hosts, n); ok {
+			if g.hier {
 				a, why = Hier, func() string { return hostsWhy(g.opts.Hosts, n) }
 			} else if bytes <= g.opts.SmallAllReduce {
 				a = RecursiveDoubling

@@ -140,6 +140,7 @@ type peer struct {
 	headSeen uint64 // the peer's head when last read (sending goroutine)
 
 	failOnce sync.Once
+	gone     atomic.Bool // set, after err, when dead closes: cheap to poll
 	dead     chan struct{}
 	err      error // set before dead is closed
 }
@@ -492,6 +493,7 @@ func (p *peer) watch() {
 func (p *peer) fail(err error) {
 	p.failOnce.Do(func() {
 		p.err = err
+		p.gone.Store(true)
 		close(p.dead)
 		p.t.noteLoss(p)
 		p.wakeAll()
@@ -511,12 +513,10 @@ func (p *peer) wakeAll() {
 }
 
 func (p *peer) failed() error {
-	select {
-	case <-p.dead:
+	if p.gone.Load() {
 		return p.err
-	default:
-		return nil
 	}
+	return nil
 }
 
 func (p *peer) error(op string) error {
@@ -792,6 +792,7 @@ func (t *Transport) shutdown(goodbye bool) {
 			p.conn.Close()
 			p.failOnce.Do(func() {
 				p.err = transport.ErrClosed
+				p.gone.Store(true)
 				close(p.dead)
 			})
 			p.wakeAll()
