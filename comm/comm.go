@@ -254,7 +254,7 @@ func (c *Communicator) connect(ctx context.Context, s settings) error {
 	}
 	if cfg.Size == 1 && cfg.Addr == "" {
 		t, err := tcp.Connect(ctx, nil, 0, 1, cfg.Token, s.tcp)
-		c.t = t
+		c.t, c.tname = t, "none (one rank)"
 		return err
 	}
 	store, err := bootstrap.Dial(ctx, cfg.Addr, cfg.Token)
