@@ -523,13 +523,28 @@ func (p *peer) error(op string) error {
 	return &transport.PeerError{Peer: p.rank, Op: op, Err: p.err}
 }
 
+// lossGrace is how long after a peer is lost the loss is announced
+// through Lost. Calls involving the peer fail at once; the delay is for
+// the communicator above, which breaks as soon as Lost fires: a peer that
+// quit because it saw a mismatch left its header in our ring, and this
+// rank should get to read it and report the mismatch, as it would over
+// TCP (where the loss is only seen after the data before it), rather than
+// a bare "peer lost". It is short against the time a job takes to notice
+// a dead rank any other way.
+const lossGrace = 50 * time.Millisecond
+
 func (t *Transport) noteLoss(p *peer) {
 	if t.closing.Load() || errors.Is(p.err, transport.ErrPeerClosed) {
 		return
 	}
-	t.lostOnce.Do(func() {
-		t.lostErr = &transport.PeerError{Peer: p.rank, Op: "link to", Err: p.err}
-		close(t.lost)
+	time.AfterFunc(lossGrace, func() {
+		if t.closing.Load() {
+			return
+		}
+		t.lostOnce.Do(func() {
+			t.lostErr = &transport.PeerError{Peer: p.rank, Op: "link to", Err: p.err}
+			close(t.lost)
+		})
 	})
 }
 
