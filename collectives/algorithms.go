@@ -40,6 +40,8 @@ func (g *Group) AllReduce(ctx context.Context, buf []byte, dt reduce.DType, op r
 		err = c.ringAllReduce(buf, count, dt, op)
 	case RecursiveDoubling:
 		err = c.recursiveDoubling(buf, dt, op)
+	case Hier:
+		err = c.hierAllReduce(buf, count, dt, op)
 	default:
 		return fmt.Errorf("allreduce: algorithm %v: %w", algo, ErrBadAlgo)
 	}

@@ -57,11 +57,15 @@ const (
 	Chain
 	// Dissemination: barrier in ceil(log2(n)) rounds.
 	Dissemination
+	// Hier: allreduce by host (see Options.Hosts): reduce to a leader
+	// inside each host, ring among the leaders, broadcast inside each host.
+	Hier
 )
 
 var algoNames = map[Algo]string{
 	Auto: "auto", Local: "local", Ring: "ring", RecursiveDoubling: "rd",
 	Binomial: "binomial", Chain: "chain", Dissemination: "dissemination",
+	Hier: "hier",
 }
 
 func (a Algo) String() string {
@@ -73,7 +77,7 @@ func (a Algo) String() string {
 
 // algos lists what each collective can run, default first.
 var algos = map[Kind][]Algo{
-	AllReduce:     {Ring, RecursiveDoubling},
+	AllReduce:     {Ring, RecursiveDoubling, Hier},
 	Broadcast:     {Chain, Binomial},
 	Barrier:       {Dissemination},
 	AllGather:     {Ring},
@@ -178,6 +182,10 @@ type Options struct {
 	// SmallBroadcast is the largest broadcast that uses the binomial tree
 	// rather than the chain (default 64 KiB).
 	SmallBroadcast int
+	// Hosts maps each rank to its host (any ids, equal for ranks that
+	// share a host). With several hosts and several ranks on one of them,
+	// allreduce runs Hier unless overridden. Nil means one host.
+	Hosts []int
 	// Logger receives the algorithm choices (info, once per choice) and
 	// per-call detail (debug). Nil means silent.
 	Logger *slog.Logger
@@ -198,6 +206,8 @@ type Group struct {
 
 	logMu  sync.Mutex
 	logged map[decision]bool
+
+	hier bool // Options.Hosts calls for the hierarchical allreduce
 }
 
 // NewGroup builds a Group over t.
@@ -208,7 +218,9 @@ func NewGroup(t transport.Transport, opts Options) *Group {
 	if opts.SmallBroadcast == 0 {
 		opts.SmallBroadcast = 64 << 10
 	}
+	_, _, hier := hierarchical(opts.Hosts, t.Size())
 	return &Group{
+		hier:    hier,
 		t:       t,
 		opts:    opts,
 		sentSeq: make([]uint64, t.Size()),
@@ -239,7 +251,9 @@ func (g *Group) choose(kind Kind, bytes int) Algo {
 	default:
 		switch kind {
 		case AllReduce:
-			if bytes <= g.opts.SmallAllReduce {
+			if g.hier {
+				a, why = Hier, func() string { return hostsWhy(g.opts.Hosts, n) }
+			} else if bytes <= g.opts.SmallAllReduce {
 				a = RecursiveDoubling
 				why = func() string { return fmt.Sprintf("%d bytes <= %d: latency-bound", bytes, g.opts.SmallAllReduce) }
 			} else {

@@ -493,7 +493,7 @@ func TestInitEnv(t *testing.T) {
 }
 
 func TestUnavailableTransport(t *testing.T) {
-	for _, name := range []string{"shm", "rdma"} {
+	for _, name := range []string{"rdma"} {
 		_, err := comm.NewLocal(context.Background(), 2, comm.WithTransport(name))
 		if !errors.Is(err, comm.ErrUnsupported) || !strings.Contains(err.Error(), name) {
 			t.Errorf("transport %s: err = %v, want ErrUnsupported naming it", name, err)

@@ -139,8 +139,9 @@ func TestRankDiesMidJob(t *testing.T) {
 // TestKillAtRandomPoints SIGKILLs a random rank of a 4-rank job at a
 // random moment (while connecting, between collectives, inside a pipelined
 // ring) of a seeded stream of checked allreduces, broadcasts and barriers,
-// many times. Every survivor must fail with an error naming the dead rank
-// within 2 s of the death, and grun must exit 137 naming it.
+// many times, over TCP and shared memory in turn. Every survivor must fail
+// with an error naming the dead rank within 2 s of the death, and grun must
+// exit 137 naming it.
 // GOCOLL_KILLS sets the number of kills (default 16).
 func TestKillAtRandomPoints(t *testing.T) {
 	kills := 16
@@ -158,9 +159,10 @@ func TestKillAtRandomPoints(t *testing.T) {
 		seed := rng.Uint64()
 		args := []string{"-n", fmt.Sprint(size), filepath.Join(bin, "chaos"),
 			"-seed", fmt.Sprint(seed), "-victim", fmt.Sprint(victim), "-after", after.String()}
-		out, code := grun(t, time.Minute, []string{"GOCOLL_TIMEOUT=60s"}, args...)
+		tr := []string{"tcp", "shm"}[k%2]
+		out, code := grun(t, time.Minute, []string{"GOCOLL_TIMEOUT=60s", "GOCOLL_TRANSPORT=" + tr}, args...)
 		fail := func(format string, a ...any) {
-			t.Errorf("kill %d (grun %s): %s\n%s", k, strings.Join(args, " "), fmt.Sprintf(format, a...), out)
+			t.Errorf("kill %d (GOCOLL_TRANSPORT=%s grun %s): %s\n%s", k, tr, strings.Join(args, " "), fmt.Sprintf(format, a...), out)
 		}
 		if code != 137 {
 			fail("grun exited %d, want 137 (the victim's SIGKILL)", code)

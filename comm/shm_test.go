@@ -1,0 +1,130 @@
+package comm_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/gocoll/gocoll/comm"
+)
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// runAllReduce sums float32 inputs on every rank and checks the result.
+func runAllReduce(t *testing.T, cs []*comm.Communicator, count int) {
+	t.Helper()
+	n := len(cs)
+	bufs := make([][]float32, n)
+	for r := range bufs {
+		bufs[r] = make([]float32, count)
+		for i := range bufs[r] {
+			bufs[r][i] = float32((r*31 + i) % 1000)
+		}
+	}
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = comm.AllReduce(context.Background(), c, bufs[r], comm.Sum)
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	for i := 0; i < count; i++ {
+		var want float32
+		for q := 0; q < n; q++ {
+			want += float32((q*31 + i) % 1000)
+		}
+		for r := range bufs {
+			if bufs[r][i] != want {
+				t.Fatalf("rank %d element %d: got %v, want %v", r, i, bufs[r][i], want)
+			}
+		}
+	}
+}
+
+func newLocalLogged(t *testing.T, n int, opts ...comm.Option) ([]*comm.Communicator, *lockedBuffer) {
+	t.Helper()
+	logs := &lockedBuffer{}
+	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	cs, err := comm.NewLocal(context.Background(), n, append(opts, comm.WithLogger(logger))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Concurrently: a TCP rank's Close lingers for its peers' goodbyes.
+		var wg sync.WaitGroup
+		for _, c := range cs {
+			wg.Add(1)
+			go func() { defer wg.Done(); c.Close() }()
+		}
+		wg.Wait()
+	})
+	return cs, logs
+}
+
+// TestTransportChoice: auto picks shared memory for ranks on one host,
+// shm+tcp with the hierarchical allreduce for ranks on several (fake)
+// hosts, and GOCOLL_ALGO still overrides the algorithm.
+func TestTransportChoice(t *testing.T) {
+	cases := []struct {
+		name      string
+		opts      []comm.Option
+		transport string
+		algo      string
+	}{
+		{"auto one host", nil, "transport=shm", "algo=ring"},
+		{"forced shm", []comm.Option{comm.WithTransport("shm")}, "transport=shm", "algo=ring"},
+		{"forced tcp", []comm.Option{comm.WithTransport("tcp")}, "transport=tcp", "algo=ring"},
+		{"auto two hosts", []comm.Option{comm.WithFakeHosts(2)}, "transport=shm+tcp", "algo=hier"},
+		{"two hosts, ring forced", []comm.Option{comm.WithFakeHosts(2), comm.WithAlgorithm("ring")}, "transport=shm+tcp", "algo=ring"},
+		{"four hosts of one rank", []comm.Option{comm.WithFakeHosts(4)}, "transport=tcp", "algo=ring"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cs, logs := newLocalLogged(t, 4, tc.opts...)
+			runAllReduce(t, cs, 300_007)
+			out := logs.String()
+			if !strings.Contains(out, tc.transport+" ") {
+				t.Errorf("log does not show %s:\n%s", tc.transport, out)
+			}
+			if !strings.Contains(out, tc.algo+" ") {
+				t.Errorf("log does not show %s:\n%s", tc.algo, out)
+			}
+		})
+	}
+}
+
+// TestSHMNeedsOneHost: forcing shm on a job spread over hosts fails at
+// Init, naming the hosts.
+func TestSHMNeedsOneHost(t *testing.T) {
+	_, err := comm.NewLocal(context.Background(), 4, comm.WithTransport("shm"), comm.WithFakeHosts(2))
+	if !errors.Is(err, comm.ErrInvalid) || !strings.Contains(err.Error(), "fake-host-1") {
+		t.Fatalf("err = %v, want ErrInvalid naming the other host", err)
+	}
+}

@@ -1,0 +1,177 @@
+package shm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/gocoll/gocoll/transport"
+)
+
+// Hybrid is one transport for a job spread over several hosts: it routes
+// each peer on this host through a shared-memory mesh and every other
+// peer through a network mesh (TCP or RDMA) that spans the whole job. The
+// algorithms see one transport of Size ranks and need not know; the
+// host-aware ones (collectives.Options.Hosts) keep most traffic on the
+// shared-memory side.
+type Hybrid struct {
+	rank, size int
+	near       *Transport
+	local      []int // local[i] is the job rank of near's rank i
+	index      []int // index[r] is r's rank in near, or -1 off this host
+	far        transport.Transport
+	maxMsg     int
+
+	closeOnce sync.Once
+	closed    chan struct{}
+	lostOnce  sync.Once
+	lost      chan struct{}
+	lostErr   error
+	watcher   sync.WaitGroup
+}
+
+// NewHybrid combines near, the shared-memory mesh among the job ranks
+// local (ascending order, this rank among them, near's rank i being
+// local[i]), with far, a mesh of the whole job. The Hybrid owns both.
+func NewHybrid(near *Transport, local []int, far transport.Transport) (*Hybrid, error) {
+	rank, size := far.Rank(), far.Size()
+	if near.Size() != len(local) || near.Rank() >= len(local) || local[near.Rank()] != rank {
+		return nil, fmt.Errorf("shm: hybrid: rank %d is not rank %d of the local ranks %v", rank, near.Rank(), local)
+	}
+	h := &Hybrid{rank: rank, size: size, near: near, local: local, index: make([]int, size), far: far,
+		maxMsg: min(near.MaxMessage(), far.MaxMessage()), closed: make(chan struct{}), lost: make(chan struct{})}
+	for r := range h.index {
+		h.index[r] = -1
+	}
+	for i, r := range local {
+		if r < 0 || r >= size || h.index[r] >= 0 || i > 0 && r <= local[i-1] {
+			return nil, fmt.Errorf("shm: hybrid: local ranks %v are not ascending ranks of a job of %d", local, size)
+		}
+		h.index[r] = i
+	}
+	var farLost <-chan struct{}
+	ln, _ := far.(transport.LossNotifier)
+	if ln != nil {
+		farLost = ln.Lost()
+	}
+	h.watcher.Add(1)
+	go func() {
+		defer h.watcher.Done()
+		var err error
+		select {
+		case <-near.Lost():
+			err = h.global(near.LostErr())
+		case <-farLost:
+			err = ln.LostErr()
+		case <-h.closed:
+			return
+		}
+		h.lostOnce.Do(func() {
+			h.lostErr = err
+			close(h.lost)
+		})
+	}()
+	return h, nil
+}
+
+// global renames near's peer in err to its job rank.
+func (h *Hybrid) global(err error) error {
+	var pe *transport.PeerError
+	if errors.As(err, &pe) && pe.Peer >= 0 && pe.Peer < len(h.local) {
+		return &transport.PeerError{Peer: h.local[pe.Peer], Op: pe.Op, Err: pe.Err}
+	}
+	return err
+}
+
+// Rank implements transport.Transport.
+func (h *Hybrid) Rank() int { return h.rank }
+
+// Size implements transport.Transport.
+func (h *Hybrid) Size() int { return h.size }
+
+// MaxMessage implements transport.Transport: the smaller of the two
+// meshes', so that an algorithm's segments fit either.
+func (h *Hybrid) MaxMessage() int { return h.maxMsg }
+
+// Local reports whether peer is reached through shared memory.
+func (h *Hybrid) Local(peer int) bool { return peer >= 0 && peer < h.size && h.index[peer] >= 0 }
+
+// Send implements transport.Transport.
+func (h *Hybrid) Send(ctx context.Context, peer int, p []byte) error {
+	if peer >= 0 && peer < h.size && peer != h.rank && h.index[peer] >= 0 {
+		if len(p) > h.maxMsg {
+			return fmt.Errorf("shm: send of %d bytes to rank %d exceeds the %d-byte message limit", len(p), peer, h.maxMsg)
+		}
+		return h.global(h.near.Send(ctx, h.index[peer], p))
+	}
+	return h.far.Send(ctx, peer, p)
+}
+
+// Recv implements transport.Transport.
+func (h *Hybrid) Recv(ctx context.Context, peer int) (transport.Message, error) {
+	if peer >= 0 && peer < h.size && peer != h.rank && h.index[peer] >= 0 {
+		m, err := h.near.Recv(ctx, h.index[peer])
+		if err != nil {
+			return m, h.global(err)
+		}
+		m.Peer = peer
+		return m, nil
+	}
+	return h.far.Recv(ctx, peer)
+}
+
+// Release implements transport.Transport.
+func (h *Hybrid) Release(m transport.Message) {
+	if m.Peer >= 0 && m.Peer < h.size && m.Peer != h.rank && h.index[m.Peer] >= 0 {
+		m.Peer = h.index[m.Peer]
+		h.near.Release(m)
+		return
+	}
+	h.far.Release(m)
+}
+
+// Lost implements transport.LossNotifier: the first loss on either mesh.
+func (h *Hybrid) Lost() <-chan struct{} { return h.lost }
+
+// LostErr implements transport.LossNotifier.
+func (h *Hybrid) LostErr() error {
+	select {
+	case <-h.lost:
+		return h.lostErr
+	default:
+		return nil
+	}
+}
+
+// Close implements transport.Transport.
+func (h *Hybrid) Close() error {
+	return h.stop(func(t transport.Transport) error { return t.Close() })
+}
+
+// Abort implements transport.Aborter, on both meshes (the far one by
+// Close if it cannot abort).
+func (h *Hybrid) Abort(cause error) error {
+	return h.stop(func(t transport.Transport) error {
+		if a, ok := t.(transport.Aborter); ok {
+			return a.Abort(cause)
+		}
+		return t.Close()
+	})
+}
+
+func (h *Hybrid) stop(how func(transport.Transport) error) error {
+	var err error
+	h.closeOnce.Do(func() {
+		close(h.closed)
+		err = errors.Join(how(h.near), how(h.far))
+		h.watcher.Wait()
+	})
+	return err
+}
+
+var (
+	_ transport.Transport    = (*Hybrid)(nil)
+	_ transport.Aborter      = (*Hybrid)(nil)
+	_ transport.LossNotifier = (*Hybrid)(nil)
+)

@@ -1,0 +1,238 @@
+package shm_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/gocoll/gocoll/bootstrap"
+	"github.com/gocoll/gocoll/collectives"
+	"github.com/gocoll/gocoll/internal/conformance"
+	"github.com/gocoll/gocoll/internal/reduce"
+	"github.com/gocoll/gocoll/transport"
+	"github.com/gocoll/gocoll/transport/shm"
+	"github.com/gocoll/gocoll/transport/tcp"
+)
+
+// twoHosts puts the first half of n ranks on fake host 0, the rest on 1.
+func twoHosts(n int) []int {
+	hosts := make([]int, n)
+	for r := range hosts {
+		hosts[r] = r * 2 / n
+	}
+	return hosts
+}
+
+// hybridMesh builds, in this process, what a job over several hosts
+// builds: a TCP mesh of all n ranks, a shared-memory mesh per (fake) host,
+// and per rank a Hybrid routing between them.
+func hybridMesh(t testing.TB, hosts []int) []transport.Transport {
+	t.Helper()
+	n := len(hosts)
+	token := []byte("hybrid-token")
+	srv, err := bootstrap.Listen("127.0.0.1:0", token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ts := make([]transport.Transport, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := 0; r < n; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			store, err := bootstrap.Dial(ctx, srv.Addr(), token)
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			defer store.Close()
+			var local []int
+			for q, h := range hosts {
+				if h == hosts[r] {
+					local = append(local, q)
+				}
+			}
+			far, err := tcp.Connect(ctx, store, r, n, token, tcp.Options{Spin: tcp.SpinFor(n)})
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			idx := 0
+			for idx < len(local) && local[idx] != r {
+				idx++
+			}
+			near, err := shm.Connect(ctx, store, idx, len(local), token,
+				shm.Options{Spin: shm.SpinFor(n), Namespace: "host" + strconv.Itoa(hosts[r]) + "/"})
+			if err != nil {
+				far.Close()
+				errs[r] = err
+				return
+			}
+			ts[r], errs[r] = shm.NewHybrid(near, local, far)
+		}()
+	}
+	wg.Wait()
+	t.Cleanup(func() {
+		var wg sync.WaitGroup
+		for _, tr := range ts {
+			if tr != nil {
+				wg.Add(1)
+				go func() { defer wg.Done(); tr.Close() }()
+			}
+		}
+		wg.Wait()
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: connect: %v", r, err)
+		}
+	}
+	return ts
+}
+
+// TestConformanceHybrid runs the whole suite over ranks split between two
+// fake hosts: every algorithm works through the per-peer routing.
+func TestConformanceHybrid(t *testing.T) {
+	conformance.Run(t, func(t testing.TB, n int) []transport.Transport { return hybridMesh(t, twoHosts(n)) })
+}
+
+// syncBuffer is a log sink shared by the ranks' goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestHierarchical runs allreduce with ranks on two and three fake hosts,
+// hosts of unequal size included: the hierarchical algorithm must be the
+// one chosen (and logged), unless overridden, and every rank must hold the
+// exact reduction.
+func TestHierarchical(t *testing.T) {
+	cases := []struct {
+		name  string
+		hosts []int
+	}{
+		{"2x2", []int{0, 0, 1, 1}},
+		{"3+2", []int{0, 1, 0, 1, 0}},
+		{"1+3", []int{7, 3, 3, 3}},
+		{"3+3+2", []int{0, 0, 0, 1, 1, 1, 2, 2}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			n := len(tc.hosts)
+			ts := hybridMesh(t, tc.hosts)
+			for _, algo := range []string{"", "ring"} {
+				var logs syncBuffer
+				algos, err := collectives.ParseAlgos(algo)
+				if err != nil {
+					t.Fatal(err)
+				}
+				groups := make([]*collectives.Group, n)
+				for r := range groups {
+					logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+					groups[r] = collectives.NewGroup(ts[r], collectives.Options{Hosts: tc.hosts, Algos: algos, Logger: logger})
+				}
+				for _, count := range []int{0, 1, n + 1, 40_000, 300_007} {
+					checkAllReduce(t, groups, count)
+				}
+				want := "algo=hier"
+				if algo != "" {
+					want = "algo=" + algo
+				}
+				if !strings.Contains(logs.String(), want) || algo != "" && strings.Contains(logs.String(), "algo=hier") {
+					t.Errorf("GOCOLL_ALGO=%q: log does not show %s alone:\n%s", algo, want, logs.String())
+				}
+			}
+		})
+	}
+}
+
+func checkAllReduce(t *testing.T, groups []*collectives.Group, count int) {
+	t.Helper()
+	n := len(groups)
+	f32 := make([][]float32, n)
+	i32 := make([][]int32, n)
+	f64 := make([][]float64, n)
+	for r := range groups {
+		f32[r] = make([]float32, count)
+		i32[r] = make([]int32, count)
+		f64[r] = make([]float64, count)
+		for i := 0; i < count; i++ {
+			f32[r][i] = float32((r*31 + i) % 1000)
+			i32[r][i] = int32((r*7919+i*104729)%997 - 500)
+			f64[r][i] = float64((r*13+i)%101) / 4
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r, g := range groups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if errs[r] = g.AllReduce(ctx, asBytes(f32[r]), reduce.Float32, reduce.Sum); errs[r] != nil {
+				return
+			}
+			if errs[r] = g.AllReduce(ctx, asBytes(i32[r]), reduce.Int32, reduce.Max); errs[r] != nil {
+				return
+			}
+			errs[r] = g.AllReduce(ctx, asBytes(f64[r]), reduce.Float64, reduce.Avg)
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("count %d: rank %d: %v", count, r, err)
+		}
+	}
+	for i := 0; i < count; i++ {
+		var sum float32
+		var mx int32 = math.MinInt32
+		var avg float64
+		for q := 0; q < n; q++ {
+			sum += float32((q*31 + i) % 1000)
+			mx = max(mx, int32((q*7919+i*104729)%997-500))
+			avg += float64((q*13+i)%101) / 4
+		}
+		avg /= float64(n)
+		for r := 0; r < n; r++ {
+			if f32[r][i] != sum || i32[r][i] != mx || math.Abs(f64[r][i]-avg) > 1e-12*avg {
+				t.Fatalf("count %d: rank %d element %d: got sum %v max %v avg %v, want %v %v %v",
+					count, r, i, f32[r][i], i32[r][i], f64[r][i], sum, mx, avg)
+			}
+			if f64[r][i] != f64[0][i] {
+				t.Fatalf("count %d: ranks %d and 0 disagree at element %d", count, r, i)
+			}
+		}
+	}
+}
+
+func asBytes[T any](s []T) []byte {
+	if len(s) == 0 {
+		return []byte{}
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), len(s)*int(unsafe.Sizeof(s[0])))
+}

@@ -1,0 +1,143 @@
+package shm
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gocoll/gocoll/bootstrap"
+	"github.com/gocoll/gocoll/transport"
+)
+
+func pair(t *testing.T) [2]*Transport {
+	t.Helper()
+	token := []byte("protocol-token")
+	srv, err := bootstrap.Listen("127.0.0.1:0", token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var ts [2]*Transport
+	var errs [2]error
+	var wg sync.WaitGroup
+	for r := range ts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			store, err := bootstrap.Dial(ctx, srv.Addr(), token)
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			defer store.Close()
+			ts[r], errs[r] = Connect(ctx, store, r, 2, token, Options{Slots: 2, SlotSize: 4 << 10})
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	t.Cleanup(func() { ts[0].Close(); ts[1].Close() })
+	return ts
+}
+
+// TestCorruptRing has a peer break the ring protocol by writing what a
+// correct sender or receiver never would: the victim must report the peer
+// lost with a protocol violation, not panic, hang or read out of bounds.
+func TestCorruptRing(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cases := []struct {
+		name    string
+		corrupt func(out *ring) // applied to rank 1's ring to rank 0
+		victim  func(ts [2]*Transport) error
+	}{
+		{"length beyond the slot", func(out *ring) {
+			*out.len(0) = 1 << 20
+			out.seq(0).Store(1)
+		}, func(ts [2]*Transport) error { _, err := ts[0].Recv(ctx, 1); return err }},
+		{"sequence from the future", func(out *ring) {
+			out.seq(0).Store(7)
+		}, func(ts [2]*Transport) error { _, err := ts[0].Recv(ctx, 1); return err }},
+		{"more releases than sends", func(out *ring) {}, func(ts [2]*Transport) error {
+			// Rank 0 (receiver of this ring) claims releases it never had:
+			// rank 1, the sender, must refuse to believe it.
+			ts[1].peers[0].out.head.Store(5)
+			ts[1].peers[0].headSeen = 0
+			for i := 0; i < 3; i++ {
+				if err := ts[1].Send(ctx, 0, []byte("x")); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ts := pair(t)
+			tc.corrupt(ts[1].peers[0].out)
+			err := tc.victim(ts)
+			if !errors.Is(err, transport.ErrPeerLost) || !errors.Is(err, errProtocol) {
+				t.Fatalf("got %v, want ErrPeerLost for a protocol violation", err)
+			}
+			var pe *transport.PeerError
+			if !errors.As(err, &pe) {
+				t.Fatalf("%v does not name the peer", err)
+			}
+			t.Log(err)
+		})
+	}
+}
+
+// TestControlMessages: the control-socket parser acts on whole messages
+// only, however the bytes are split between reads, and fails the peer on
+// anything it does not know.
+func TestControlMessages(t *testing.T) {
+	abort := func(why string) []byte {
+		return append([]byte{ctlAbort, byte(len(why)), byte(len(why) >> 8)}, why...)
+	}
+	tests := []struct {
+		name    string
+		stream  []byte
+		bye     bool
+		errText string // "" : the peer must still be healthy
+	}{
+		{name: "goodbye", stream: []byte{ctlBye}, bye: true},
+		{name: "abort", stream: abort("rank 5 died"), errText: "rank 3 gave up: rank 5 died"},
+		{name: "abort masks control characters", stream: abort("a\nb\x00"), errText: "rank 3 gave up: a?b?"},
+		{name: "partial abort waits", stream: abort("rank 5 died")[:6]},
+		{name: "oversized abort", stream: []byte{ctlAbort, 0xff, 0xff}, errText: "abort notice of 65535 bytes"},
+		{name: "stranger byte", stream: []byte{'x'}, errText: "unexpected byte 0x78"},
+	}
+	for _, tt := range tests {
+		// Every split of the stream into two reads must end the same way.
+		for cut := 0; cut <= len(tt.stream); cut++ {
+			var pending []byte
+			var err error
+			bye := false
+			for _, part := range [][]byte{tt.stream[:cut], tt.stream[cut:]} {
+				pending = append(pending, part...)
+				used, gotBye, cerr := control(3, pending, bye)
+				bye, pending = gotBye, pending[used:]
+				if err == nil {
+					err = cerr
+				}
+			}
+			switch {
+			case bye != tt.bye:
+				t.Errorf("%s, cut at %d: goodbye %v, want %v", tt.name, cut, bye, tt.bye)
+			case tt.errText == "" && err != nil:
+				t.Errorf("%s, cut at %d: peer failed: %v", tt.name, cut, err)
+			case tt.errText != "" && (err == nil || !strings.Contains(err.Error(), tt.errText) || !errors.Is(err, transport.ErrPeerLost)):
+				t.Errorf("%s, cut at %d: err %v, want ErrPeerLost saying %q", tt.name, cut, err, tt.errText)
+			}
+		}
+	}
+}

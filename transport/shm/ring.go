@@ -1,0 +1,170 @@
+package shm
+
+import (
+	"fmt"
+	"math"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Ring layout. A header page holds the counters and flags, each with 128
+// bytes to itself: the adjacent-line prefetcher of x86 cores pulls cache
+// lines in pairs, so 64 bytes apart is not far enough to keep the sender's
+// and the receiver's writes from invalidating each other. Then come the
+// slots, each behind a 128-byte slot header holding its sequence number
+// and length. The sender publishes a message by storing the sequence
+// number last; the receiver polls that word, which is also its futex word.
+// A small message (the 8-byte allreduce's 40 bytes with the collective's
+// header) travels inline, in the slot header's first cache line next to
+// the sequence number, so that one cache line moves per message.
+const (
+	offHead    = 0   // uint64, messages released; written by the receiver
+	offRxSleep = 128 // uint32, the receiver is (about to be) parked on a slot
+	offTxSleep = 256 // uint32, the sender is (about to be) parked on head
+	offMagic   = 384 // uint64, set by the creator
+	pageSize   = 4096
+	ringMagic  = 0x324d4853 // "SHM2"
+
+	slotHdr    = 128 // bytes before each slot's payload
+	offSeq     = 0   // uint64 in the slot header: message number + 1
+	offLen     = 8   // uint32 in the slot header: payload length
+	offInline  = 16  // payloads of up to inlineMax bytes start here
+	inlineMax  = 48  // what fits in the slot header's first cache line
+	slotsStart = pageSize
+)
+
+func ringBytes(slots, slotSize int) int {
+	return slotsStart + slots*(slotHdr+slotSize)
+}
+
+// ring is one mapping of a pair's shared ring.
+type ring struct {
+	mem      []byte
+	head     *atomic.Uint64
+	rxSleep  *atomic.Uint32
+	txSleep  *atomic.Uint32
+	slots    uint64
+	slotSize int
+}
+
+func newRing(mem []byte, slots, slotSize int) *ring {
+	return &ring{
+		mem:      mem,
+		head:     (*atomic.Uint64)(unsafe.Pointer(&mem[offHead])),
+		rxSleep:  (*atomic.Uint32)(unsafe.Pointer(&mem[offRxSleep])),
+		txSleep:  (*atomic.Uint32)(unsafe.Pointer(&mem[offTxSleep])),
+		slots:    uint64(slots),
+		slotSize: slotSize,
+	}
+}
+
+func (r *ring) magic() *atomic.Uint64 {
+	return (*atomic.Uint64)(unsafe.Pointer(&r.mem[offMagic]))
+}
+
+func (r *ring) base(i uint64) int { return slotsStart + int(i)*(slotHdr+r.slotSize) }
+
+// seq is slot i's sequence word.
+func (r *ring) seq(i uint64) *atomic.Uint64 {
+	return (*atomic.Uint64)(unsafe.Pointer(&r.mem[r.base(i)+offSeq]))
+}
+
+func (r *ring) len(i uint64) *uint32 {
+	return (*uint32)(unsafe.Pointer(&r.mem[r.base(i)+offLen]))
+}
+
+// payload is where an n-byte message lives in slot i.
+func (r *ring) payload(i uint64, n int) []byte {
+	off := r.base(i) + slotHdr
+	if n <= inlineMax {
+		off = r.base(i) + offInline
+	}
+	return r.mem[off : off+n : off+n]
+}
+
+// createRing makes a sealed memfd of the ring's size, maps it and marks
+// it. The caller passes fd to the sender and closes it.
+func createRing(slots, slotSize int) (fd int, r *ring, err error) {
+	size := ringBytes(slots, slotSize)
+	fd, err = unix.MemfdCreate("gocoll-shm", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return -1, nil, fmt.Errorf("shm: memfd_create: %w", err)
+	}
+	fail := func(what string, err error) (int, *ring, error) {
+		unix.Close(fd)
+		return -1, nil, fmt.Errorf("shm: %s: %w", what, err)
+	}
+	if err := unix.Ftruncate(fd, int64(size)); err != nil {
+		return fail("size the ring", err)
+	}
+	// Sealed, a peer cannot shrink the file under our mapping, which would
+	// turn our next access into SIGBUS.
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL); err != nil {
+		return fail("seal the ring", err)
+	}
+	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return fail("map the ring", err)
+	}
+	r = newRing(mem, slots, slotSize)
+	r.magic().Store(ringMagic)
+	return fd, r, nil
+}
+
+// openRing maps a ring a peer created, after checking it is what the peer
+// claims: the right size, sealed against shrinking, and initialised.
+func openRing(fd, slots, slotSize int) (*ring, error) {
+	size := ringBytes(slots, slotSize)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("shm: stat the peer's ring: %w", err)
+	}
+	if st.Size != int64(size) {
+		return nil, fmt.Errorf("shm: the peer's ring has %d bytes, want %d: %w", st.Size, size, errProtocol)
+	}
+	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
+	if err != nil || seals&unix.F_SEAL_SHRINK == 0 {
+		return nil, fmt.Errorf("shm: the peer's ring is not sealed against shrinking: %w", errProtocol)
+	}
+	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("shm: map the peer's ring: %w", err)
+	}
+	r := newRing(mem, slots, slotSize)
+	if r.magic().Load() != ringMagic {
+		unix.Munmap(mem)
+		return nil, fmt.Errorf("shm: the peer's ring is not initialised: %w", errProtocol)
+	}
+	return r, nil
+}
+
+func (r *ring) unmap() {
+	if r != nil && r.mem != nil {
+		unix.Munmap(r.mem)
+		r.mem = nil
+	}
+}
+
+// The futex word of a counter is its low half (little-endian): it changes
+// with every increment, and a wrap of exactly 2^32 messages between a check
+// and the wait cannot happen.
+func word(c *atomic.Uint64) *uint32 { return (*uint32)(unsafe.Pointer(c)) }
+
+const (
+	futexWait = 0 // FUTEX_WAIT, shared (the word is in memory shared between processes)
+	futexWake = 1 // FUTEX_WAKE, shared
+)
+
+// park blocks until *addr != val, a wake, or d passes.
+func park(addr *uint32, val uint32, d time.Duration) {
+	ts := unix.NsecToTimespec(int64(d))
+	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWait, uintptr(val), uintptr(unsafe.Pointer(&ts)), 0, 0)
+}
+
+// wake wakes every thread parked on addr, in any process.
+func wake(addr *uint32) {
+	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWake, uintptr(math.MaxInt32), 0, 0, 0)
+}

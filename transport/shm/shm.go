@@ -1,0 +1,875 @@
+package shm
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"net"
+	"os"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gocoll/gocoll/internal/auth"
+	"github.com/gocoll/gocoll/internal/logging"
+	"github.com/gocoll/gocoll/internal/safetext"
+	"github.com/gocoll/gocoll/transport"
+)
+
+// Store is the part of the rendezvous client the mesh needs.
+type Store interface {
+	Put(ctx context.Context, key string, value []byte) error
+	Get(ctx context.Context, key string) ([]byte, error)
+}
+
+// Options tune the mesh. The zero value picks the defaults.
+type Options struct {
+	// Slots is the number of slots per ring (default 8, at least 2).
+	Slots int
+	// SlotSize is the bytes per slot, the largest message (default 256 KiB,
+	// a multiple of 64).
+	SlotSize int
+	// Namespace separates meshes built through the same store (one per
+	// communicator); it prefixes the store keys and is checked at connect.
+	Namespace string
+	// HandshakeTimeout bounds a single connection's setup.
+	HandshakeTimeout time.Duration
+	// Spin is how long a waiting call polls its ring before it parks in a
+	// futex (default DefaultSpin; negative: never spin). See SpinFor.
+	Spin time.Duration
+}
+
+const (
+	DefaultSlots    = 8
+	DefaultSlotSize = 256 << 10
+	MaxSlotSize     = 64 << 20
+	maxSlots        = 1 << 12
+
+	// DefaultSpin is the polling budget of a rank that has a core to
+	// itself: longer than a reply takes when the peer polls too, and
+	// longer than a wake-up from a futex, so that a ping-pong does not
+	// settle into both sides parking every round.
+	DefaultSpin = time.Millisecond
+	// crowdedSpin is the budget when ranks outnumber cores: a spinning
+	// rank then takes the core from the very peer it waits for.
+	crowdedSpin = 20 * time.Microsecond
+
+	// parkSlice bounds one futex wait, so that a wake lost to a bug, or a
+	// peer that died in a way the socket does not show, costs latency and
+	// not a hang.
+	parkSlice = 50 * time.Millisecond
+)
+
+// SpinFor is the Spin for a rank sharing this host with ranksHere-1 others.
+func SpinFor(ranksHere int) time.Duration {
+	if ranksHere > runtime.NumCPU() {
+		return crowdedSpin
+	}
+	return DefaultSpin
+}
+
+var errProtocol = errors.New("protocol violation")
+
+func (o *Options) fill() error {
+	if o.Slots == 0 {
+		o.Slots = DefaultSlots
+	}
+	if o.SlotSize == 0 {
+		o.SlotSize = DefaultSlotSize
+	}
+	if o.Slots < 2 || o.Slots > maxSlots {
+		return fmt.Errorf("shm: %d slots per peer, want 2..%d", o.Slots, maxSlots)
+	}
+	if o.SlotSize < 4<<10 || o.SlotSize > MaxSlotSize || o.SlotSize%64 != 0 {
+		return fmt.Errorf("shm: slot size %d, want a multiple of 64 in [4 KiB, %d MiB]", o.SlotSize, MaxSlotSize>>20)
+	}
+	if o.HandshakeTimeout == 0 {
+		o.HandshakeTimeout = 10 * time.Second
+	}
+	if o.Spin == 0 {
+		o.Spin = DefaultSpin
+	}
+	if o.Spin < 0 {
+		o.Spin = 0
+	}
+	return nil
+}
+
+// Transport is the shared-memory mesh of one rank. See package transport
+// for the contract and the package doc for the design.
+type Transport struct {
+	rank, size int
+	opts       Options
+	peers      []*peer
+
+	closing   atomic.Bool
+	closed    chan struct{}
+	closeOnce sync.Once
+	// refs counts the transport itself, the calls inside Send, Recv and
+	// Release, and every message handed out and not yet released: the
+	// rings are unmapped only when it drops to zero, so neither Close nor
+	// Abort can pull memory from under a copy or a reduce in progress.
+	refs      atomic.Int64
+	unmapOnce sync.Once
+	readers   sync.WaitGroup
+	refused   atomic.Int64
+
+	lostOnce sync.Once
+	lost     chan struct{}
+	lostErr  error
+}
+
+type peer struct {
+	t    *Transport
+	rank int
+	pid  int
+	conn *net.UnixConn
+	in   *ring // peer -> us, in the memfd we created
+	out  *ring // us -> peer, in the memfd the peer created
+
+	recvSeq  uint64 // messages received (only the receiving goroutine)
+	sendSeq  uint64 // messages sent (only the sending goroutine)
+	headSeen uint64 // the peer's head when last read (sending goroutine)
+
+	failOnce sync.Once
+	gone     atomic.Bool // set, after err, when dead closes: cheap to poll
+	dead     chan struct{}
+	err      error // set before dead is closed
+}
+
+// Connect builds this rank's mesh to all size-1 peers, which must all run
+// on this host.
+func Connect(ctx context.Context, store Store, rank, size int, token []byte, opts Options) (*Transport, error) {
+	if err := opts.fill(); err != nil {
+		return nil, err
+	}
+	if size < 1 || rank < 0 || rank >= size {
+		return nil, fmt.Errorf("shm: rank %d of size %d", rank, size)
+	}
+	t := &Transport{
+		rank:   rank,
+		size:   size,
+		opts:   opts,
+		peers:  make([]*peer, size),
+		closed: make(chan struct{}),
+		lost:   make(chan struct{}),
+	}
+	t.refs.Store(1)
+	if size == 1 {
+		return t, nil
+	}
+	if store == nil {
+		return nil, fmt.Errorf("shm: a job of %d ranks needs a rendezvous store", size)
+	}
+	if err := t.connect(ctx, store, token); err != nil {
+		t.Abort(err)
+		return nil, err
+	}
+	for _, p := range t.peers {
+		if p != nil {
+			t.readers.Add(1)
+			go p.watch()
+		}
+	}
+	logging.L().Debug("shm mesh connected", "rank", rank, "size", size, "slots", opts.Slots, "slot_size", opts.SlotSize)
+	return t, nil
+}
+
+type hello struct {
+	rank, size, slots, slotSize, pid uint32
+	namespace                        uint64
+}
+
+const helloLen = 4 + 5*4 + 8
+
+func (h hello) marshal() []byte {
+	b := make([]byte, helloLen)
+	copy(b, "SHM1")
+	binary.LittleEndian.PutUint32(b[4:], h.rank)
+	binary.LittleEndian.PutUint32(b[8:], h.size)
+	binary.LittleEndian.PutUint32(b[12:], h.slots)
+	binary.LittleEndian.PutUint32(b[16:], h.slotSize)
+	binary.LittleEndian.PutUint32(b[20:], h.pid)
+	binary.LittleEndian.PutUint64(b[24:], h.namespace)
+	return b
+}
+
+func parseHello(b []byte) (hello, error) {
+	if len(b) != helloLen || string(b[:4]) != "SHM1" {
+		return hello{}, fmt.Errorf("bad shm hello: %w", errProtocol)
+	}
+	return hello{
+		rank:      binary.LittleEndian.Uint32(b[4:]),
+		size:      binary.LittleEndian.Uint32(b[8:]),
+		slots:     binary.LittleEndian.Uint32(b[12:]),
+		slotSize:  binary.LittleEndian.Uint32(b[16:]),
+		pid:       binary.LittleEndian.Uint32(b[20:]),
+		namespace: binary.LittleEndian.Uint64(b[24:]),
+	}, nil
+}
+
+func (t *Transport) hello() hello {
+	h := fnv.New64a()
+	h.Write([]byte(t.opts.Namespace))
+	return hello{uint32(t.rank), uint32(t.size), uint32(t.opts.Slots), uint32(t.opts.SlotSize), uint32(os.Getpid()), h.Sum64()}
+}
+
+func (t *Transport) check(h hello, want int) error {
+	mine := t.hello()
+	switch {
+	case h.namespace != mine.namespace:
+		return fmt.Errorf("peer belongs to another communicator: %w", errProtocol)
+	case h.size != mine.size:
+		return fmt.Errorf("peer says the job has %d ranks, this rank says %d", h.size, mine.size)
+	case want >= 0 && int(h.rank) != want:
+		return fmt.Errorf("expected rank %d, peer says it is rank %d", want, h.rank)
+	case want < 0 && (int(h.rank) <= t.rank || int(h.rank) >= t.size):
+		return fmt.Errorf("rank %d may not dial rank %d", h.rank, t.rank)
+	case h.slots != mine.slots || h.slotSize != mine.slotSize:
+		return fmt.Errorf("peer uses %d slots of %d bytes, this rank %d of %d (every rank must use the same transport options)",
+			h.slots, h.slotSize, mine.slots, mine.slotSize)
+	}
+	return nil
+}
+
+func (t *Transport) key(r int) string {
+	return t.opts.Namespace + "shm/addr/" + strconv.Itoa(r)
+}
+
+func (t *Transport) connect(ctx context.Context, store Store, token []byte) error {
+	// An abstract socket has no file to clean up, and, like the memfds,
+	// vanishes with the process.
+	var nonce [12]byte
+	if _, err := rand.Read(nonce[:]); err != nil {
+		return fmt.Errorf("shm: socket name: %w", err)
+	}
+	name := "@gocoll-shm-" + hex.EncodeToString(nonce[:])
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: name, Net: "unix"})
+	if err != nil {
+		return fmt.Errorf("shm: listen on %s: %w", name, err)
+	}
+	defer ln.Close()
+	if err := store.Put(ctx, t.key(t.rank), []byte(name)); err != nil {
+		return fmt.Errorf("shm: publish address: %w", err)
+	}
+
+	type result struct {
+		p   *peer
+		err error
+	}
+	results := make(chan result, t.size)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	for r := 0; r < t.rank; r++ {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			p, err := t.dial(ctx, store, token, r)
+			results <- result{p, err}
+		}(r)
+	}
+	if t.rank < t.size-1 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t.acceptLoop(ctx, ln, token, func(p *peer, err error) { results <- result{p, err} })
+		}()
+	}
+	var firstErr error
+	for got := 0; got < t.size-1; got++ {
+		var r result
+		select {
+		case r = <-results:
+		case <-ctx.Done():
+			r.err = fmt.Errorf("shm: building the mesh: %w", ctx.Err())
+		}
+		if r.err != nil {
+			firstErr = r.err
+			break
+		}
+		t.peers[r.p.rank] = r.p
+	}
+	cancel()
+	ln.Close()
+	wg.Wait()
+	close(results)
+	for r := range results {
+		if r.p != nil && t.peers[r.p.rank] != r.p {
+			r.p.release()
+		}
+	}
+	return firstErr
+}
+
+func (t *Transport) dial(ctx context.Context, store Store, token []byte, r int) (*peer, error) {
+	addr, err := store.Get(ctx, t.key(r))
+	if err != nil {
+		return nil, fmt.Errorf("shm: address of rank %d: %w", r, err)
+	}
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", string(addr))
+	if err != nil {
+		return nil, &transport.PeerError{Peer: r, Op: "connect", Err: fmt.Errorf("%w (is rank %d on this host?)", err, r)}
+	}
+	p, err := t.handshake(ctx, c.(*net.UnixConn), token, true, r)
+	if err != nil {
+		c.Close()
+		return nil, &transport.PeerError{Peer: r, Op: "connect", Err: err}
+	}
+	return p, nil
+}
+
+// acceptLoop accepts until the listener closes; strangers are refused,
+// counted and logged, and do not hold up the ranks behind them.
+func (t *Transport) acceptLoop(ctx context.Context, ln *net.UnixListener, token []byte, deliver func(*peer, error)) {
+	var hs sync.WaitGroup
+	defer hs.Wait()
+	var mu sync.Mutex
+	seen := make(map[int]bool)
+	for {
+		c, err := ln.AcceptUnix()
+		if err != nil {
+			if ctx.Err() == nil {
+				deliver(nil, fmt.Errorf("shm: accept: %w", err))
+			}
+			return
+		}
+		hs.Add(1)
+		go func() {
+			defer hs.Done()
+			p, err := t.handshake(ctx, c, token, false, -1)
+			if err == nil {
+				mu.Lock()
+				dup := seen[p.rank]
+				seen[p.rank] = true
+				mu.Unlock()
+				if dup {
+					p.release()
+					err = fmt.Errorf("rank %d connected twice", p.rank)
+				}
+			}
+			if err != nil {
+				c.Close()
+				if ctx.Err() == nil {
+					t.refused.Add(1)
+					logging.L().Warn("shm: refused a connection", "rank", t.rank, "err", err)
+				}
+				return
+			}
+			deliver(p, nil)
+		}()
+	}
+}
+
+// handshake authenticates the peer, checks it is part of this job with
+// the same options, and swaps rings: each side creates the ring it
+// receives on and passes its descriptor to the other.
+func (t *Transport) handshake(ctx context.Context, c *net.UnixConn, token []byte, dialer bool, want int) (*peer, error) {
+	deadline := time.Now().Add(t.opts.HandshakeTimeout)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+		deadline = dl
+	}
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	if err := auth.Handshake(c, token, auth.Mesh, dialer, deadline); err != nil {
+		return nil, err
+	}
+	c.SetDeadline(deadline)
+	if _, err := c.Write(t.hello().marshal()); err != nil {
+		return nil, fmt.Errorf("send hello: %w", err)
+	}
+	buf := make([]byte, helloLen)
+	if _, err := io.ReadFull(c, buf); err != nil {
+		return nil, fmt.Errorf("read hello: %w", err)
+	}
+	h, err := parseHello(buf)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.check(h, want); err != nil {
+		return nil, err
+	}
+	p := &peer{t: t, rank: int(h.rank), pid: int(h.pid), conn: c, dead: make(chan struct{})}
+	fd, in, err := createRing(t.opts.Slots, t.opts.SlotSize)
+	if err != nil {
+		return nil, err
+	}
+	p.in = in
+	_, _, err = c.WriteMsgUnix([]byte{'R'}, unix.UnixRights(fd), nil)
+	unix.Close(fd)
+	if err != nil {
+		p.release()
+		return nil, fmt.Errorf("pass the ring: %w", err)
+	}
+	out, err := t.receiveRing(c)
+	if err != nil {
+		p.release()
+		return nil, err
+	}
+	p.out = out
+	if !stop() && ctx.Err() != nil {
+		p.release()
+		return nil, ctx.Err()
+	}
+	c.SetDeadline(time.Time{})
+	return p, nil
+}
+
+func (t *Transport) receiveRing(c *net.UnixConn) (*ring, error) {
+	var b [1]byte
+	oob := make([]byte, unix.CmsgSpace(4*4))
+	n, oobn, _, _, err := c.ReadMsgUnix(b[:], oob)
+	if err != nil {
+		return nil, fmt.Errorf("receive the peer's ring: %w", err)
+	}
+	var fds []int
+	if msgs, perr := unix.ParseSocketControlMessage(oob[:oobn]); perr == nil {
+		for _, m := range msgs {
+			if got, err := unix.ParseUnixRights(&m); err == nil {
+				fds = append(fds, got...)
+			}
+		}
+	}
+	defer func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}()
+	if n != 1 || b[0] != 'R' || len(fds) != 1 {
+		return nil, fmt.Errorf("the peer passed %d descriptors with %q, want one ring: %w", len(fds), b[:n], errProtocol)
+	}
+	return openRing(fds[0], t.opts.Slots, t.opts.SlotSize)
+}
+
+// release unmaps a peer's rings and closes its socket; for peers that
+// never joined the mesh.
+func (p *peer) release() {
+	p.in.unmap()
+	p.out.unmap()
+	if p.conn != nil {
+		p.conn.Close()
+	}
+}
+
+// watch reads the peer's socket until it ends: the goodbye byte says the
+// peer closes in order; end of stream without it says the peer is gone.
+func (p *peer) watch() {
+	defer p.t.readers.Done()
+	var pending []byte // control bytes not yet parsed: at most one partial abort notice
+	var b [512]byte
+	bye := false
+	for {
+		n, err := p.conn.Read(b[:])
+		pending = append(pending, b[:n]...)
+		used, gotBye, cerr := control(p.rank, pending, bye)
+		bye = gotBye
+		pending = append(pending[:0], pending[used:]...)
+		if cerr != nil {
+			p.fail(cerr)
+		}
+		if err != nil {
+			switch {
+			case p.t.closing.Load():
+			case bye:
+				p.fail(transport.ErrPeerClosed)
+			default:
+				p.fail(fmt.Errorf("%w: process %d ended without goodbye (died or aborted)", transport.ErrPeerLost, p.pid))
+			}
+			return
+		}
+	}
+}
+
+// The control socket carries, besides its end, at most two things:
+// ctlBye, an orderly goodbye, and ctlAbort + uint16 length + text, why
+// the peer is about to drop out (see Abort).
+const (
+	ctlBye       = 'B'
+	ctlAbort     = 'A'
+	maxAbortText = 512
+)
+
+// control acts on the whole control messages at the front of b: it says
+// how many bytes it used, whether a goodbye came, and why the peer is lost
+// if it is (an abort notice, or bytes that break the protocol).
+func control(rank int, b []byte, bye bool) (int, bool, error) {
+	used := 0
+	for used < len(b) {
+		switch b[used] {
+		case ctlBye:
+			bye = true
+			used++
+		case ctlAbort:
+			if len(b)-used < 3 {
+				return used, bye, nil
+			}
+			n := int(binary.LittleEndian.Uint16(b[used+1:]))
+			if n > maxAbortText {
+				return len(b), bye, fmt.Errorf("%w: abort notice of %d bytes (at most %d): %w", transport.ErrPeerLost, n, maxAbortText, errProtocol)
+			}
+			if len(b)-used < 3+n {
+				return used, bye, nil
+			}
+			return used + 3 + n, bye, fmt.Errorf("%w: rank %d gave up: %s", transport.ErrPeerLost, rank, safetext.Printable(b[used+3:used+3+n]))
+		default:
+			return len(b), bye, fmt.Errorf("%w: unexpected byte %#x on the control socket: %w", transport.ErrPeerLost, b[used], errProtocol)
+		}
+	}
+	return used, bye, nil
+}
+
+// fail marks the peer unusable (the first cause wins) and wakes every
+// call parked on one of its rings.
+func (p *peer) fail(err error) {
+	p.failOnce.Do(func() {
+		p.err = err
+		p.gone.Store(true)
+		close(p.dead)
+		p.t.noteLoss(p)
+		p.wakeAll()
+	})
+}
+
+func (p *peer) wakeAll() {
+	// Only the counters are touched, and they stay mapped while any call
+	// holds a reference; a peer's rings are unmapped only after the
+	// readers stopped (see unmap). A receiver parks on the sequence word
+	// of the slot it expects next; which one is its own business, so every
+	// slot is woken (this happens once per peer, at loss or close).
+	for i := uint64(0); i < p.in.slots; i++ {
+		wake(word(p.in.seq(i)))
+	}
+	wake(word(p.out.head))
+}
+
+func (p *peer) failed() error {
+	if p.gone.Load() {
+		return p.err
+	}
+	return nil
+}
+
+func (p *peer) error(op string) error {
+	return &transport.PeerError{Peer: p.rank, Op: op, Err: p.err}
+}
+
+// lossGrace is how long after a peer is lost the loss is announced
+// through Lost. Calls involving the peer fail at once; the delay is for
+// the communicator above, which breaks as soon as Lost fires: a peer that
+// quit because it saw a mismatch left its header in our ring, and this
+// rank should get to read it and report the mismatch, as it would over
+// TCP (where the loss is only seen after the data before it), rather than
+// a bare "peer lost". It is short against the time a job takes to notice
+// a dead rank any other way.
+const lossGrace = 50 * time.Millisecond
+
+func (t *Transport) noteLoss(p *peer) {
+	if t.closing.Load() || errors.Is(p.err, transport.ErrPeerClosed) {
+		return
+	}
+	time.AfterFunc(lossGrace, func() {
+		if t.closing.Load() {
+			return
+		}
+		t.lostOnce.Do(func() {
+			t.lostErr = &transport.PeerError{Peer: p.rank, Op: "link to", Err: p.err}
+			close(t.lost)
+		})
+	})
+}
+
+// Lost implements transport.LossNotifier.
+func (t *Transport) Lost() <-chan struct{} { return t.lost }
+
+// LostErr implements transport.LossNotifier.
+func (t *Transport) LostErr() error {
+	select {
+	case <-t.lost:
+		return t.lostErr
+	default:
+		return nil
+	}
+}
+
+// Rank implements transport.Transport.
+func (t *Transport) Rank() int { return t.rank }
+
+// Size implements transport.Transport.
+func (t *Transport) Size() int { return t.size }
+
+// MaxMessage implements transport.Transport.
+func (t *Transport) MaxMessage() int { return t.opts.SlotSize }
+
+// Refused counts connections turned away during Connect.
+func (t *Transport) Refused() int { return int(t.refused.Load()) }
+
+// enter takes a reference for a call; false once the transport is closed.
+func (t *Transport) enter() bool {
+	t.refs.Add(1)
+	if t.closing.Load() {
+		t.exit()
+		return false
+	}
+	return true
+}
+
+func (t *Transport) exit() {
+	if t.refs.Add(-1) == 0 {
+		t.unmapOnce.Do(t.unmap)
+	}
+}
+
+func (t *Transport) unmap() {
+	// The readers may still wake futexes on a dying peer's rings.
+	t.readers.Wait()
+	for _, p := range t.peers {
+		if p != nil {
+			p.in.unmap()
+			p.out.unmap()
+		}
+	}
+}
+
+func (t *Transport) peer(r int, op string) (*peer, error) {
+	if r < 0 || r >= t.size || r == t.rank {
+		return nil, fmt.Errorf("shm: %s: rank %d is not a peer of rank %d in a job of %d", op, r, t.rank, t.size)
+	}
+	return t.peers[r], nil
+}
+
+// Send implements transport.Transport.
+func (t *Transport) Send(ctx context.Context, to int, b []byte) error {
+	p, err := t.peer(to, "send to")
+	if err != nil {
+		return err
+	}
+	if len(b) > t.opts.SlotSize {
+		return fmt.Errorf("shm: send of %d bytes to rank %d exceeds the %d-byte slot", len(b), to, t.opts.SlotSize)
+	}
+	if !t.enter() {
+		return &transport.PeerError{Peer: to, Op: "send to", Err: transport.ErrClosed}
+	}
+	defer t.exit()
+	if p.failed() != nil {
+		return p.error("send to")
+	}
+	r := p.out
+	seq := p.sendSeq
+	// The receiver's head is read only when the credits last seen run
+	// out: most sends then touch no cache line the receiver writes.
+	for seq-p.headSeen >= r.slots {
+		head := r.head.Load()
+		if head > seq || seq-head > r.slots {
+			p.fail(fmt.Errorf("%w: released %d of %d messages sent: %w", transport.ErrPeerLost, head, seq, errProtocol))
+			return p.error("send to")
+		}
+		p.headSeen = head
+		if seq-head < r.slots {
+			break
+		}
+		err := t.wait(ctx, p, r.head, r.txSleep, func() bool { return seq-r.head.Load() < r.slots })
+		if err != nil {
+			return &transport.PeerError{Peer: to, Op: "send to", Err: err}
+		}
+		if p.failed() != nil {
+			return p.error("send to")
+		}
+	}
+	slot := seq % r.slots
+	copy(r.payload(slot, len(b)), b)
+	*r.len(slot) = uint32(len(b))
+	// The store publishes the payload and its length: Go's atomics are
+	// sequentially consistent, and on amd64 stores are not reordered
+	// with older stores anyway.
+	w := r.seq(slot)
+	w.Store(seq + 1)
+	p.sendSeq = seq + 1
+	if r.rxSleep.Load() != 0 {
+		wake(word(w))
+	}
+	return nil
+}
+
+// Recv implements transport.Transport.
+func (t *Transport) Recv(ctx context.Context, from int) (transport.Message, error) {
+	p, err := t.peer(from, "recv from")
+	if err != nil {
+		return transport.Message{}, err
+	}
+	if !t.enter() {
+		return transport.Message{}, &transport.PeerError{Peer: from, Op: "recv from", Err: transport.ErrClosed}
+	}
+	r := p.in
+	seq := p.recvSeq
+	slot := seq % r.slots
+	w := r.seq(slot)
+	// Before message seq lands, its slot still holds the one a lap
+	// earlier (or nothing yet).
+	var before uint64
+	if seq >= r.slots {
+		before = seq + 1 - r.slots
+	}
+	for {
+		v := w.Load()
+		if v == seq+1 {
+			n := int(*r.len(slot))
+			if n > r.slotSize {
+				p.fail(fmt.Errorf("%w: message of %d bytes in a %d-byte slot: %w", transport.ErrPeerLost, n, r.slotSize, errProtocol))
+				break
+			}
+			p.recvSeq = seq + 1
+			// The reference taken by enter now belongs to the message:
+			// Release returns it.
+			return transport.Message{Data: r.payload(slot, n), Peer: from, Slot: int(slot)}, nil
+		}
+		if v != before {
+			p.fail(fmt.Errorf("%w: slot %d holds message %d, expected %d or %d: %w", transport.ErrPeerLost, slot, v, before, seq+1, errProtocol))
+			break
+		}
+		if p.failed() != nil {
+			break // what the peer delivered came first, above
+		}
+		err := t.wait(ctx, p, w, r.rxSleep, func() bool { return w.Load() != before })
+		if err != nil {
+			t.exit()
+			return transport.Message{}, &transport.PeerError{Peer: from, Op: "recv from", Err: err}
+		}
+	}
+	t.exit()
+	return transport.Message{}, p.error("recv from")
+}
+
+// Release implements transport.Transport.
+func (t *Transport) Release(m transport.Message) {
+	if m.Peer < 0 || m.Peer >= t.size || m.Peer == t.rank || t.peers[m.Peer] == nil {
+		return
+	}
+	r := t.peers[m.Peer].in
+	r.head.Add(1)
+	if r.txSleep.Load() != 0 {
+		wake(word(r.head))
+	}
+	t.exit()
+}
+
+// wait returns once ready() holds, or p failed (the caller looks), or with
+// an error once ctx ends or the transport closes. It polls for Spin, then
+// parks on counter, having raised flag so that the other side wakes it.
+func (t *Transport) wait(ctx context.Context, p *peer, counter *atomic.Uint64, flag *atomic.Uint32, ready func() bool) error {
+	if t.opts.Spin > 0 {
+		until := time.Now().Add(t.opts.Spin)
+		for i := 1; ; i++ {
+			if ready() || p.failed() != nil {
+				return nil
+			}
+			if i%64 == 0 {
+				if err := t.stopped(ctx); err != nil {
+					return err
+				}
+				if time.Now().After(until) {
+					break
+				}
+				// Ranks of an in-process job share this process's cores.
+				runtime.Gosched()
+			}
+			if i%256 == 0 {
+				// And ranks in other processes may share this core: on a
+				// crowded host the peer we wait for is often queued
+				// behind us, and would run only once we park.
+				unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+			}
+		}
+	}
+	var stop func() bool
+	if ctx.Done() != nil {
+		stop = context.AfterFunc(ctx, func() { wake(word(counter)) })
+		defer stop()
+	}
+	defer flag.Store(0)
+	for {
+		flag.Store(1)
+		v := uint32(counter.Load())
+		if ready() || p.failed() != nil {
+			return nil
+		}
+		if err := t.stopped(ctx); err != nil {
+			return err
+		}
+		park(word(counter), v, parkSlice)
+	}
+}
+
+func (t *Transport) stopped(ctx context.Context) error {
+	if t.closing.Load() {
+		return transport.ErrClosed
+	}
+	return ctx.Err()
+}
+
+// Close implements transport.Transport: it says goodbye to every peer,
+// wakes every pending call with ErrClosed and releases the rings once the
+// last call has left and the last message is released. Messages already
+// sent are in the receivers' memory, so nothing in flight is lost.
+func (t *Transport) Close() error {
+	t.shutdown([]byte{ctlBye})
+	return nil
+}
+
+// Abort implements transport.Aborter: the sockets close without goodbye,
+// so every peer sees this rank lost at once, after a notice saying cause
+// (the control sockets carry nothing else, so it never waits behind data).
+func (t *Transport) Abort(cause error) error {
+	var notice []byte
+	if cause != nil {
+		why := cause.Error()
+		if len(why) > maxAbortText {
+			why = why[:maxAbortText-3] + "..."
+		}
+		notice = binary.LittleEndian.AppendUint16([]byte{ctlAbort}, uint16(len(why)))
+		notice = append(notice, why...)
+	}
+	t.shutdown(notice)
+	return nil
+}
+
+// shutdown ends every peer's control socket after writing last to it
+// (a goodbye, an abort notice, or nothing).
+func (t *Transport) shutdown(last []byte) {
+	t.closeOnce.Do(func() {
+		t.closing.Store(true)
+		close(t.closed)
+		for _, p := range t.peers {
+			if p == nil {
+				continue
+			}
+			if last != nil {
+				p.conn.SetWriteDeadline(time.Now().Add(time.Second))
+				p.conn.Write(last)
+			}
+			p.conn.Close()
+			p.failOnce.Do(func() {
+				p.err = transport.ErrClosed
+				p.gone.Store(true)
+				close(p.dead)
+			})
+			p.wakeAll()
+		}
+		t.exit()
+	})
+}
+
+var (
+	_ transport.Transport    = (*Transport)(nil)
+	_ transport.Aborter      = (*Transport)(nil)
+	_ transport.LossNotifier = (*Transport)(nil)
+)
