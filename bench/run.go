@@ -33,6 +33,10 @@ func bench[T comm.Element](e env) error {
 	if !ok {
 		return fmt.Errorf("-op %q: unknown collective: %w", e.cfg.op, errUsage)
 	}
+	return benchSpec(e, spec)
+}
+
+func benchSpec[T comm.Element](e env, spec opSpec[T]) error {
 	ctx, c, cfg := e.ctx, e.c, e.cfg
 	n, rank := c.Size(), c.Rank()
 	if spec.rooted && cfg.root >= n {
