@@ -151,8 +151,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// A launch template without {grun} (mpirun on a cluster) needs no grun.
+	needGrun := o.ours == "" || strings.Contains(o.ours, "{grun}")
 	root, err := moduleRoot()
-	if err != nil && (o.collbench == "" || o.grun == "" || o.peers == "") {
+	if err != nil && (o.collbench == "" || (needGrun && o.grun == "") || o.peers == "") {
 		return err
 	}
 	if o.peers == "" {
@@ -160,7 +162,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	if o.collbench == "" || o.grun == "" {
+	if o.collbench == "" || (needGrun && o.grun == "") {
 		dir, err := os.MkdirTemp("", "compare-bin")
 		if err != nil {
 			return err
@@ -173,7 +175,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				return err
 			}
 		}
-		if o.grun == "" {
+		if needGrun && o.grun == "" {
 			o.grun = filepath.Join(dir, "grun")
 			if err := goBuild(ctx, root, o.grun, "./cmd/grun"); err != nil {
 				return err
@@ -376,7 +378,7 @@ func printTable(w io.Writer, o options, ours, theirs report.Result, membw []stri
 	for _, l := range membw {
 		fmt.Fprintf(w, "# membw: %s\n", l)
 	}
-	fmt.Fprintf(w, "# time_ratio = gocoll/ompi time (<1: gocoll faster); busbw_ratio = gocoll/ompi busbw (>1: gocoll faster);\n")
+	fmt.Fprintf(w, "# time_ratio = gocoll/ompi time (<1: gocoll faster); bw_ratio = gocoll/ompi busbw (>1: gocoll faster);\n")
 	fmt.Fprintf(w, "# ahead judges by time below %d B, by busbw from there on\n", o.large)
 	fmt.Fprintf(w, cmpHead, "size(B)", "gocoll(us)", "ompi(us)", "time_ratio", "gocoll_busbw", "ompi_busbw", "bw_ratio", "#wrong", "ahead")
 	theirsBy := map[int64]report.Row{}
