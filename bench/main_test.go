@@ -677,3 +677,21 @@ func pngDecodeConfig(r io.Reader) (string, error) {
 	}
 	return "", nil
 }
+
+func TestProgressLine(t *testing.T) {
+	var b bytes.Buffer
+	progressLine(&b, false, "allreduce float32: size 8 B (1 of 3)")
+	progressLine(&b, false, "")
+	if b.String() != "collbench: allreduce float32: size 8 B (1 of 3)\n" {
+		t.Errorf("pipe: %q", b.String())
+	}
+	b.Reset()
+	progressLine(&b, true, "size 8 B")
+	progressLine(&b, true, "")
+	if b.String() != "\r\x1b[Ksize 8 B\r\x1b[K" {
+		t.Errorf("terminal: %q", b.String())
+	}
+	if isTerminal(&b) {
+		t.Error("a buffer is not a terminal")
+	}
+}
