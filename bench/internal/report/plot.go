@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"image/color"
+	"math"
 	"os"
+	"strconv"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -77,9 +79,10 @@ func panel(title, ylabel string, results []Result, labels []string, y func(Row) 
 	p.X.Label.Text = "size (bytes)"
 	p.Y.Label.Text = ylabel
 	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
-	p.X.Tick.Marker, p.Y.Tick.Marker = plot.LogTicks{Prec: -1}, plot.LogTicks{Prec: -1}
+	p.X.Tick.Marker, p.Y.Tick.Marker = sizeTicks{}, plainLogTicks{}
 	p.Add(plotter.NewGrid())
 	p.Legend.Top, p.Legend.Left = true, true
+	p.Legend.XOffs, p.Legend.YOffs = vg.Millimeter*3, -vg.Millimeter*3
 	lines := 0
 	for i, res := range results {
 		var xys plotter.XYs
@@ -119,4 +122,47 @@ func panel(title, ylabel string, results []Result, labels []string, y func(Row) 
 		p.Y.Min, p.Y.Max = p.Y.Min/2, p.Y.Max*2
 	}
 	return p, nil
+}
+
+// sizeTicks marks every power of two on a log axis of bytes and labels
+// every third (8, 64, 512, 4K, ...) in powers of 1024, as sizes are given
+// on the command line.
+type sizeTicks struct{}
+
+func (sizeTicks) Ticks(lo, hi float64) []plot.Tick {
+	var ticks []plot.Tick
+	first, last := int(math.Floor(math.Log2(lo))), int(math.Ceil(math.Log2(hi)))
+	for e := max(first, 0); e <= last && e < 63; e++ {
+		t := plot.Tick{Value: math.Ldexp(1, e)}
+		if e%3 == 0 {
+			t.Label = sizeLabel(int64(1) << e)
+		}
+		ticks = append(ticks, t)
+	}
+	return ticks
+}
+
+func sizeLabel(n int64) string {
+	for _, u := range []struct {
+		suffix string
+		shift  uint
+	}{{"G", 30}, {"M", 20}, {"K", 10}} {
+		if n >= 1<<u.shift && n%(1<<u.shift) == 0 {
+			return strconv.FormatInt(n>>u.shift, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+// plainLogTicks are plot.LogTicks labelled 1000000 rather than 1e+06.
+type plainLogTicks struct{}
+
+func (plainLogTicks) Ticks(lo, hi float64) []plot.Tick {
+	ticks := plot.LogTicks{Prec: -1}.Ticks(lo, hi)
+	for i, t := range ticks {
+		if t.Label != "" {
+			ticks[i].Label = strconv.FormatFloat(t.Value, 'f', -1, 64)
+		}
+	}
+	return ticks
 }
