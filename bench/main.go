@@ -132,6 +132,15 @@ func isTerminal(w io.Writer) bool {
 
 func metadata(cfg config, ranks int, start time.Time) report.Meta {
 	host, _ := os.Hostname()
+	// As in the rows: no redop or root for collectives that take none.
+	if spec, ok := findOp(cfg.op); ok {
+		if !spec.reduces {
+			cfg.redop = "none"
+		}
+		if !spec.rooted {
+			cfg.root = -1
+		}
+	}
 	return report.Meta{
 		Tool: "collbench", Date: start.UTC().Format(time.RFC3339), Host: host,
 		Cores: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), Ranks: ranks,

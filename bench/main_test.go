@@ -368,6 +368,12 @@ func TestEveryCollectiveTypeAndRedop(t *testing.T) {
 			if row.Wrong != 0 || row.TimeUS <= 0 || row.Size <= 0 || row.Size%int64(n) != 0 && r.cfg.op != "allreduce" && r.cfg.op != "broadcast" {
 				t.Errorf("%s: row %+v", name, row)
 			}
+			// count is nccl-tests': per rank for allgather and reducescatter.
+			d, _ := dtypeByName(r.cfg.dtype)
+			perRank := map[string]bool{"allgather": true, "reducescatter": true}[r.cfg.op]
+			if want := row.Size / int64(d.size); perRank && row.Count*n != want || !perRank && row.Count != want {
+				t.Errorf("%s: size %d, count %d", name, row.Size, row.Count)
+			}
 		}
 	}
 }

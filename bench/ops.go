@@ -43,6 +43,10 @@ type opSpec[T comm.Element] struct {
 	// length. recv 0 means in place: the result replaces send. ok false:
 	// too few elements for n ranks, and the row is skipped.
 	layout func(count, n int) (send, recv int, ok bool)
+	// count is the count column for a row with these buffer lengths: the
+	// count argument the call would have in NCCL, as nccl-tests prints it
+	// (allgather: elements per rank). nil: the smaller nonzero length.
+	count func(send, recv, n int) int
 	// src says where element i of rank's result comes from.
 	src func(p params, rank, i int) origin
 	run func(ctx context.Context, c *comm.Communicator, send, recv []T, p params) error
@@ -100,6 +104,17 @@ func opTable[T comm.Element]() []opSpec[T] {
 			},
 		},
 	}
+}
+
+// countOf is the row's count column.
+func (o opSpec[T]) countOf(send, recv, n int) int {
+	if o.count != nil {
+		return o.count(send, recv, n)
+	}
+	if recv == 0 || (send != 0 && send < recv) {
+		return send
+	}
+	return recv
 }
 
 // findOp looks a collective up by name; its type-independent fields are

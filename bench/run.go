@@ -136,7 +136,7 @@ func benchSpec[T comm.Element](e env, spec opSpec[T]) error {
 			totalWrong += wrong
 		}
 		if e.out != nil {
-			row := report.Row{Size: bytes, Count: bytes / max(esize, 1), Type: cfg.dtype, Redop: redop, Root: root,
+			row := report.Row{Size: bytes, Count: int64(spec.countOf(sl, rl, n)), Type: cfg.dtype, Redop: redop, Root: root,
 				TimeUS: mean[0] * 1e6, Wrong: wrong, Algo: algo, Iters: it}
 			if mean[0] > 0 {
 				row.AlgBW = float64(bytes) / mean[0] / 1e9
