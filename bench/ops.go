@@ -38,11 +38,11 @@ type opSpec[T comm.Element] struct {
 	rooted  bool // takes -root
 	// sizeless collectives (barrier) take no buffers: one row, size 0.
 	sizeless bool
-	// layout gives the send and recv lengths for a row of count elements,
-	// where count is the nccl-tests size of the row: the larger buffer's
-	// length. recv 0 means in place: the result replaces send. ok false:
-	// too few elements for n ranks, and the row is skipped.
-	layout func(count, n int) (send, recv int, ok bool)
+	// layout gives rank's send and recv lengths for a row of count
+	// elements, where count is the nccl-tests size of the row: the larger
+	// buffer's length. recv 0 means in place: the result replaces send.
+	// ok false: too few elements for n ranks, and the row is skipped.
+	layout func(count, n, rank int) (send, recv int, ok bool)
 	// count is the count column for a row with these buffer lengths: the
 	// count argument the call would have in NCCL, as nccl-tests prints it
 	// (allgather: elements per rank). nil: the smaller nonzero length.
@@ -56,7 +56,7 @@ func ring(n int) float64     { return 2 * float64(n-1) / float64(n) }
 func oneLink(n int) float64  { return 1 }
 func fraction(n int) float64 { return float64(n-1) / float64(n) }
 
-func inPlace(count, n int) (int, int, bool) { return count, 0, count > 0 }
+func inPlace(count, n, rank int) (int, int, bool) { return count, 0, count > 0 }
 
 // blocks is for collectives between one block per rank and n blocks:
 // the block is count/n elements (so the row's size rounds down to n blocks).
@@ -81,7 +81,7 @@ func opTable[T comm.Element]() []opSpec[T] {
 		},
 		{
 			name: "allgather", bus: fraction,
-			layout: func(count, n int) (int, int, bool) { per, ok := blocks(count, n); return per, per * n, ok },
+			layout: func(count, n, _ int) (int, int, bool) { per, ok := blocks(count, n); return per, per * n, ok },
 			src:    func(p params, rank, i int) origin { return origin{i / p.send, i % p.send} },
 			run: func(ctx context.Context, c *comm.Communicator, s, r []T, p params) error {
 				return comm.AllGather(ctx, c, s, r)
@@ -89,7 +89,7 @@ func opTable[T comm.Element]() []opSpec[T] {
 		},
 		{
 			name: "reducescatter", bus: fraction, reduces: true,
-			layout: func(count, n int) (int, int, bool) { per, ok := blocks(count, n); return per * n, per, ok },
+			layout: func(count, n, _ int) (int, int, bool) { per, ok := blocks(count, n); return per * n, per, ok },
 			src:    func(p params, rank, i int) origin { return origin{reduced, rank*p.recv + i} },
 			run: func(ctx context.Context, c *comm.Communicator, s, r []T, p params) error {
 				return comm.ReduceScatter(ctx, c, s, r, p.redop)
@@ -97,7 +97,7 @@ func opTable[T comm.Element]() []opSpec[T] {
 		},
 		{
 			name: "barrier", bus: func(int) float64 { return 0 }, sizeless: true,
-			layout: func(int, int) (int, int, bool) { return 0, 0, true },
+			layout: func(int, int, int) (int, int, bool) { return 0, 0, true },
 			src:    func(params, int, int) origin { return origin{unchecked, 0} },
 			run: func(ctx context.Context, c *comm.Communicator, _, _ []T, _ params) error {
 				return c.Barrier(ctx)

@@ -54,7 +54,7 @@ func benchSpec[T comm.Element](e env, spec opSpec[T]) error {
 	}
 	maxSend, maxRecv := 0, 0
 	for _, size := range sizes {
-		if s, r, ok := spec.layout(int(size/esize), n); ok {
+		if s, r, ok := spec.layout(int(size/esize), n, rank); ok {
 			maxSend, maxRecv = max(maxSend, s), max(maxRecv, r)
 		}
 	}
@@ -87,7 +87,7 @@ func benchSpec[T comm.Element](e env, spec opSpec[T]) error {
 		root = -1
 	}
 	for idx, size := range sizes {
-		sl, rl, ok := spec.layout(int(size/esize), n)
+		sl, rl, ok := spec.layout(int(size/esize), n, rank)
 		if !ok {
 			continue
 		}
