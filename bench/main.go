@@ -79,6 +79,7 @@ func runBench(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 		return err
 	}
 	meta := metadata(cfg, c.Size(), start)
+	meta.Transport = c.Transport() // what auto chose, not only what was asked
 	if werr := e.out.end(meta); werr != nil {
 		return errors.Join(err, werr)
 	}

@@ -298,6 +298,10 @@ func (c *Communicator) connect(ctx context.Context, s settings) error {
 	return nil
 }
 
+// Transport names the transport Init chose: "tcp", "shm", "rdma",
+// "shm+tcp" (shared memory inside each host, TCP between), ...
+func (c *Communicator) Transport() string { return c.tname }
+
 // Rank is this process's rank, in [0, Size()).
 func (c *Communicator) Rank() int { return c.cfg.Rank }
 

@@ -110,6 +110,11 @@ func TestTransportChoice(t *testing.T) {
 			cs, logs := newLocalLogged(t, 4, tc.opts...)
 			runAllReduce(t, cs, 300_007)
 			out := logs.String()
+			for _, c := range cs {
+				if got := "transport=" + c.Transport(); got != tc.transport {
+					t.Errorf("rank %d: Transport() says %s, want %s", c.Rank(), got, tc.transport)
+				}
+			}
 			if !strings.Contains(out, tc.transport+" ") {
 				t.Errorf("log does not show %s:\n%s", tc.transport, out)
 			}
