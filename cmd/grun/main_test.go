@@ -49,7 +49,8 @@ func buildAll(dir string) error {
 	builds := [][]string{
 		append(grunArgs, "."),
 		{"build", "-o", dir + string(filepath.Separator),
-			"./testdata/envdump", "./testdata/lines", "./testdata/rankctl", "./testdata/storeping"},
+			"./testdata/envdump", "./testdata/lines", "./testdata/rankctl", "./testdata/storeping",
+			"./testdata/argdump"},
 	}
 	errs := make([]error, len(builds))
 	var wg sync.WaitGroup
