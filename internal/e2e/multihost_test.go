@@ -1,0 +1,206 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// cluster is a set of test hosts built from network namespaces: a
+// "launcher" namespace holding a bridge, where grun runs and serves the
+// rendezvous store, and one namespace per host, each joined to the bridge
+// by a veth pair. Every address is from 198.18.0.0/15 and lives only inside
+// these namespaces, so nothing of the machine's own network is touched and
+// clusters of tests running side by side do not see each other.
+type cluster struct {
+	launcher string            // namespace grun runs in
+	launchIP string            // its address on the bridge
+	hosts    []string          // host addresses, as given to grun -H
+	ns       map[string]string // host address -> namespace
+}
+
+// newCluster builds a cluster of n hosts and removes it, with every process
+// left inside, when the test ends, whether it passed or not.
+func newCluster(t *testing.T, n int) *cluster {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("this test builds test hosts from network namespaces, which needs root: run it as root (CI does)")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Fatal("this test needs iproute2's ip (apt-get install iproute2)")
+	}
+	// Names must be unique on the machine (namespaces are global); the
+	// pid and a counter make them so.
+	tag := fmt.Sprintf("gocoll-e2e-%d-%d", os.Getpid(), clusterSeq.next())
+	c := &cluster{launcher: tag + "-l", launchIP: "198.18.0.1", ns: make(map[string]string)}
+	all := []string{c.launcher}
+	t.Cleanup(func() {
+		for _, ns := range all {
+			killNamespace(ns)
+			exec.Command("ip", "netns", "del", ns).Run()
+		}
+	})
+	ip(t, "netns", "add", c.launcher)
+	ip(t, "-n", c.launcher, "link", "set", "lo", "up")
+	ip(t, "-n", c.launcher, "link", "add", "br0", "type", "bridge")
+	ip(t, "-n", c.launcher, "addr", "add", c.launchIP+"/24", "dev", "br0")
+	ip(t, "-n", c.launcher, "link", "set", "br0", "up")
+	for i := 0; i < n; i++ {
+		ns := fmt.Sprintf("%s-h%d", tag, i)
+		addr := fmt.Sprintf("198.18.0.%d", i+2)
+		ip(t, "netns", "add", ns)
+		all = append(all, ns)
+		veth := fmt.Sprintf("veth%d", i)
+		ip(t, "-n", c.launcher, "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+		ip(t, "-n", c.launcher, "link", "set", veth, "master", "br0", "up")
+		ip(t, "-n", ns, "link", "set", "lo", "up")
+		ip(t, "-n", ns, "addr", "add", addr+"/24", "dev", "eth0")
+		ip(t, "-n", ns, "link", "set", "eth0", "up")
+		c.hosts = append(c.hosts, addr)
+		c.ns[addr] = ns
+	}
+	return c
+}
+
+type counter struct{ n int }
+
+func (c *counter) next() int { c.n++; return c.n }
+
+// clusterSeq numbers the clusters of this test process; the tests that
+// build them do not run in parallel.
+var clusterSeq counter
+
+func ip(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// pids lists the processes inside namespace ns.
+func pids(ns string) []int {
+	out, _ := exec.Command("ip", "netns", "pids", ns).Output()
+	var ps []int
+	for _, f := range strings.Fields(string(out)) {
+		if p, err := strconv.Atoi(f); err == nil {
+			ps = append(ps, p)
+		}
+	}
+	return ps
+}
+
+// killNamespace SIGKILLs every process inside ns: deleting a namespace
+// only removes its name, and whatever runs inside would go on running.
+func killNamespace(ns string) {
+	for range 50 {
+		ps := pids(ns)
+		if len(ps) == 0 {
+			return
+		}
+		for _, p := range ps {
+			syscall.Kill(p, syscall.SIGKILL)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// rsh is the --rsh value that runs a command on a cluster host: the
+// netns-rsh stand-in for ssh, which maps each host to its namespace.
+func (c *cluster) rsh(t *testing.T) string {
+	t.Helper()
+	script, err := filepath.Abs(filepath.Join("testdata", "netns-rsh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.ContainsAny(script, " \t") {
+		t.Fatalf("--rsh is split at spaces, and the path %q holds one", script)
+	}
+	var m []string
+	for _, h := range c.hosts {
+		m = append(m, h+"="+c.ns[h])
+	}
+	return "sh " + script + " " + strings.Join(m, ",")
+}
+
+// grunIn starts grun inside the launcher namespace; done reports its
+// combined output and exit status once it has exited, or the test fails
+// after timeout.
+func (c *cluster) grunIn(t *testing.T, timeout time.Duration, args ...string) (cmd *exec.Cmd, done func() (string, int)) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	cmd = exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", c.launcher, filepath.Join(bin, "grun")}, args...)...)
+	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
+	out := &bytes.Buffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	return cmd, func() (string, int) {
+		t.Helper()
+		defer cancel()
+		err := cmd.Wait()
+		if ctx.Err() != nil {
+			t.Fatalf("grun %s did not finish within %v (a hang):\n%s", strings.Join(args, " "), timeout, out.String())
+		}
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatalf("grun: %v", err)
+		}
+		return out.String(), code
+	}
+}
+
+// TestMultiHost runs collcheck, every collective, type and op, as 2 hosts
+// x 2 ranks: two network namespaces reached through --rsh, with grun and
+// its rendezvous store in a third. Every rank must report success, each
+// from the host it was placed on, and grun must tell the hosts to dial the
+// store at its address on their network, not at a loopback one.
+func TestMultiHost(t *testing.T) {
+	c := newCluster(t, 2)
+	for _, mapBy := range []string{"slot", "node"} {
+		t.Run("map-by="+mapBy, func(t *testing.T) {
+			_, done := c.grunIn(t, 3*time.Minute, "-v", "-H", c.hosts[0]+":2,"+c.hosts[1]+":2", "--map-by", mapBy,
+				"--rsh", c.rsh(t), "-x", "GOCOLL_TIMEOUT=60s", filepath.Join(bin, "collcheck"), "-addrs")
+			out, code := done()
+			if code != 0 {
+				t.Fatalf("exit code %d:\n%s", code, out)
+			}
+			for _, h := range c.hosts {
+				want := regexp.MustCompile(`grun: host ` + regexp.QuoteMeta(h) + ` \(-H\): 2 ranks, through sh .*, store at ` +
+					regexp.QuoteMeta(c.launchIP) + `:\d+\n`)
+				if !want.MatchString(out) {
+					t.Errorf("grun -v does not say host %s dials the store at %s (%v):\n%s", h, c.launchIP, want, out)
+				}
+			}
+			for r := 0; r < 4; r++ {
+				host := c.hosts[r/2]
+				if mapBy == "node" {
+					host = c.hosts[r%2]
+				}
+				if want := fmt.Sprintf("rank %d addrs %s\n", r, host); !strings.Contains(out, want) {
+					t.Errorf("no %q in the output: rank %d did not run on host %s:\n%s", want, r, host, out)
+				}
+				if want := fmt.Sprintf("rank %d of 4: ok", r); !strings.Contains(out, want) {
+					t.Errorf("no %q in the output:\n%s", want, out)
+				}
+			}
+			for _, ns := range c.ns {
+				if ps := pids(ns); len(ps) > 0 {
+					t.Errorf("processes %v still run in %s after grun exited", ps, ns)
+				}
+			}
+		})
+	}
+}
