@@ -204,3 +204,118 @@ func TestMultiHost(t *testing.T) {
 		})
 	}
 }
+
+// ppid is pid's parent, or -1.
+func ppid(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return -1
+	}
+	// The command name, in parentheses, may hold spaces; the fields
+	// after it are "state ppid ...".
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 2 {
+		return -1
+	}
+	p, _ := strconv.Atoi(f[1])
+	return p
+}
+
+func comm(pid int) string {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	return strings.TrimSpace(string(b))
+}
+
+// TestHostDies runs a long collcheck job on 2 hosts x 2 ranks and, once
+// every rank is running, takes the second host away: either every process
+// on it is SIGKILLed (the machine died), or only the rsh sessions grun
+// holds to it are (the connections dropped, the ranks still running). grun
+// must then exit promptly with 137, name a rank of that host and the host,
+// and leave no process behind on either host; the first host's ranks must
+// not report success (they lost peers) and must not hang.
+func TestHostDies(t *testing.T) {
+	c := newCluster(t, 2)
+	dead := c.hosts[1]
+	tests := []struct {
+		name string
+		kill func(t *testing.T, grunPid int) // what to SIGKILL
+		msg  string                          // how grun must report it
+	}{
+		{
+			name: "every process",
+			kill: func(t *testing.T, grunPid int) {
+				killNamespace(c.ns[dead])
+			},
+			msg: `grun: rank [23] on host ` + regexp.QuoteMeta(dead) + ` \(rsh pid \d+\) (lost: its rsh to ` +
+				regexp.QuoteMeta(dead) + ` was killed by signal SIGKILL|killed by signal SIGKILL)`,
+		},
+		{
+			name: "rsh sessions",
+			kill: func(t *testing.T, grunPid int) {
+				n := 0
+				for _, p := range pids(c.ns[dead]) {
+					if ppid(p) == grunPid {
+						syscall.Kill(p, syscall.SIGKILL)
+						n++
+					}
+				}
+				if n != 2 {
+					t.Errorf("killed %d rsh sessions of grun (pid %d) in %s, want 2", n, grunPid, c.ns[dead])
+				}
+			},
+			msg: `grun: rank [23] on host ` + regexp.QuoteMeta(dead) + ` \(rsh pid \d+\) lost: its rsh to ` +
+				regexp.QuoteMeta(dead) + ` was killed by signal SIGKILL`,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd, done := c.grunIn(t, 2*time.Minute, "-H", c.hosts[0]+":2,"+dead+":2", "--rsh", c.rsh(t),
+				"-x", "GOCOLL_TIMEOUT=60s", filepath.Join(bin, "collcheck"), "-rounds", "100000")
+			// Wait until both ranks run on the doomed host, and a little
+			// longer so that the job is inside its collectives.
+			deadline := time.Now().Add(60 * time.Second)
+			for {
+				n := 0
+				for _, p := range pids(c.ns[dead]) {
+					if comm(p) == "collcheck" {
+						n++
+					}
+				}
+				if n == 2 {
+					break
+				}
+				if time.Now().After(deadline) {
+					cmd.Process.Kill()
+					out, _ := done()
+					t.Fatalf("the ranks of host %s never started:\n%s", dead, out)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			time.Sleep(time.Second)
+			killed := time.Now()
+			tc.kill(t, cmd.Process.Pid)
+			out, code := done()
+			took := time.Since(killed)
+			t.Logf("grun exited %d, %v after the kill", code, took.Round(time.Millisecond))
+			if code != 137 {
+				t.Errorf("exit code %d, want 137 (SIGKILL):\n%s", code, out)
+			}
+			if !regexp.MustCompile(tc.msg).MatchString(out) {
+				t.Errorf("grun's message does not match %s:\n%s", tc.msg, out)
+			}
+			if strings.Contains(out, ": ok,") {
+				t.Errorf("a rank reported success although its peers' host died:\n%s", out)
+			}
+			// --fail-wait (2s) plus --grace (3s) bound a stop; the rest
+			// is slack for a loaded machine.
+			if took > 20*time.Second {
+				t.Errorf("grun took %v to end the job after host %s died", took, dead)
+			}
+			for _, ns := range c.ns {
+				if ps := pids(ns); len(ps) > 0 {
+					t.Errorf("processes %v still run in %s after grun exited", ps, ns)
+				}
+			}
+		})
+	}
+}
