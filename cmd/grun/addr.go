@@ -31,37 +31,39 @@ func isLocalHost(name, hostname string) bool {
 }
 
 // storeAddrs decides where the rendezvous store listens and which address
-// each host's ranks dial. All-local jobs use 127.0.0.1. Otherwise the
-// address is the one this host sends from toward each remote host (found
-// by a UDP "connect", which sends nothing), or the first address of iface.
+// each host's ranks dial, and says how it chose (for the log). All-local
+// jobs use 127.0.0.1. Otherwise the address is the one this host sends from
+// toward each remote host (found by a UDP "connect", which sends nothing),
+// or the first address of iface; ifaceFrom names where iface came from
+// (--iface or GOCOLL_IFACE), for messages.
 // When the remote hosts are reached through different local addresses the
 // store listens on all interfaces and each host is told the address that
 // faces it. Local ranks of a multi-host job dial the first remote host's
 // address, which is this host's too.
-func storeAddrs(ctx context.Context, remote []string, iface string) (listen string, dial map[string]string, err error) {
+func storeAddrs(ctx context.Context, remote []string, iface, ifaceFrom string) (listen string, dial map[string]string, how string, err error) {
 	dial = make(map[string]string)
 	if len(remote) == 0 {
-		return "127.0.0.1:0", dial, nil
+		return "127.0.0.1:0", dial, "every rank is on this host", nil
 	}
 	if iface != "" {
-		ip, err := ifaceAddr(iface)
+		ip, err := ifaceAddr(iface, ifaceFrom)
 		if err != nil {
-			return "", nil, err
+			return "", nil, "", err
 		}
 		if ip.IsLoopback() {
-			return "", nil, fmt.Errorf("--iface %s: %s is a loopback address, which other hosts cannot reach: %w", iface, ip, ErrAddr)
+			return "", nil, "", fmt.Errorf("%s %s: %s is a loopback address, which other hosts cannot reach: %w", ifaceFrom, iface, ip, ErrAddr)
 		}
 		for _, h := range remote {
 			dial[h] = ip.String()
 		}
-		return net.JoinHostPort(ip.String(), "0"), dial, nil
+		return net.JoinHostPort(ip.String(), "0"), dial, ifaceFrom + " " + iface, nil
 	}
 	var first string
 	same := true
 	for _, h := range remote {
 		ip, err := sourceAddr(ctx, h)
 		if err != nil {
-			return "", nil, err
+			return "", nil, "", err
 		}
 		dial[h] = ip.String()
 		if first == "" {
@@ -69,10 +71,11 @@ func storeAddrs(ctx context.Context, remote []string, iface string) (listen stri
 		}
 		same = same && dial[h] == first
 	}
+	how = "the route toward each host"
 	if same {
-		return net.JoinHostPort(first, "0"), dial, nil
+		return net.JoinHostPort(first, "0"), dial, how, nil
 	}
-	return ":0", dial, nil
+	return ":0", dial, how + " (several addresses: listening on all)", nil
 }
 
 // sourceAddr is the local address the kernel picks to reach host: resolved
@@ -105,14 +108,14 @@ func sourceAddr(ctx context.Context, host string) (net.IP, error) {
 }
 
 // ifaceAddr is iface's first IPv4 address, or its first global IPv6 one.
-func ifaceAddr(name string) (net.IP, error) {
+func ifaceAddr(name, from string) (net.IP, error) {
 	ifi, err := net.InterfaceByName(name)
 	if err != nil {
-		return nil, fmt.Errorf("--iface %s: %v: %w", name, err, ErrAddr)
+		return nil, fmt.Errorf("%s %s: %v: %w", from, name, err, ErrAddr)
 	}
 	addrs, err := ifi.Addrs()
 	if err != nil {
-		return nil, fmt.Errorf("--iface %s: %v: %w", name, err, ErrAddr)
+		return nil, fmt.Errorf("%s %s: %v: %w", from, name, err, ErrAddr)
 	}
 	var v6 net.IP
 	for _, a := range addrs {
@@ -130,7 +133,7 @@ func ifaceAddr(name string) (net.IP, error) {
 	if v6 != nil {
 		return v6, nil
 	}
-	return nil, fmt.Errorf("--iface %s has no usable address: %w", name, ErrAddr)
+	return nil, fmt.Errorf("%s %s has no usable address: %w", from, name, ErrAddr)
 }
 
 func hostname() string {

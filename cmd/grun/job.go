@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/gocoll/gocoll/bootstrap"
+	"github.com/gocoll/gocoll/internal/logging"
 )
 
 // Exit statuses of grun's own making; a failed rank's status is passed on.
@@ -65,6 +67,7 @@ type config struct {
 	byNode    bool     // --map-by node
 	rsh       []string // --rsh, split into words
 	iface     string
+	ifaceFrom string // "--iface" or "GOCOLL_IFACE"
 	outputDir string
 }
 
@@ -202,7 +205,7 @@ func (j *job) run(ctx context.Context, sigs <-chan os.Signal) int {
 			remote = append(remote, h.name)
 		}
 	}
-	listen, dial, err := storeAddrs(ctx, remote, j.cfg.iface)
+	listen, dial, how, err := storeAddrs(ctx, remote, j.cfg.iface, j.cfg.ifaceFrom)
 	if err != nil {
 		j.out.say("%v", err)
 		return exitInternal
@@ -226,6 +229,14 @@ func (j *job) run(ctx context.Context, sigs <-chan os.Signal) int {
 		} else {
 			addrs[h.name] = net.JoinHostPort(ip, port)
 		}
+	}
+	log := j.logger()
+	for _, h := range j.hosts {
+		name := h.name
+		if name == "" {
+			name = "localhost"
+		}
+		log.Info("grun: rendezvous address", "host", name, "remote", h.remote, "dial", addrs[h.name], "listen", store.Addr(), "chosen_by", how)
 	}
 	if j.cfg.verbose {
 		j.out.say("rendezvous store at %s; starting %s of %s", store.Addr(), plural(j.cfg.n, "rank"), j.cfg.prog)
@@ -258,6 +269,40 @@ func (j *job) run(ctx context.Context, sigs <-chan os.Signal) int {
 		j.out.say("the rendezvous store refused %s (wrong token, not a gocoll client, or cut off mid-request)", plural(n, "connection"))
 	}
 	return code
+}
+
+// logger is grun's GOCOLL_DEBUG logger, at the level the library would use
+// with the job's environment, but writing through out, so that its lines
+// never land in the middle of a rank's.
+func (j *job) logger() *slog.Logger {
+	var level string
+	for _, kv := range j.environ {
+		if v, ok := strings.CutPrefix(kv, "GOCOLL_DEBUG="); ok {
+			level = v
+		}
+	}
+	h := logging.New(level).Handler()
+	lv := slog.LevelWarn
+	switch ctx := context.Background(); {
+	case h.Enabled(ctx, slog.LevelDebug):
+		lv = slog.LevelDebug
+	case h.Enabled(ctx, slog.LevelInfo):
+		lv = slog.LevelInfo
+	case !h.Enabled(ctx, slog.LevelError):
+		lv = slog.LevelError + 4
+	}
+	return slog.New(slog.NewTextHandler(stderrWriter{j.out}, &slog.HandlerOptions{Level: lv})).With("lib", "gocoll")
+}
+
+// stderrWriter passes each write, which slog makes one whole record, to
+// grun's stderr under the output lock.
+type stderrWriter struct{ o *output }
+
+func (w stderrWriter) Write(p []byte) (int, error) {
+	if err := w.o.write(w.o.stderr, p); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }
 
 func newToken() (string, error) {

@@ -54,7 +54,8 @@ Hosts (default: every rank on this host):
   --rsh CMD      run remote ranks with "CMD HOST COMMAND" (default ssh);
                  CMD is split at spaces, as in --rsh "ssh -p 2222"
   --iface NAME   the other hosts dial the rendezvous store at NAME's
-                 address (default: the address this host uses to reach them)
+                 address (default: $GOCOLL_IFACE, else the address this host
+                 uses to reach them; GOCOLL_DEBUG=info logs the choice)
 Without -H or --hostfile, inside a Slurm allocation (SLURM_JOB_NODELIST set)
 the hosts are the allocation's nodes, with SLURM_TASKS_PER_NODE slots each.
 More ranks than slots is an error.
@@ -274,6 +275,11 @@ func parseArgs(args []string, lookupEnv func(string) (string, bool)) (config, er
 		if ok {
 			cfg.hosts, cfg.hostsFrom = hosts, "the Slurm allocation"
 		}
+	}
+	if cfg.iface != "" {
+		cfg.ifaceFrom = "--iface"
+	} else if v, ok := lookupEnv("GOCOLL_IFACE"); ok && strings.TrimSpace(v) != "" {
+		cfg.iface, cfg.ifaceFrom = strings.TrimSpace(v), "GOCOLL_IFACE"
 	}
 	if !cfg.nSet && cfg.hostsFrom != "" {
 		// As mpirun: one rank per slot.

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -134,11 +135,11 @@ func (c *cluster) rsh(t *testing.T) string {
 // grunIn starts grun inside the launcher namespace; done reports its
 // combined output and exit status once it has exited, or the test fails
 // after timeout.
-func (c *cluster) grunIn(t *testing.T, timeout time.Duration, args ...string) (cmd *exec.Cmd, done func() (string, int)) {
+func (c *cluster) grunIn(t *testing.T, timeout time.Duration, env []string, args ...string) (cmd *exec.Cmd, done func() (string, int)) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	cmd = exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", c.launcher, filepath.Join(bin, "grun")}, args...)...)
-	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
+	cmd.Env = append(append(os.Environ(), "GORACE=atexit_sleep_ms=0", "GOCOLL_IFACE=", "GOCOLL_DEBUG="), env...)
 	out := &bytes.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
@@ -166,27 +167,52 @@ func (c *cluster) grunIn(t *testing.T, timeout time.Duration, args ...string) (c
 // x 2 ranks: two network namespaces reached through --rsh, with grun and
 // its rendezvous store in a third. Every rank must report success, each
 // from the host it was placed on, and grun must tell the hosts to dial the
-// store at its address on their network, not at a loopback one.
+// store at its address on their network (the bridge's, 198.18.0.1), not at
+// a loopback one, whether it found that address by the route toward the
+// hosts, by --iface or by GOCOLL_IFACE; GOCOLL_DEBUG=info must log the
+// choice.
 func TestMultiHost(t *testing.T) {
 	c := newCluster(t, 2)
-	for _, mapBy := range []string{"slot", "node"} {
-		t.Run("map-by="+mapBy, func(t *testing.T) {
-			_, done := c.grunIn(t, 3*time.Minute, "-v", "-H", c.hosts[0]+":2,"+c.hosts[1]+":2", "--map-by", mapBy,
-				"--rsh", c.rsh(t), "-x", "GOCOLL_TIMEOUT=60s", filepath.Join(bin, "collcheck"), "-addrs")
+	tests := []struct {
+		name  string
+		env   []string
+		flags []string
+		how   string // chosen_by in the log; "" when GOCOLL_DEBUG is off
+	}{
+		{name: "route", env: []string{"GOCOLL_DEBUG=info"}, how: "the route toward each host"},
+		{name: "--iface,map-by=node", flags: []string{"--iface", "br0", "--map-by", "node"}},
+		{name: "GOCOLL_IFACE", env: []string{"GOCOLL_IFACE=br0", "GOCOLL_DEBUG=info"}, how: "GOCOLL_IFACE br0"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"-v", "-H", c.hosts[0] + ":2," + c.hosts[1] + ":2", "--rsh", c.rsh(t),
+				"-x", "GOCOLL_TIMEOUT=60s"}, tc.flags...)
+			_, done := c.grunIn(t, 3*time.Minute, tc.env, append(args, filepath.Join(bin, "collcheck"), "-addrs")...)
 			out, code := done()
 			if code != 0 {
 				t.Fatalf("exit code %d:\n%s", code, out)
 			}
+			store := regexp.QuoteMeta(c.launchIP) + `:\d+`
 			for _, h := range c.hosts {
-				want := regexp.MustCompile(`grun: host ` + regexp.QuoteMeta(h) + ` \(-H\): 2 ranks, through sh .*, store at ` +
-					regexp.QuoteMeta(c.launchIP) + `:\d+\n`)
+				want := regexp.MustCompile(`grun: host ` + regexp.QuoteMeta(h) + ` \(-H\): 2 ranks, through sh .*, store at ` + store + `\n`)
 				if !want.MatchString(out) {
 					t.Errorf("grun -v does not say host %s dials the store at %s (%v):\n%s", h, c.launchIP, want, out)
 				}
+				if tc.how == "" {
+					continue
+				}
+				logged := regexp.MustCompile(`level=INFO msg="grun: rendezvous address" lib=gocoll host=` + regexp.QuoteMeta(h) +
+					` remote=true dial=` + store + ` listen=` + store + ` chosen_by="` + regexp.QuoteMeta(tc.how) + `"`)
+				if !logged.MatchString(out) {
+					t.Errorf("GOCOLL_DEBUG=info does not log the address for host %s (%v):\n%s", h, logged, out)
+				}
+			}
+			if tc.how == "" && strings.Contains(out, "level=INFO") {
+				t.Errorf("info logged without GOCOLL_DEBUG:\n%s", out)
 			}
 			for r := 0; r < 4; r++ {
 				host := c.hosts[r/2]
-				if mapBy == "node" {
+				if slices.Contains(tc.flags, "node") {
 					host = c.hosts[r%2]
 				}
 				if want := fmt.Sprintf("rank %d addrs %s\n", r, host); !strings.Contains(out, want) {
@@ -269,7 +295,7 @@ func TestHostDies(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			cmd, done := c.grunIn(t, 2*time.Minute, "-H", c.hosts[0]+":2,"+dead+":2", "--rsh", c.rsh(t),
+			cmd, done := c.grunIn(t, 2*time.Minute, nil, "-H", c.hosts[0]+":2,"+dead+":2", "--rsh", c.rsh(t),
 				"-x", "GOCOLL_TIMEOUT=60s", filepath.Join(bin, "collcheck"), "-rounds", "100000")
 			// Wait until both ranks run on the doomed host, and a little
 			// longer so that the job is inside its collectives.
