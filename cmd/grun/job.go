@@ -105,6 +105,9 @@ type job struct {
 	stopSig  syscall.Signal // what beginStop sent the ranks
 	grace    *time.Timer
 	killed   bool
+	// rekill repeats SIGKILL once, for remote ranks: the first only asks
+	// the remote side (see rshKillDelay), the second also ends rsh.
+	rekill *time.Timer
 
 	// A rank failure not yet acted on: the others have until failWait
 	// fires to exit on their own.
@@ -524,6 +527,11 @@ func (j *job) supervise(ctx context.Context, sigs <-chan os.Signal) {
 			j.beginStop(j.orPending(&cause{kind: canceled, err: context.Cause(ctx)}), syscall.SIGTERM)
 		case <-j.graceC():
 			j.kill(fmt.Sprintf("still running after --grace %v", j.cfg.grace))
+		case <-j.rekillC():
+			j.rekill = nil
+			for _, r := range j.ranks {
+				r.proc.signal(syscall.SIGKILL)
+			}
 		}
 	}
 	if j.cause == nil && j.pending != nil {
@@ -623,8 +631,16 @@ func (j *job) graceC() <-chan time.Time {
 }
 
 // kill sends SIGKILL to every group; why says why, for the message.
+func (j *job) rekillC() <-chan time.Time {
+	if j.rekill == nil {
+		return nil
+	}
+	return j.rekill.C
+}
+
 func (j *job) kill(why string) {
 	j.killed = true
+	j.rekill = time.NewTimer(rshKillDelay + pollInterval)
 	if j.grace != nil {
 		j.grace.Stop()
 	}

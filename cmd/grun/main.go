@@ -68,9 +68,10 @@ remote PATH unless it is a path, with the -x variables and GRUN_* (the
 token goes over rsh's stdin, never on a command line). So PROG and the
 directory must exist on every host, at the same path: a shared file
 system, or copied beforehand. Remote ranks do not get grun's environment,
-only -x's. rsh's stdin is the rank's lifeline: grun passes signals along it,
-and when it closes (grun exits or dies, the connection drops) the rank and
-everything it started are killed.
+only -x's. rsh's stdin is the rank's lifeline: grun passes signals along it
+(SIGINT and SIGQUIT arrive as SIGTERM: the remote shell starts the rank with
+those two ignored), and when it closes (grun exits or dies, the connection
+drops) the rank and everything it started are killed.
 
 Environment of each rank: grun's own (local ranks only), then the -x
 variables, then

@@ -23,7 +23,10 @@ import (
 //     reaches everything it started;
 //   - a reader loop takes signal names, one per line, from stdin and sends
 //     each to that group: that is how grun's SIGTERM, SIGINT and SIGHUP
-//     reach remote ranks;
+//     reach remote ranks. SIGINT and SIGQUIT are sent as SIGTERM: a
+//     non-interactive shell starts background commands with those two
+//     ignored, no shell can undo that, and a rank that ignores SIGINT
+//     would only stop at SIGKILL;
 //   - when stdin ends (grun closed it, grun died, ssh lost its connection
 //     and sshd closed the session) the reader sends SIGKILL, so no rank
 //     outlives its grun;
@@ -41,7 +44,7 @@ exec 3<&0
 s=$(command -v setsid)
 GRUN_TOKEN=$t $s env %s </dev/null 3<&- &
 p=$!
-(while read -r c; do kill -s "$c" -- -$p 2>/dev/null || kill -s "$c" $p 2>/dev/null; done
+(while read -r c; do case $c in INT|QUIT) c=TERM;; esac; kill -s "$c" -- -$p 2>/dev/null || kill -s "$c" $p 2>/dev/null; done
 kill -s KILL -- -$p 2>/dev/null || kill -s KILL $p 2>/dev/null) <&3 3<&- &
 c=$!
 exec 3<&-
@@ -146,10 +149,20 @@ type rshProc struct {
 	stdout, stderr *os.File
 	groups         *groupCache
 
-	mu     sync.Mutex
-	ctl    *os.File // nil once closed
-	exited bool     // rsh has been reaped
+	mu       sync.Mutex
+	ctl      *os.File  // nil once closed
+	exited   bool      // rsh has been reaped
+	killedAt time.Time // the first SIGKILL; zero before
 }
+
+// rshKillDelay is how long after the first SIGKILL grun leaves rsh alone,
+// so that the remote wrapper can act on the KILL line and the closed
+// lifeline: an rsh such as "ip netns exec" keeps the wrapper in rsh's local
+// process group, and killing that group at once would kill the wrapper's
+// reader loop before it could kill the rank. Later SIGKILLs (the job
+// repeats them) end rsh, so a hung connection still cannot keep the job
+// alive.
+const rshKillDelay = 500 * time.Millisecond
 
 func (p *rshProc) pid() int { return p.cmd.Process.Pid }
 
@@ -162,8 +175,9 @@ const ctlWait = 200 * time.Millisecond
 // signal asks the remote wrapper to signal the rank's group. rsh itself is
 // left alone, for ssh would die of the signal and the rank would get
 // SIGKILL on EOF instead of the signal meant for it; SIGKILL is the
-// exception: it also ends the lifeline and rsh, so that a hung connection
-// cannot keep the job alive. Once rsh has exited, anything left in its
+// exception: it also ends the lifeline, and a SIGKILL repeated
+// rshKillDelay later ends rsh, so that a hung connection cannot keep the
+// job alive. Once rsh has exited, anything left in its
 // local process group gets the signal too.
 func (p *rshProc) signal(sig syscall.Signal) error {
 	p.mu.Lock()
@@ -175,7 +189,14 @@ func (p *rshProc) signal(sig syscall.Signal) error {
 			p.ctl = nil
 		}
 	}
-	if sig == syscall.SIGKILL || p.exited {
+	local := p.exited
+	if sig == syscall.SIGKILL {
+		if p.killedAt.IsZero() {
+			p.killedAt = time.Now()
+		}
+		local = local || time.Since(p.killedAt) >= rshKillDelay
+	}
+	if local {
 		if err := syscall.Kill(-p.pid(), sig); err != nil && !errors.Is(err, syscall.ESRCH) {
 			return err
 		}

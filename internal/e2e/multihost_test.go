@@ -345,3 +345,133 @@ func TestHostDies(t *testing.T) {
 		})
 	}
 }
+
+// TestMultiHostJobControl checks, on 2 namespace hosts x 2 ranks, what grun
+// promises remote ranks besides a place to run: -x variables (and nothing
+// else of grun's environment) reach them, --tag-output and --output-dir
+// sort their lines, grun exits with the first failing rank's status naming
+// it and its host, and SIGINT to grun reaches every remote rank, as SIGTERM
+// (or, when they ignore that, SIGKILL does after --grace). No process may be left on
+// either host.
+func TestMultiHostJobControl(t *testing.T) {
+	c := newCluster(t, 2)
+	hosts := []string{"-H", c.hosts[0] + ":2," + c.hosts[1] + ":2", "--rsh", c.rsh(t)}
+	noneLeft := func(t *testing.T) {
+		t.Helper()
+		for _, ns := range c.ns {
+			if ps := pids(ns); len(ps) > 0 {
+				t.Errorf("processes %v still run in %s after grun exited", ps, ns)
+			}
+		}
+	}
+	const show = `echo "$FOO|${GRUN_TEST_SECRET-unset}|$GRUN_RANK|$GRUN_LOCAL_RANK|$GRUN_LOCAL_SIZE|$GRUN_SIZE"`
+
+	t.Run("env and tags", func(t *testing.T) {
+		_, done := c.grunIn(t, time.Minute, []string{"GRUN_TEST_SECRET=grun's own"},
+			append(hosts, "--tag-output", "-x", "FOO=a 'b' $c", "sh", "-c", show)...)
+		out, code := done()
+		if code != 0 {
+			t.Fatalf("exit code %d:\n%s", code, out)
+		}
+		for r := 0; r < 4; r++ {
+			if want := fmt.Sprintf("[%d] a 'b' $c|unset|%d|%d|2|4\n", r, r, r%2); !strings.Contains(out, want) {
+				t.Errorf("no %q in the output:\n%s", want, out)
+			}
+		}
+		noneLeft(t)
+	})
+
+	t.Run("output-dir", func(t *testing.T) {
+		dir := t.TempDir()
+		_, done := c.grunIn(t, time.Minute, nil, append(hosts, "--output-dir", dir, "-x", "FOO=f", "sh", "-c", show+"; echo err >&2")...)
+		out, code := done()
+		if code != 0 {
+			t.Fatalf("exit code %d:\n%s", code, out)
+		}
+		if strings.Contains(out, "|") {
+			t.Errorf("rank output reached grun's own output despite --output-dir:\n%s", out)
+		}
+		for r := 0; r < 4; r++ {
+			b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("rank-%d.log", r)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+			slices.Sort(got)
+			want := []string{fmt.Sprintf("f|unset|%d|%d|2|4", r, r%2), "err"}
+			slices.Sort(want)
+			if !slices.Equal(got, want) {
+				t.Errorf("rank-%d.log holds %q, want the lines %q", r, b, want)
+			}
+		}
+		noneLeft(t)
+	})
+
+	t.Run("exit status", func(t *testing.T) {
+		start := time.Now()
+		_, done := c.grunIn(t, time.Minute, nil, append(hosts, "sh", "-c", `[ "$GRUN_RANK" = 3 ] && exit 7; exec sleep 60`)...)
+		out, code := done()
+		if code != 7 {
+			t.Errorf("exit code %d, want 7 (rank 3's):\n%s", code, out)
+		}
+		want := regexp.MustCompile(`grun: rank 3 on host ` + regexp.QuoteMeta(c.hosts[1]) + ` \(rsh pid \d+\) exited with status 7; stopped the other 3 ranks`)
+		if !want.MatchString(out) {
+			t.Errorf("grun's message does not match %v:\n%s", want, out)
+		}
+		if d := time.Since(start); d > 30*time.Second {
+			t.Errorf("took %v: the sleeping ranks were not stopped", d)
+		}
+		noneLeft(t)
+	})
+
+	for _, tc := range []struct {
+		name   string
+		script string
+		msg    string // grun's last words
+		each   string // what each rank prints on the signal, %d its rank
+	}{
+		// Remote ranks get SIGINT as SIGTERM (see remoteScript).
+		{"SIGINT", `trap 'echo got TERM $GRUN_RANK; exit 5' TERM; touch "$D/ready-$GRUN_RANK"; while :; do sleep 0.05; done`,
+			`grun: got SIGINT; stopped 4 ranks\n`, "got TERM %d\n"},
+		{"SIGINT ignored", `trap '' INT TERM; touch "$D/ready-$GRUN_RANK"; while :; do sleep 0.05; done`,
+			`grun: sent SIGKILL to 4 ranks still running after --grace 1s: [0-3], [0-3], [0-3], [0-3]\n(.*\n)*grun: got SIGINT; stopped 4 ranks\n`, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			cmd, done := c.grunIn(t, time.Minute, nil, append(hosts, "--grace", "1s", "-x", "D="+dir, "sh", "-c", tc.script)...)
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				m, _ := filepath.Glob(filepath.Join(dir, "ready-*"))
+				if len(m) == 4 {
+					break
+				}
+				if time.Now().After(deadline) {
+					cmd.Process.Kill()
+					out, _ := done()
+					t.Fatalf("the ranks never all started:\n%s", out)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			sent := time.Now()
+			cmd.Process.Signal(os.Interrupt)
+			out, code := done()
+			if code != 130 {
+				t.Errorf("exit code %d, want 130 (SIGINT):\n%s", code, out)
+			}
+			if !regexp.MustCompile(tc.msg).MatchString(out) {
+				t.Errorf("grun's output does not match %s:\n%s", tc.msg, out)
+			}
+			if tc.each != "" {
+				for r := 0; r < 4; r++ {
+					if want := fmt.Sprintf(tc.each, r); !strings.Contains(out, want) {
+						t.Errorf("rank %d did not get the signal (no %q):\n%s", r, want, out)
+					}
+				}
+			}
+			if d := time.Since(sent); d > 15*time.Second {
+				t.Errorf("grun took %v to stop the job after SIGINT", d)
+			}
+			noneLeft(t)
+		})
+	}
+}
