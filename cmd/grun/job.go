@@ -131,12 +131,13 @@ type job struct {
 const settleWindow = 250 * time.Millisecond
 
 type rank struct {
-	id     int
-	host   string // "" when the job has no host list
-	remote bool
-	proc   process
-	done   bool
-	status exitStatus
+	id       int
+	host     string // "" when the job has no host list
+	remote   bool
+	proc     process
+	done     bool
+	status   exitStatus
+	reapedAt time.Time
 }
 
 // name is how messages refer to the rank: "rank 3", or "rank 3 on host h2"
@@ -159,6 +160,7 @@ func (r *rank) pidNote() string {
 type exitEvent struct {
 	rank   int
 	status exitStatus
+	at     time.Time // when the rank was reaped
 }
 
 type causeKind int
@@ -420,7 +422,13 @@ func (j *job) startRanks(addrs map[string]string, token string) {
 		}
 		j.forward(stdout, prefix, outW)
 		j.forward(stderr, prefix, errW)
-		go func() { j.exits <- exitEvent{rank: i, status: proc.wait()} }()
+		go func() {
+			st := proc.wait()
+			// Timed here, not when supervise gets to it: this goroutine
+			// may lose the CPU before its send, long enough for a peer
+			// that saw this rank vanish to exit and be reaped first.
+			j.exits <- exitEvent{rank: i, status: st, at: time.Now()}
+		}()
 	}
 }
 
@@ -487,7 +495,7 @@ func (j *job) supervise(ctx context.Context, sigs <-chan os.Signal) {
 		select {
 		case ev := <-j.exits:
 			r := j.ranks[ev.rank]
-			r.done, r.status = true, ev.status
+			r.done, r.status, r.reapedAt = true, ev.status, ev.at
 			j.running--
 			if j.cfg.verbose {
 				j.out.say("%s (%s) %v", r.name(), r.pidNote(), r.status)
@@ -591,14 +599,21 @@ func (j *job) noteFailure(r *rank) {
 // culprit picks, among the candidate failures, the rank to blame: one that
 // was killed by a signal grun did not send (SIGKILL from the OOM killer, a
 // SIGSEGV) says more than an exit status, which is what ranks that merely
-// lost a peer report; otherwise the first reaped.
+// lost a peer report; otherwise the first reaped, by the time its waiter
+// saw it go.
 func (j *job) culprit() *rank {
 	for _, r := range j.failures {
 		if r.status.signaled {
 			return r
 		}
 	}
-	return j.failures[0]
+	first := j.failures[0]
+	for _, r := range j.failures[1:] {
+		if r.reapedAt.Before(first.reapedAt) {
+			first = r
+		}
+	}
+	return first
 }
 
 // beginStop records why the job ends and signals every rank's group. Only
