@@ -4,6 +4,7 @@
 // Usage:
 //
 //	grun -n N [-x VAR[=val]]... [--tag-output] [--timeout D] [--grace D] [-v] PROG [ARGS...]
+//	grun [-n N] -H host1:4,host2:4 | --hostfile FILE [--rsh CMD] [--iface NAME] ... PROG [ARGS...]
 //
 // grun serves the job's rendezvous store (package bootstrap) on 127.0.0.1
 // with a fresh random token, then starts every rank with GRUN_RANK,
@@ -24,5 +25,12 @@
 // when PROG cannot be started and 2 on bad usage. If every rank exits 0, so
 // does grun. "grun --help" gives the details.
 //
-// grun runs all ranks on the local host for now, and needs a Unix system.
+// With -H, --hostfile or inside a Slurm allocation, ranks are placed on the
+// hosts by slot (or --map-by node) and remote ones started through ssh (or
+// --rsh) as one shell command that keeps rsh's stdin as the rank's
+// lifeline: signals travel down it and its end kills the rank. The store
+// then listens on the address routed toward the other hosts (or --iface /
+// GOCOLL_IFACE's). README.md in this directory drafts the user-facing
+// documentation of multi-host jobs and of running under srun, mpirun and
+// torchrun without grun. grun needs a Unix system.
 package main

@@ -7,7 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +18,7 @@ import (
 	"time"
 
 	"github.com/gocoll/gocoll/bootstrap"
+	"github.com/gocoll/gocoll/internal/logging"
 )
 
 // Exit statuses of grun's own making; a failed rank's status is passed on.
@@ -54,6 +58,17 @@ type config struct {
 	verbose  bool
 	prog     string
 	args     []string
+
+	// Multi-host jobs. placement is nil when all ranks run here as in
+	// the single-host grun (no -H, --hostfile or Slurm allocation).
+	hosts     []hostSlots
+	placement []placement
+	hostsFrom string   // "-H", "--hostfile FILE" or "the Slurm allocation"
+	byNode    bool     // --map-by node
+	rsh       []string // --rsh, split into words
+	iface     string
+	ifaceFrom string // "--iface" or "GOCOLL_IFACE"
+	outputDir string
 }
 
 // job runs one launch of N ranks from start to exit status. It is used by a
@@ -64,6 +79,10 @@ type job struct {
 	starter starter
 	out     *output
 	environ []string // grun's own environment, the base of every rank's
+
+	hosts []jobHost   // in order of first rank
+	where []placement // by rank
+	files []*os.File  // --output-dir, by rank
 
 	ranks   []*rank
 	running int // ranks started and not yet reaped
@@ -86,6 +105,9 @@ type job struct {
 	stopSig  syscall.Signal // what beginStop sent the ranks
 	grace    *time.Timer
 	killed   bool
+	// rekill repeats SIGKILL once, for remote ranks: the first only asks
+	// the remote side (see rshKillDelay), the second also ends rsh.
+	rekill *time.Timer
 
 	// A rank failure not yet acted on: the others have until failWait
 	// fires to exit on their own.
@@ -109,15 +131,36 @@ type job struct {
 const settleWindow = 250 * time.Millisecond
 
 type rank struct {
-	id     int
-	proc   process
-	done   bool
-	status exitStatus
+	id       int
+	host     string // "" when the job has no host list
+	remote   bool
+	proc     process
+	done     bool
+	status   exitStatus
+	reapedAt time.Time
+}
+
+// name is how messages refer to the rank: "rank 3", or "rank 3 on host h2"
+// in a multi-host job.
+func (r *rank) name() string {
+	if r.host == "" {
+		return "rank " + strconv.Itoa(r.id)
+	}
+	return "rank " + strconv.Itoa(r.id) + " on host " + r.host
+}
+
+// pidNote is the pid in the message, saying whose it is for remote ranks.
+func (r *rank) pidNote() string {
+	if r.remote {
+		return "rsh pid " + strconv.Itoa(r.proc.pid())
+	}
+	return "pid " + strconv.Itoa(r.proc.pid())
 }
 
 type exitEvent struct {
 	rank   int
 	status exitStatus
+	at     time.Time // when the rank was reaped
 }
 
 type causeKind int
@@ -160,19 +203,67 @@ func (j *job) run(ctx context.Context, sigs <-chan os.Signal) int {
 		j.out.say("cannot make a job token: %v", err)
 		return exitInternal
 	}
+	j.plan()
+	var remote []string
+	for _, h := range j.hosts {
+		if h.remote {
+			remote = append(remote, h.name)
+		}
+	}
+	listen, dial, how, err := storeAddrs(ctx, remote, j.cfg.iface, j.cfg.ifaceFrom)
+	if err != nil {
+		j.out.say("%v", err)
+		return exitInternal
+	}
 	// The ranks get the hex text and bootstrap.FromEnv uses those very
 	// bytes as the key, so the store must be given the text too.
-	store, err := bootstrap.Listen("127.0.0.1:0", []byte(token))
+	store, err := bootstrap.Listen(listen, []byte(token))
 	if err != nil {
-		j.out.say("cannot start the rendezvous store: %v", err)
+		j.out.say("cannot start the rendezvous store on %s: %v", listen, err)
 		return exitInternal
+	}
+	_, port, _ := net.SplitHostPort(store.Addr())
+	addrs := make(map[string]string) // host name -> GRUN_ADDR
+	for _, h := range j.hosts {
+		ip, ok := dial[h.name]
+		if !ok && len(remote) > 0 {
+			ip = dial[remote[0]]
+		}
+		if ip == "" {
+			addrs[h.name] = store.Addr()
+		} else {
+			addrs[h.name] = net.JoinHostPort(ip, port)
+		}
+	}
+	log := j.logger()
+	for _, h := range j.hosts {
+		name := h.name
+		if name == "" {
+			name = "localhost"
+		}
+		log.Info("grun: rendezvous address", "host", name, "remote", h.remote, "dial", addrs[h.name], "listen", store.Addr(), "chosen_by", how)
 	}
 	if j.cfg.verbose {
 		j.out.say("rendezvous store at %s; starting %s of %s", store.Addr(), plural(j.cfg.n, "rank"), j.cfg.prog)
+		if j.cfg.placement != nil {
+			for _, h := range j.hosts {
+				where := "here"
+				if h.remote {
+					where = "through " + strings.Join(j.cfg.rsh, " ")
+				}
+				j.out.say("host %s (%s): %s, %s, store at %s", h.name, j.cfg.hostsFrom, plural(h.ranks, "rank"), where, addrs[h.name])
+			}
+		}
 	}
+	if err := j.openOutputFiles(); err != nil {
+		store.Close()
+		j.out.say("%v", err)
+		return exitInternal
+	}
+	defer j.closeOutputFiles()
 
 	j.store = store
-	j.startRanks(store.Addr(), token)
+	j.startRanks(addrs, token)
 	j.supervise(ctx, sigs)
 	j.sweep(sigs)
 	j.drain()
@@ -185,6 +276,40 @@ func (j *job) run(ctx context.Context, sigs <-chan os.Signal) int {
 	return code
 }
 
+// logger is grun's GOCOLL_DEBUG logger, at the level the library would use
+// with the job's environment, but writing through out, so that its lines
+// never land in the middle of a rank's.
+func (j *job) logger() *slog.Logger {
+	var level string
+	for _, kv := range j.environ {
+		if v, ok := strings.CutPrefix(kv, "GOCOLL_DEBUG="); ok {
+			level = v
+		}
+	}
+	h := logging.New(level).Handler()
+	lv := slog.LevelWarn
+	switch ctx := context.Background(); {
+	case h.Enabled(ctx, slog.LevelDebug):
+		lv = slog.LevelDebug
+	case h.Enabled(ctx, slog.LevelInfo):
+		lv = slog.LevelInfo
+	case !h.Enabled(ctx, slog.LevelError):
+		lv = slog.LevelError + 4
+	}
+	return slog.New(slog.NewTextHandler(stderrWriter{j.out}, &slog.HandlerOptions{Level: lv})).With("lib", "gocoll")
+}
+
+// stderrWriter passes each write, which slog makes one whole record, to
+// grun's stderr under the output lock.
+type stderrWriter struct{ o *output }
+
+func (w stderrWriter) Write(p []byte) (int, error) {
+	if err := w.o.write(w.o.stderr, p); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
 func newToken() (string, error) {
 	var b [32]byte
 	if _, err := rand.Read(b[:]); err != nil {
@@ -193,50 +318,148 @@ func newToken() (string, error) {
 	return hex.EncodeToString(b[:]), nil
 }
 
-// rankEnv is grun's environment, then the -x variables, then the job's;
-// exec keeps the last of duplicate names, so a GRUN_* inherited from an
-// enclosing job cannot leak through.
-func (j *job) rankEnv(i int, addr, token string) []string {
-	env := make([]string, 0, len(j.environ)+len(j.cfg.env)+6)
+// jobHost is a host of the job as placed.
+type jobHost struct {
+	name   string
+	remote bool
+	ranks  int
+}
+
+// plan fills j.hosts and j.where from the placement: without a host list
+// every rank is local, rank = local rank, as before hosts existed.
+func (j *job) plan() {
+	j.where = make([]placement, j.cfg.n)
+	if j.cfg.placement == nil {
+		j.hosts = []jobHost{{name: "", ranks: j.cfg.n}}
+		for i := range j.where {
+			j.where[i] = placement{localRank: i, localSize: j.cfg.n}
+		}
+		return
+	}
+	copy(j.where, j.cfg.placement)
+	self := hostname()
+	seen := make(map[string]int)
+	for _, p := range j.where {
+		k, ok := seen[p.host]
+		if !ok {
+			k = len(j.hosts)
+			seen[p.host] = k
+			j.hosts = append(j.hosts, jobHost{name: p.host, remote: !isLocalHost(p.host, self)})
+		}
+		j.hosts[k].ranks++
+	}
+}
+
+func (j *job) hostOf(i int) jobHost {
+	for _, h := range j.hosts {
+		if h.name == j.where[i].host {
+			return h
+		}
+	}
+	return jobHost{}
+}
+
+// rankEnv is grun's environment, then exports; exec keeps the last of
+// duplicate names, so a GRUN_* inherited from an enclosing job cannot leak
+// through.
+func (j *job) rankEnv(exports []string, token string) []string {
+	env := make([]string, 0, len(j.environ)+len(exports)+1)
 	env = append(env, j.environ...)
+	env = append(env, exports...)
+	return append(env, "GRUN_TOKEN="+token)
+}
+
+// rankExports are the -x variables and the job's GRUN_* but the token:
+// what a remote rank's command line carries.
+func (j *job) rankExports(i int, addr string) []string {
+	env := make([]string, 0, len(j.cfg.env)+5)
 	env = append(env, j.cfg.env...)
-	n := strconv.Itoa(j.cfg.n)
 	return append(env,
 		"GRUN_RANK="+strconv.Itoa(i),
-		"GRUN_SIZE="+n,
-		"GRUN_LOCAL_RANK="+strconv.Itoa(i),
-		"GRUN_LOCAL_SIZE="+n,
+		"GRUN_SIZE="+strconv.Itoa(j.cfg.n),
+		"GRUN_LOCAL_RANK="+strconv.Itoa(j.where[i].localRank),
+		"GRUN_LOCAL_SIZE="+strconv.Itoa(j.where[i].localSize),
 		"GRUN_ADDR="+addr,
-		"GRUN_TOKEN="+token,
 	)
 }
 
-func (j *job) startRanks(addr, token string) {
+func (j *job) startRanks(addrs map[string]string, token string) {
+	dir, err := os.Getwd()
+	if err != nil {
+		dir = "."
+	}
 	for i := 0; i < j.cfg.n; i++ {
-		proc, err := j.starter.start(rankSpec{
+		h := j.hostOf(i)
+		exports := j.rankExports(i, addrs[h.name])
+		spec := rankSpec{
 			rank: i,
 			prog: j.cfg.prog,
 			args: j.cfg.args,
-			env:  j.rankEnv(i, addr, token),
-		})
+			env:  j.rankEnv(exports, token),
+		}
+		if h.remote {
+			spec.remote, spec.host, spec.dir, spec.exports, spec.token = true, h.name, dir, exports, token
+		}
+		r := &rank{id: i, host: h.name, remote: h.remote}
+		proc, err := j.starter.start(spec)
 		if err != nil {
-			j.beginStop(&cause{kind: startFailed, err: fmt.Errorf("cannot start rank %d: %w", i, err)}, syscall.SIGTERM)
+			j.beginStop(&cause{kind: startFailed, err: fmt.Errorf("cannot start %s: %w", r.name(), err)}, syscall.SIGTERM)
 			return
 		}
-		r := &rank{id: i, proc: proc}
+		r.proc = proc
 		j.ranks = append(j.ranks, r)
 		j.running++
 		if j.cfg.verbose {
-			j.out.say("rank %d: pid %d", i, proc.pid())
+			j.out.say("%s: %s", r.name(), r.pidNote())
 		}
 		stdout, stderr := proc.output()
 		var prefix []byte
-		if j.cfg.tag {
+		outW, errW := j.out.stdout, j.out.stderr
+		if j.files != nil {
+			outW, errW = j.files[i], j.files[i]
+		} else if j.cfg.tag {
 			prefix = []byte("[" + strconv.Itoa(i) + "] ")
 		}
-		j.forward(stdout, prefix, j.out.stdout)
-		j.forward(stderr, prefix, j.out.stderr)
-		go func() { j.exits <- exitEvent{rank: i, status: proc.wait()} }()
+		j.forward(stdout, prefix, outW)
+		j.forward(stderr, prefix, errW)
+		go func() {
+			st := proc.wait()
+			// Timed here, not when supervise gets to it: this goroutine
+			// may lose the CPU before its send, long enough for a peer
+			// that saw this rank vanish to exit and be reaped first.
+			j.exits <- exitEvent{rank: i, status: st, at: time.Now()}
+		}()
+	}
+}
+
+// openOutputFiles creates --output-dir and one file per rank in it,
+// rank-R.log, which gets that rank's stdout and stderr lines.
+func (j *job) openOutputFiles() error {
+	if j.cfg.outputDir == "" {
+		return nil
+	}
+	if err := os.MkdirAll(j.cfg.outputDir, 0o755); err != nil {
+		return fmt.Errorf("--output-dir: %w", err)
+	}
+	j.files = make([]*os.File, j.cfg.n)
+	for i := range j.files {
+		f, err := os.Create(filepath.Join(j.cfg.outputDir, "rank-"+strconv.Itoa(i)+".log"))
+		if err != nil {
+			j.closeOutputFiles()
+			return fmt.Errorf("--output-dir: %w", err)
+		}
+		j.files[i] = f
+	}
+	return nil
+}
+
+func (j *job) closeOutputFiles() {
+	for _, f := range j.files {
+		if f != nil {
+			if err := f.Close(); err != nil {
+				j.out.say("--output-dir: %v", err)
+			}
+		}
 	}
 }
 
@@ -272,10 +495,10 @@ func (j *job) supervise(ctx context.Context, sigs <-chan os.Signal) {
 		select {
 		case ev := <-j.exits:
 			r := j.ranks[ev.rank]
-			r.done, r.status = true, ev.status
+			r.done, r.status, r.reapedAt = true, ev.status, ev.at
 			j.running--
 			if j.cfg.verbose {
-				j.out.say("rank %d (pid %d) %v", r.id, r.proc.pid(), r.status)
+				j.out.say("%s (%s) %v", r.name(), r.pidNote(), r.status)
 			}
 			if r.status.failed() {
 				if j.store != nil {
@@ -312,6 +535,11 @@ func (j *job) supervise(ctx context.Context, sigs <-chan os.Signal) {
 			j.beginStop(j.orPending(&cause{kind: canceled, err: context.Cause(ctx)}), syscall.SIGTERM)
 		case <-j.graceC():
 			j.kill(fmt.Sprintf("still running after --grace %v", j.cfg.grace))
+		case <-j.rekillC():
+			j.rekill = nil
+			for _, r := range j.ranks {
+				r.proc.signal(syscall.SIGKILL)
+			}
 		}
 	}
 	if j.cause == nil && j.pending != nil {
@@ -371,14 +599,21 @@ func (j *job) noteFailure(r *rank) {
 // culprit picks, among the candidate failures, the rank to blame: one that
 // was killed by a signal grun did not send (SIGKILL from the OOM killer, a
 // SIGSEGV) says more than an exit status, which is what ranks that merely
-// lost a peer report; otherwise the first reaped.
+// lost a peer report; otherwise the first reaped, by the time its waiter
+// saw it go.
 func (j *job) culprit() *rank {
 	for _, r := range j.failures {
 		if r.status.signaled {
 			return r
 		}
 	}
-	return j.failures[0]
+	first := j.failures[0]
+	for _, r := range j.failures[1:] {
+		if r.reapedAt.Before(first.reapedAt) {
+			first = r
+		}
+	}
+	return first
 }
 
 // beginStop records why the job ends and signals every rank's group. Only
@@ -411,8 +646,16 @@ func (j *job) graceC() <-chan time.Time {
 }
 
 // kill sends SIGKILL to every group; why says why, for the message.
+func (j *job) rekillC() <-chan time.Time {
+	if j.rekill == nil {
+		return nil
+	}
+	return j.rekill.C
+}
+
 func (j *job) kill(why string) {
 	j.killed = true
+	j.rekill = time.NewTimer(rshKillDelay + pollInterval)
 	if j.grace != nil {
 		j.grace.Stop()
 	}
@@ -515,11 +758,11 @@ func (j *job) report() int {
 	switch c.kind {
 	case rankFailed:
 		first := j.culprit()
-		msg := fmt.Sprintf("rank %d (pid %d) %v", first.id, first.proc.pid(), first.status)
+		msg := fmt.Sprintf("%s (%s) %v", first.name(), first.pidNote(), first.status)
 		var also []string
 		for _, r := range j.failures {
 			if r != first {
-				also = append(also, fmt.Sprintf("rank %d %v", r.id, r.status))
+				also = append(also, fmt.Sprintf("%s %v", r.name(), r.status))
 			}
 		}
 		if len(also) > 0 {

@@ -16,7 +16,14 @@ type rankSpec struct {
 	rank int
 	prog string   // as given on the command line; resolved through PATH
 	args []string // after prog
-	env  []string // the complete environment, "VAR=val"
+	env  []string // grun's environment plus the job's, "VAR=val"
+
+	// Remote ranks only: where, and what the remote command carries.
+	remote  bool
+	host    string
+	dir     string   // grun's working directory, to cd to
+	exports []string // the -x variables and GRUN_* but GRUN_TOKEN
+	token   string   // passed on rsh's stdin, never on a command line
 }
 
 // process is a started rank as the job sees it. Everything the job does to
@@ -41,6 +48,24 @@ type process interface {
 // enough along that signal reaches everything it will start.
 type starter interface {
 	start(spec rankSpec) (process, error)
+}
+
+// hostStarter starts local ranks itself and hands remote ones to rsh.
+type hostStarter struct {
+	local *localStarter
+	rsh   *rshStarter
+}
+
+func newStarter(rsh []string) *hostStarter {
+	local := newLocalStarter()
+	return &hostStarter{local: local, rsh: &rshStarter{rsh: rsh, groups: local.groups}}
+}
+
+func (s *hostStarter) start(spec rankSpec) (process, error) {
+	if spec.remote {
+		return s.rsh.start(spec)
+	}
+	return s.local.start(spec)
 }
 
 // localStarter runs ranks as children of grun on this host.
@@ -153,6 +178,9 @@ type exitStatus struct {
 	signaled bool
 	signal   syscall.Signal
 	err      error // waiting failed; how it ended is unknown
+
+	host    string // remote ranks: the status is rsh's
+	rshDied bool   // remote ranks: rsh itself was killed by signal
 }
 
 func (s exitStatus) failed() bool { return s.err != nil || s.signaled || s.code != 0 }
@@ -173,8 +201,12 @@ func (s exitStatus) String() string {
 	switch {
 	case s.err != nil:
 		return fmt.Sprintf("could not be waited for (%v)", s.err)
+	case s.rshDied:
+		return fmt.Sprintf("lost: its rsh to %s was killed by signal %s", s.host, signalName(s.signal))
 	case s.signaled:
 		return "killed by signal " + signalName(s.signal)
+	case s.host != "" && s.code == 255:
+		return "exited with status 255, which is also ssh's status when it cannot connect or loses the connection"
 	}
 	return fmt.Sprintf("exited with status %d", s.code)
 }

@@ -14,18 +14,23 @@ import (
 	"time"
 )
 
-const usage = `Usage: grun -n N [flags] PROG [ARGS...]
+const usage = `Usage: grun [-n N] [flags] PROG [ARGS...]
 
-grun starts N copies of PROG on this host, the ranks of one job, and serves
-the rendezvous store through which they find each other. It forwards their
-output, passes signals on, and stops the whole job as soon as one rank fails.
+grun starts N copies of PROG, the ranks of one job, on this host or on the
+hosts of a host list, and serves the rendezvous store through which they
+find each other. It forwards their output, passes signals on, and stops the
+whole job as soon as one rank fails.
 
 Flags (-flag and --flag are the same; flags end at PROG or at "--"):
-  -n N           number of ranks to start; required, at least 1
+  -n N           number of ranks to start; required without a host list,
+                 with one it defaults to the number of slots
   -x VAR=val     set VAR to val in every rank's environment
   -x VAR         copy VAR from grun's environment (an error if it is unset);
                  -x may be repeated
   --tag-output   prefix every output line with "[RANK] "
+  --output-dir DIR
+                 write each rank's stdout and stderr lines to DIR/rank-R.log
+                 (created; the files are truncated) instead of grun's output
   --timeout D    stop the job if it runs longer than D, e.g. 90s or 10m
                  (default 0: no limit)
   --grace D      how long ranks have to exit after SIGTERM or a forwarded
@@ -33,15 +38,49 @@ Flags (-flag and --flag are the same; flags end at PROG or at "--"):
   --fail-wait D  after a rank fails, how long the others have to notice and
                  exit on their own, reporting their errors, before they get
                  SIGTERM (default 2s; 0: at once, as mpirun does)
-  -v, --verbose  print the store address, N and each rank's pid to stderr
+  -v, --verbose  print the store address, the hosts and each rank's pid to
+                 stderr
   -h, --help     print this help and exit
 
-Environment of each rank: grun's own, then the -x variables, then
+Hosts (default: every rank on this host):
+  -H, --host host1:4,host2:4
+                 run on these hosts, with this many slots (ranks) each; a
+                 host without :K has 1 slot; IPv6 as [fd00::1]:4
+  --hostfile FILE
+                 the hosts from FILE: one per line, "host slots=K" or just
+                 "host" (1 slot); '#' starts a comment
+  --map-by slot  fill each host's slots before the next host's (default)
+  --map-by node  place ranks round-robin over the hosts
+  --rsh CMD      run remote ranks with "CMD HOST COMMAND" (default ssh);
+                 CMD is split at spaces, as in --rsh "ssh -p 2222"
+  --iface NAME   the other hosts dial the rendezvous store at NAME's
+                 address (default: $GOCOLL_IFACE, else the address this host
+                 uses to reach them; GOCOLL_DEBUG=info logs the choice)
+Without -H or --hostfile, inside a Slurm allocation (SLURM_JOB_NODELIST set)
+the hosts are the allocation's nodes, with SLURM_TASKS_PER_NODE slots each.
+More ranks than slots is an error.
+
+Hosts named localhost, a loopback address or this host's name run their
+ranks as grun's children; every other host runs them through rsh as one
+shell command (run by the login shell, which must be a POSIX sh, bash, ksh
+or zsh): cd to grun's working directory, then run PROG, found through the
+remote PATH unless it is a path, with the -x variables and GRUN_* (the
+token goes over rsh's stdin, never on a command line). So PROG and the
+directory must exist on every host, at the same path: a shared file
+system, or copied beforehand. Remote ranks do not get grun's environment,
+only -x's. rsh's stdin is the rank's lifeline: grun passes signals along it
+(SIGINT and SIGQUIT arrive as SIGTERM: the remote shell starts the rank with
+those two ignored), and when it closes (grun exits or dies, the connection
+drops) the rank and everything it started are killed.
+
+Environment of each rank: grun's own (local ranks only), then the -x
+variables, then
   GRUN_RANK        the rank, 0 to N-1
   GRUN_SIZE        N
-  GRUN_LOCAL_RANK  the rank among those on this host (= GRUN_RANK)
-  GRUN_LOCAL_SIZE  the number of ranks on this host (= N)
-  GRUN_ADDR        host:port of the job's rendezvous store
+  GRUN_LOCAL_RANK  the rank among those on its host
+  GRUN_LOCAL_SIZE  the number of ranks on its host
+  GRUN_ADDR        host:port of the job's rendezvous store (127.0.0.1 when
+                   every rank is local)
   GRUN_TOKEN       the per-job secret the store demands (never printed)
 Standard input of every rank is /dev/null.
 
@@ -52,14 +91,15 @@ without a newline gets one; lines over 1 MiB are split.
 Stopping: each rank runs in a process group of its own, and every signal
 grun sends goes to the whole group, so processes a rank started are stopped
 with it. SIGINT, SIGTERM and SIGHUP sent to grun are passed on to every
-rank. When a rank fails (exits non-zero or is killed by a signal), the
-others get --fail-wait to exit on their own (gocoll ranks notice a lost
-peer within milliseconds and return an error naming it, which a program may
-act on), then SIGTERM. When --timeout expires or grun's output is closed,
-they get SIGTERM at once. Ranks still
+rank. When a rank fails (exits non-zero or is killed by a signal, or its rsh
+connection is lost), the others get --fail-wait to exit on their own
+(gocoll ranks notice a lost peer within milliseconds and return an error
+naming it, which a program may act on), then SIGTERM. When --timeout
+expires or grun's output is closed, they get SIGTERM at once. Ranks still
 running --grace later get SIGKILL; a second signal to grun sends SIGKILL at
 once. Ranks that exit 0 early are fine: grun waits for all of them, then
-stops anything they left behind.
+stops anything they left behind. A remote rank that exits with status
+128+K is reported as killed by signal K (sh reports both alike).
 
 Exit status:
   0        every rank exited 0
@@ -109,7 +149,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "grun: %v\nUsage: grun -n N [flags] PROG [ARGS...]; see grun --help\n", err)
+		fmt.Fprintf(stderr, "grun: %v\nUsage: grun [-n N] [flags] PROG [ARGS...]; see grun --help\n", err)
 		return exitUsage
 	}
 	// Registered before the first rank starts, so that a Ctrl-C at any
@@ -117,7 +157,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
-	return newJob(cfg, newLocalStarter(), stdout, stderr, os.Environ()).run(ctx, sigs)
+	return newJob(cfg, newStarter(cfg.rsh), stdout, stderr, os.Environ()).run(ctx, sigs)
 }
 
 // newFlagSet defines grun's flags on cfg. -x values are checked, and -x VAR
@@ -149,6 +189,60 @@ func newFlagSet(cfg *config, lookupEnv func(string) (string, bool)) *flag.FlagSe
 	durationFlag(fs, &cfg.timeout, "timeout", "stop the job after this long")
 	durationFlag(fs, &cfg.grace, "grace", "time between SIGTERM and SIGKILL")
 	durationFlag(fs, &cfg.failWait, "fail-wait", "time the others have to exit on their own after a rank fails")
+	hostList := func(s string) error {
+		if cfg.hostsFrom != "" {
+			return fmt.Errorf("hosts already given by %s", cfg.hostsFrom)
+		}
+		hosts, err := parseHostList(s)
+		if err != nil {
+			return err
+		}
+		cfg.hosts, cfg.hostsFrom = hosts, "-H"
+		return nil
+	}
+	fs.Func("H", "hosts and slots, host1:4,host2:4", hostList)
+	fs.Func("host", "hosts and slots, host1:4,host2:4", hostList)
+	fs.Func("hostfile", "file of lines \"host slots=K\"", func(s string) error {
+		if cfg.hostsFrom != "" {
+			return fmt.Errorf("hosts already given by %s", cfg.hostsFrom)
+		}
+		data, err := os.ReadFile(s)
+		if err != nil {
+			return err
+		}
+		hosts, err := parseHostfile(data, s)
+		if err != nil {
+			return err
+		}
+		cfg.hosts, cfg.hostsFrom = hosts, "--hostfile "+s
+		return nil
+	})
+	fs.Func("map-by", "slot (fill each host in turn) or node (round-robin)", func(s string) error {
+		switch s {
+		case "slot":
+			cfg.byNode = false
+		case "node":
+			cfg.byNode = true
+		default:
+			return errors.New("want slot or node")
+		}
+		return nil
+	})
+	fs.Func("rsh", "command that runs a command on a host (default ssh)", func(s string) error {
+		cfg.rsh = strings.Fields(s)
+		if len(cfg.rsh) == 0 {
+			return errors.New("empty command")
+		}
+		return nil
+	})
+	fs.StringVar(&cfg.iface, "iface", "", "interface whose address the other hosts dial")
+	fs.Func("output-dir", "write each rank's output to DIR/rank-R.log", func(s string) error {
+		if s == "" {
+			return errors.New("empty directory name")
+		}
+		cfg.outputDir = s
+		return nil
+	})
 	fs.BoolVar(&cfg.verbose, "v", false, "verbose")
 	fs.BoolVar(&cfg.verbose, "verbose", false, "verbose")
 	return fs
@@ -169,10 +263,31 @@ func durationFlag(fs *flag.FlagSet, dst *time.Duration, name, usage string) {
 }
 
 func parseArgs(args []string, lookupEnv func(string) (string, bool)) (config, error) {
-	cfg := config{grace: defaultGrace, failWait: defaultFailWait}
+	cfg := config{grace: defaultGrace, failWait: defaultFailWait, rsh: []string{"ssh"}}
 	fs := newFlagSet(&cfg, lookupEnv)
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
+	}
+	if cfg.hostsFrom == "" {
+		hosts, ok, err := slurmHosts(lookupEnv)
+		if err != nil {
+			return config{}, fmt.Errorf("in a Slurm allocation: %w", err)
+		}
+		if ok {
+			cfg.hosts, cfg.hostsFrom = hosts, "the Slurm allocation"
+		}
+	}
+	if cfg.iface != "" {
+		cfg.ifaceFrom = "--iface"
+	} else if v, ok := lookupEnv("GOCOLL_IFACE"); ok && strings.TrimSpace(v) != "" {
+		cfg.iface, cfg.ifaceFrom = strings.TrimSpace(v), "GOCOLL_IFACE"
+	}
+	if !cfg.nSet && cfg.hostsFrom != "" {
+		// As mpirun: one rank per slot.
+		for _, h := range cfg.hosts {
+			cfg.n += h.slots
+		}
+		cfg.nSet = true
 	}
 	switch {
 	case !cfg.nSet:
@@ -183,6 +298,13 @@ func parseArgs(args []string, lookupEnv func(string) (string, bool)) (config, er
 		return config{}, errors.New("missing PROG: the program each rank runs")
 	}
 	cfg.prog, cfg.args = fs.Arg(0), fs.Args()[1:]
+	if cfg.hostsFrom != "" {
+		p, err := place(cfg.hosts, cfg.n, cfg.byNode)
+		if err != nil {
+			return config{}, fmt.Errorf("%s: %w", cfg.hostsFrom, err)
+		}
+		cfg.placement = p
+	}
 	return cfg, nil
 }
 

@@ -49,7 +49,8 @@ func buildAll(dir string) error {
 	builds := [][]string{
 		append(grunArgs, "."),
 		{"build", "-o", dir + string(filepath.Separator),
-			"./testdata/envdump", "./testdata/lines", "./testdata/rankctl", "./testdata/storeping"},
+			"./testdata/envdump", "./testdata/lines", "./testdata/rankctl", "./testdata/storeping",
+			"./testdata/argdump"},
 	}
 	errs := make([]error, len(builds))
 	var wg sync.WaitGroup
@@ -261,7 +262,7 @@ func TestParseArgs(t *testing.T) {
 	want := config{
 		n: 3, nSet: true, env: []string{"A=1=2", "HOME=/home/u", "EMPTY="}, tag: true,
 		timeout: time.Minute, grace: 250 * time.Millisecond, verbose: true,
-		prog: "prog", args: []string{"-n", "9", "--", "x"},
+		prog: "prog", args: []string{"-n", "9", "--", "x"}, rsh: []string{"ssh"},
 	}
 	if fmt.Sprint(cfg) != fmt.Sprint(want) {
 		t.Errorf("got  %+v\nwant %+v", cfg, want)

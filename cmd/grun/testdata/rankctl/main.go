@@ -84,6 +84,10 @@ func main() {
 			time.Sleep(2 * time.Millisecond)
 		}
 		fmt.Printf("rank %d noticed rank %d is gone\n", rank, *failRank)
+		// Real ranks take a while to give up on a lost peer; exiting the
+		// instant grun reaps the failed rank would race grun's own
+		// bookkeeping of that reap, which no launcher can order exactly.
+		time.Sleep(30 * time.Millisecond)
 		os.Exit(4)
 	}
 	time.Sleep(*sleep)

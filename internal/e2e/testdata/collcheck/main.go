@@ -12,7 +12,9 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
+	"net"
 	"os"
+	"strings"
 	"syscall"
 	"unsafe"
 
@@ -23,6 +25,8 @@ var (
 	dieRank  = flag.Int("die-rank", -1, "this rank exits with status 3 part-way (fault test)")
 	dieAfter = flag.Int("die-after", 10, "checks run before -die-rank exits")
 	dieHow   = flag.String("die-how", "exit", "how -die-rank dies: exit (status 3) or kill (SIGKILL to itself)")
+	rounds   = flag.Int("rounds", 1, "run the whole check this many times (a long job, for tests that kill it)")
+	addrs    = flag.Bool("addrs", false, "first print this rank's non-loopback IPv4 addresses (where did it run?)")
 )
 
 type checker struct {
@@ -40,12 +44,33 @@ func main() {
 		os.Exit(1)
 	}
 	defer c.Close()
+	if *addrs {
+		fmt.Printf("rank %d addrs %s\n", c.Rank(), strings.Join(ipv4Addrs(), ","))
+	}
 	k := &checker{ctx: ctx, c: c}
-	if err := k.all(); err != nil {
-		fmt.Fprintf(os.Stderr, "collcheck: rank %d: %v\n", c.Rank(), err)
-		os.Exit(1)
+	for i := 0; i < *rounds; i++ {
+		if err := k.all(); err != nil {
+			fmt.Fprintf(os.Stderr, "collcheck: rank %d: %v\n", c.Rank(), err)
+			os.Exit(1)
+		}
 	}
 	fmt.Printf("rank %d of %d: ok, %d checks\n", c.Rank(), c.Size(), k.checks)
+}
+
+// ipv4Addrs lists the host's IPv4 addresses but loopback ones: in a test
+// that runs ranks in network namespaces, they say which namespace.
+func ipv4Addrs() []string {
+	as, err := net.InterfaceAddrs()
+	if err != nil {
+		return []string{"error: " + err.Error()}
+	}
+	var out []string
+	for _, a := range as {
+		if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil && !ipn.IP.IsLoopback() {
+			out = append(out, ipn.IP.String())
+		}
+	}
+	return out
 }
 
 func (k *checker) tick() {

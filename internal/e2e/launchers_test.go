@@ -1,0 +1,105 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// launcherEnv is this process's environment without anything a launcher
+// sets, so that the test's own variables alone decide who started the rank.
+func launcherEnv() []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		switch {
+		case strings.HasPrefix(name, "GRUN_"), strings.HasPrefix(name, "OMPI_"), strings.HasPrefix(name, "SLURM_"),
+			strings.HasPrefix(name, "PMI"), strings.HasPrefix(name, "MASTER_"),
+			name == "RANK", name == "WORLD_SIZE", name == "LOCAL_RANK", name == "LOCAL_WORLD_SIZE", name == "GOCOLL_DEBUG":
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
+// freePort is a TCP port on 127.0.0.1 that was free a moment ago, for rank
+// 0 to serve the rendezvous store on, as a job script would pick one.
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	return port
+}
+
+// TestUnderOtherLaunchers starts collcheck's ranks as srun, mpirun and
+// torchrun would, with exactly the variables each sets (plus, for srun and
+// mpirun, the MASTER_ADDR and MASTER_PORT the job script must add), and no
+// grun: comm.Init must find its rank in them, rank 0 must serve the
+// rendezvous store, and every collective check must pass on every rank.
+func TestUnderOtherLaunchers(t *testing.T) {
+	const n = 3
+	styles := []struct {
+		name string
+		env  func(rank int, port string) []string
+	}{
+		{"srun", func(r int, port string) []string {
+			// srun -n 3 on one node; a token, as a job script may pass one.
+			return []string{"SLURM_PROCID=" + strconv.Itoa(r), "SLURM_NTASKS=3", "SLURM_LOCALID=" + strconv.Itoa(r),
+				"SLURM_NODEID=0", "SLURM_JOB_NODELIST=localhost", "SLURM_TASKS_PER_NODE=3",
+				"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port, "GRUN_TOKEN=job-secret-from-the-script"}
+		}},
+		{"mpirun", func(r int, port string) []string {
+			return []string{"OMPI_COMM_WORLD_RANK=" + strconv.Itoa(r), "OMPI_COMM_WORLD_SIZE=3",
+				"OMPI_COMM_WORLD_LOCAL_RANK=" + strconv.Itoa(r), "OMPI_COMM_WORLD_LOCAL_SIZE=3",
+				"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port}
+		}},
+		{"torchrun", func(r int, port string) []string {
+			return []string{"RANK=" + strconv.Itoa(r), "WORLD_SIZE=3", "LOCAL_RANK=" + strconv.Itoa(r), "LOCAL_WORLD_SIZE=3",
+				"GROUP_RANK=0", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port}
+		}},
+	}
+	for _, st := range styles {
+		t.Run(st.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			port := freePort(t)
+			cmds := make([]*exec.Cmd, n)
+			outs := make([]*bytes.Buffer, n)
+			for r := 0; r < n; r++ {
+				cmd := exec.CommandContext(ctx, filepath.Join(bin, "collcheck"))
+				cmd.Env = append(append(launcherEnv(), "GOCOLL_TIMEOUT=60s"), st.env(r, port)...)
+				outs[r] = &bytes.Buffer{}
+				cmd.Stdout, cmd.Stderr = outs[r], outs[r]
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				cmds[r] = cmd
+			}
+			for r, cmd := range cmds {
+				err := cmd.Wait()
+				if ctx.Err() != nil {
+					t.Fatalf("rank %d did not finish in time (a hang):\n%s", r, outs[r])
+				}
+				if err != nil {
+					t.Errorf("rank %d: %v:\n%s", r, err, outs[r])
+				}
+				if want := fmt.Sprintf("rank %d of %d: ok", r, n); !strings.Contains(outs[r].String(), want) {
+					t.Errorf("rank %d: no %q in its output:\n%s", r, want, outs[r])
+				}
+			}
+		})
+	}
+}
