@@ -24,13 +24,18 @@ func WithSHMOptions(o shm.Options) Option { return func(s *settings) { s.shm = o
 // collectives). GOCOLL_FAKE_HOSTS=k does the same. For tests only.
 func WithFakeHosts(k int) Option { return func(s *settings) { s.fakeHosts = k } }
 
-// hostID names the host this process runs on: its hostname and the
-// kernel's boot id, so that two containers or VMs that happen to share a
-// hostname are not taken for one host.
+// hostID names the host this process runs on, as far as shared memory is
+// concerned: its hostname, the kernel's boot id (two VMs that happen to
+// share a hostname are not one host) and its network namespace. The last
+// because the shm transport finds its peers through abstract Unix
+// sockets, which each network namespace has its own set of: two
+// containers on one kernel, or the namespaces the multi-host tests use as
+// hosts, must talk over the network.
 func hostID() string {
 	name, _ := os.Hostname()
 	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	return name + "/" + strings.TrimSpace(string(boot))
+	netns, _ := os.Readlink("/proc/self/ns/net")
+	return name + "/" + strings.TrimSpace(string(boot)) + "/" + netns
 }
 
 // exchangeHosts publishes this rank's host and reads everyone's, returning
