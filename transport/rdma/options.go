@@ -43,12 +43,14 @@ type Options struct {
 	// request unacknowledged for 4.096 µs × 2^Timeout is retransmitted
 	// (default 14, about 67 ms; 1..31). Together with RetryCount it bounds
 	// how long a dead peer goes unnoticed by a sender:
-	// (RetryCount+1) × 4.096 µs × 2^Timeout, about 0.5 s by default.
+	// (RetryCount+1) × 4.096 µs × 2^Timeout, under 0.5 s by default.
 	// Large fabrics under congestion may want 18-20.
 	Timeout int
 	// RetryCount is how often an unacknowledged request is retransmitted
-	// before the queue pair fails with IBV_WC_RETRY_EXC_ERR (default 7,
-	// the most the wire format allows; -1 for none).
+	// before the queue pair fails with IBV_WC_RETRY_EXC_ERR (default 6;
+	// -1 for none). Not 7, the most the field holds: Soft-RoCE (rdma_rxe)
+	// takes 7 to mean "retry forever", and a dead peer would then never
+	// be noticed.
 	RetryCount int
 	// RNRRetry is how often a send refused for lack of a posted receive is
 	// retried (default 7, which means forever; the credit protocol keeps
@@ -78,7 +80,7 @@ const (
 	maxSlots    = 1 << immSlotBits
 
 	DefaultTimeout    = 14
-	DefaultRetryCount = 7
+	DefaultRetryCount = 6
 	DefaultRNRRetry   = 7
 	defaultInline     = 256
 )

@@ -276,6 +276,15 @@ func TestAbort(t *testing.T) {
 		_, err := ts[0].Recv(ctx, 2)
 		done <- err
 	}()
+	// Rank 1 waits on rank 0, which sends nothing: only the loss
+	// notification can tell it about rank 2.
+	done1 := make(chan error, 1)
+	ctx1, cancel1 := context.WithCancel(ctx)
+	defer cancel1()
+	go func() {
+		_, err := ts[1].Recv(ctx1, 0)
+		done1 <- err
+	}()
 	time.Sleep(50 * time.Millisecond)
 	ts[2].(transport.Aborter).Abort()
 	err := <-done
@@ -288,7 +297,15 @@ func TestAbort(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("rank 1 did not notice rank 2's abort")
 	}
-	t.Logf("after %v: %v; rank 1: %v", time.Since(start), err, ts[1].(transport.LossNotifier).LostErr())
+	lerr := ts[1].(transport.LossNotifier).LostErr()
+	if !errors.As(lerr, &pe) || pe.Peer != 2 || !errors.Is(lerr, transport.ErrPeerLost) {
+		t.Fatalf("rank 1's LostErr: %v, want ErrPeerLost naming rank 2", lerr)
+	}
+	cancel1()
+	if err := <-done1; !errors.Is(err, context.Canceled) {
+		t.Fatalf("rank 1's recv from the live rank 0: %v, want context.Canceled", err)
+	}
+	t.Logf("after %v: %v; rank 1: %v", time.Since(start), err, lerr)
 }
 
 const childEnv = "GOCOLL_RDMA_TEST_CHILD"
