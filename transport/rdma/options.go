@@ -222,6 +222,25 @@ func encodeCtl(kind, arg int) uint32 { return uint32(kind)<<30 | uint32(arg) }
 
 func decodeCtl(imm uint32) (kind, arg int) { return int(imm >> 30), int(imm & ctlArgMax) }
 
+// Work request ids carry what the request was and for which peer, so a
+// completion, even a failed one (which carries nothing else), is traced to
+// its peer: kind in the top byte, peer rank below, a sequence number in
+// the low 40 bits.
+const (
+	wrRecv  = 1
+	wrSend  = 2
+	seqBits = 40
+	seqMask = 1<<seqBits - 1
+)
+
+func wrID(kind, rank int, seq uint64) uint64 {
+	return uint64(kind)<<56 | uint64(rank)<<seqBits | seq&seqMask
+}
+
+func splitWRID(id uint64) (kind, rank int, seq uint64) {
+	return int(id >> 56), int(id >> seqBits & 0xffff), id & seqMask
+}
+
 // credits is a sender's account of the slots it may fill at one peer.
 // It lives under the peer's locks; it is separate so the arithmetic can
 // be tested on its own.

@@ -23,25 +23,6 @@ import (
 // cancellation, Close and the liveness probes are never far away.
 const pollSliceMs = 20
 
-// Work request ids carry what the request was and for which peer, so a
-// completion, even a failed one (which carries nothing else), is traced to
-// its peer: kind in the top byte, peer rank below, a sequence number in
-// the low 40 bits.
-const (
-	wrRecv  = 1
-	wrSend  = 2
-	seqBits = 40
-	seqMask = 1<<seqBits - 1
-)
-
-func wrID(kind, rank int, seq uint64) uint64 {
-	return uint64(kind)<<56 | uint64(rank)<<seqBits | seq&seqMask
-}
-
-func splitWRID(id uint64) (kind, rank int, seq uint64) {
-	return int(id >> 56), int(id >> seqBits & 0xffff), id & seqMask
-}
-
 // Transport is the RDMA mesh of one rank. See package transport for the
 // contract and the package doc for the design.
 type Transport struct {
