@@ -18,6 +18,7 @@ import (
 	"github.com/gocoll/gocoll/collectives"
 	"github.com/gocoll/gocoll/internal/logging"
 	"github.com/gocoll/gocoll/transport"
+	"github.com/gocoll/gocoll/transport/rdma"
 	"github.com/gocoll/gocoll/transport/tcp"
 )
 
@@ -101,6 +102,7 @@ type settings struct {
 	timeout   time.Duration
 	logger    *slog.Logger
 	tcp       tcp.Options
+	rdma      rdma.Options
 }
 
 // WithTransport picks the transport: "auto" (default), "tcp", "shm", "rdma".
@@ -201,14 +203,29 @@ func readSettings(opts []Option) (settings, error) {
 	if s.logger == nil {
 		s.logger = logging.L()
 	}
+	s.rdma.Device = strings.TrimSpace(os.Getenv("GOCOLL_IB_DEV"))
+	if v := strings.TrimSpace(os.Getenv("GOCOLL_IB_GID_INDEX")); v != "" {
+		i, err := strconv.Atoi(v)
+		if err != nil || i < 0 || i > 255 {
+			return s, fmt.Errorf("GOCOLL_IB_GID_INDEX=%q: want a GID table index 0..255: %w", v, ErrInvalid)
+		}
+		s.rdma.GIDIndex = i
+	}
 	s.transport = strings.ToLower(strings.TrimSpace(s.transport))
 	switch s.transport {
 	case "", "auto":
-		s.logger.Info("transport chosen", "transport", "tcp", "why", "auto: tcp is the only transport in this build (shm and rdma are not yet available)")
-		s.transport = "tcp"
-	case "tcp":
-	case "shm", "rdma":
-		return s, fmt.Errorf("GOCOLL_TRANSPORT=%s: transport not available in this build (available: tcp, auto): %w", s.transport, ErrUnsupported)
+		// Every rank decides alone, so a job must be uniform: ranks that
+		// pick different transports never meet.
+		if dev, err := rdma.Probe(s.rdma); err == nil {
+			s.logger.Info("transport chosen", "transport", "rdma", "why", "auto: RDMA device "+dev+" is usable")
+			s.transport = "rdma"
+		} else {
+			s.logger.Info("transport chosen", "transport", "tcp", "why", "auto: "+err.Error())
+			s.transport = "tcp"
+		}
+	case "tcp", "rdma":
+	case "shm":
+		return s, fmt.Errorf("GOCOLL_TRANSPORT=%s: transport not available in this build (available: tcp, rdma, auto): %w", s.transport, ErrUnsupported)
 	default:
 		return s, fmt.Errorf("GOCOLL_TRANSPORT=%q: unknown transport (want auto, tcp, shm or rdma): %w", s.transport, ErrInvalid)
 	}
@@ -257,6 +274,20 @@ func (c *Communicator) connect(ctx context.Context, s settings) error {
 		return err
 	}
 	c.store = store
+	if s.transport == "rdma" {
+		if s.rdma.Spin == 0 {
+			s.rdma.Spin = rdma.SpinFor(max(cfg.LocalSize, 1))
+		}
+		t, err := rdma.Connect(ctx, store, cfg.Rank, cfg.Size, cfg.Token, s.rdma)
+		if err != nil {
+			if errors.Is(err, rdma.ErrUnavailable) {
+				return fmt.Errorf("GOCOLL_TRANSPORT=rdma: %w: %w", ErrUnsupported, err)
+			}
+			return err
+		}
+		c.t = t
+		return nil
+	}
 	t, err := tcp.Connect(ctx, store, cfg.Rank, cfg.Size, cfg.Token, s.tcp)
 	if err != nil {
 		return err
