@@ -19,6 +19,7 @@ import (
 	"github.com/gocoll/gocoll/internal/logging"
 	"github.com/gocoll/gocoll/internal/reduce"
 	"github.com/gocoll/gocoll/transport"
+	"github.com/gocoll/gocoll/transport/rdma"
 	"github.com/gocoll/gocoll/transport/shm"
 	"github.com/gocoll/gocoll/transport/tcp"
 )
@@ -107,6 +108,7 @@ type settings struct {
 	logger    *slog.Logger
 	tcp       tcp.Options
 	shm       shm.Options
+	rdma      rdma.Options
 	fakeHosts int
 }
 
@@ -229,13 +231,19 @@ func readSettings(opts []Option) (settings, error) {
 	if s.logger == nil {
 		s.logger = logging.L()
 	}
+	s.rdma.Device = strings.TrimSpace(os.Getenv("GOCOLL_IB_DEV"))
+	if v := strings.TrimSpace(os.Getenv("GOCOLL_IB_GID_INDEX")); v != "" {
+		i, err := strconv.Atoi(v)
+		if err != nil || i < 0 || i > 255 {
+			return s, fmt.Errorf("GOCOLL_IB_GID_INDEX=%q: want a GID table index 0..255: %w", v, ErrInvalid)
+		}
+		s.rdma.GIDIndex = i
+	}
 	s.transport = strings.ToLower(strings.TrimSpace(s.transport))
 	switch s.transport {
 	case "", "auto":
-		s.transport = "auto" // decided at connect, from where the ranks run
-	case "tcp", "shm":
-	case "rdma":
-		return s, fmt.Errorf("GOCOLL_TRANSPORT=%s: transport not available in this build (available: tcp, shm, auto): %w", s.transport, ErrUnsupported)
+		s.transport = "auto" // decided at connect, from where the ranks run and what they have
+	case "tcp", "shm", "rdma":
 	default:
 		return s, fmt.Errorf("GOCOLL_TRANSPORT=%q: unknown transport (want auto, tcp, shm or rdma): %w", s.transport, ErrInvalid)
 	}

@@ -2,6 +2,7 @@ package comm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/gocoll/gocoll/bootstrap"
 	"github.com/gocoll/gocoll/transport"
+	"github.com/gocoll/gocoll/transport/rdma"
 	"github.com/gocoll/gocoll/transport/shm"
 	"github.com/gocoll/gocoll/transport/tcp"
 )
@@ -38,35 +40,47 @@ func hostID() string {
 	return name + "/" + strings.TrimSpace(string(boot)) + "/" + netns
 }
 
-// exchangeHosts publishes this rank's host and reads everyone's, returning
-// each rank's host as a small integer (numbered by first appearance) and
-// the host names.
-func exchangeHosts(ctx context.Context, store *bootstrap.Client, cfg Config, fake int) ([]int, []string, error) {
-	mine := hostID()
+// exchangeHosts publishes this rank's host and RDMA verdict and reads
+// everyone's, returning each rank's host as a small integer (numbered by
+// first appearance), the host names, and the first rank's reason RDMA
+// cannot serve the whole job ("" if it can). Deciding from everyone's
+// answers, not each rank alone, is what keeps a job whose hosts differ
+// from splitting into ranks that wait on different transports.
+func exchangeHosts(ctx context.Context, store *bootstrap.Client, cfg Config, fake int, rdmaErr error) ([]int, []string, string, error) {
+	host := hostID()
 	if fake > 0 {
-		mine = "fake-host-" + strconv.Itoa(cfg.Rank*fake/cfg.Size)
+		host = "fake-host-" + strconv.Itoa(cfg.Rank*fake/cfg.Size)
+	}
+	why := ""
+	if rdmaErr != nil {
+		why = strings.ReplaceAll(rdmaErr.Error(), "\n", " ")
 	}
 	key := func(r int) string { return "comm/host/" + strconv.Itoa(r) }
-	if err := store.Put(ctx, key(cfg.Rank), []byte(mine)); err != nil {
-		return nil, nil, fmt.Errorf("publish host: %w", err)
+	if err := store.Put(ctx, key(cfg.Rank), []byte(host+"\n"+why)); err != nil {
+		return nil, nil, "", fmt.Errorf("publish host: %w", err)
 	}
 	hosts := make([]int, cfg.Size)
 	var names []string
+	noRDMA := ""
 	ids := make(map[string]int)
 	for r := range hosts {
 		v, err := store.Get(ctx, key(r))
 		if err != nil {
-			return nil, nil, fmt.Errorf("host of rank %d: %w", r, err)
+			return nil, nil, "", fmt.Errorf("host of rank %d: %w", r, err)
 		}
-		id, ok := ids[string(v)]
+		h, why, _ := strings.Cut(string(v), "\n")
+		if why != "" && noRDMA == "" {
+			noRDMA = fmt.Sprintf("rank %d: %s", r, why)
+		}
+		id, ok := ids[h]
 		if !ok {
 			id = len(names)
-			ids[string(v)] = id
-			names = append(names, string(v))
+			ids[h] = id
+			names = append(names, h)
 		}
 		hosts[r] = id
 	}
-	return hosts, names, nil
+	return hosts, names, noRDMA, nil
 }
 
 // connectTransport picks and builds the transport: shared memory when
@@ -83,9 +97,20 @@ func (c *Communicator) connectTransport(ctx context.Context, store *bootstrap.Cl
 		}
 		fake = k
 	}
-	hosts, names, err := exchangeHosts(ctx, store, cfg, fake)
+	// Only auto needs to know whether RDMA would work; a forced rdma
+	// finds out in Connect, with the whole error.
+	rdmaErr := errors.New("not asked (GOCOLL_TRANSPORT=" + s.transport + ")")
+	if s.transport == "auto" {
+		_, rdmaErr = rdma.Probe(s.rdma)
+	}
+	hosts, names, noRDMA, err := exchangeHosts(ctx, store, cfg, fake, rdmaErr)
 	if err != nil {
 		return nil, nil, "", err
+	}
+	// The network between hosts: RDMA when every rank has a usable device.
+	network := "rdma"
+	if noRDMA != "" {
+		network = "tcp"
 	}
 	var local []int
 	for r, h := range hosts {
@@ -106,14 +131,14 @@ func (c *Communicator) connectTransport(ctx context.Context, store *bootstrap.Cl
 		name = "shm"
 		c.log.Info("transport chosen", "transport", name, "why", "auto: every rank on this host")
 	case name == "auto" && len(local) == 1:
-		name = "tcp"
-		c.log.Info("transport chosen", "transport", name, "why", "auto: no other rank on this host", "hosts", len(names))
+		name = network
+		c.log.Info("transport chosen", "transport", name, "why", "auto: no other rank on this host", "hosts", len(names), "no_rdma", noRDMA)
 	case name == "auto":
-		name = "shm+tcp"
-		c.log.Info("transport chosen", "transport", name, "why", "auto: shared memory to the ranks on this host, tcp to the others",
-			"hosts", len(names), "ranks_on_host", len(local))
+		name = "shm+" + network
+		c.log.Info("transport chosen", "transport", name, "why", "auto: shared memory to the ranks on this host, "+network+" to the others",
+			"hosts", len(names), "ranks_on_host", len(local), "no_rdma", noRDMA)
 	}
-	if s.shm.Spin == 0 && name != "tcp" {
+	if s.shm.Spin == 0 && strings.HasPrefix(name, "shm") {
 		s.shm.Spin = shm.SpinFor(len(local))
 		c.log.Info("shm busy-poll budget chosen", "spin", s.shm.Spin, "ranks_on_host", len(local), "cpus", runtime.NumCPU())
 	}
@@ -121,8 +146,8 @@ func (c *Communicator) connectTransport(ctx context.Context, store *bootstrap.Cl
 	case "shm":
 		t, err := shm.Connect(ctx, store, cfg.Rank, cfg.Size, cfg.Token, s.shm)
 		return t, hosts, name, err
-	case "shm+tcp":
-		far, err := tcp.Connect(ctx, store, cfg.Rank, cfg.Size, cfg.Token, s.tcp)
+	case "shm+tcp", "shm+rdma":
+		far, err := c.connectNetwork(ctx, store, strings.TrimPrefix(name, "shm+"), s)
 		if err != nil {
 			return nil, nil, "", err
 		}
@@ -134,18 +159,47 @@ func (c *Communicator) connectTransport(ctx context.Context, store *bootstrap.Cl
 		}
 		near, err := shm.Connect(ctx, store, me, len(local), cfg.Token, o)
 		if err != nil {
-			far.Abort(err)
+			abort(far, err)
 			return nil, nil, "", err
 		}
 		h, err := shm.NewHybrid(near, local, far)
 		if err != nil {
 			near.Abort(err)
-			far.Abort(err)
+			abort(far, err)
 			return nil, nil, "", err
 		}
 		return h, hosts, name, nil
 	default:
-		t, err := tcp.Connect(ctx, store, cfg.Rank, cfg.Size, cfg.Token, s.tcp)
+		t, err := c.connectNetwork(ctx, store, name, s)
 		return t, hosts, name, err
 	}
+}
+
+// connectNetwork builds the all-to-all mesh over the network: "rdma" or
+// "tcp".
+func (c *Communicator) connectNetwork(ctx context.Context, store *bootstrap.Client, name string, s settings) (transport.Transport, error) {
+	cfg := c.cfg
+	if name != "rdma" {
+		return tcp.Connect(ctx, store, cfg.Rank, cfg.Size, cfg.Token, s.tcp)
+	}
+	if s.rdma.Spin == 0 {
+		s.rdma.Spin = rdma.SpinFor(max(cfg.LocalSize, 1))
+	}
+	t, err := rdma.Connect(ctx, store, cfg.Rank, cfg.Size, cfg.Token, s.rdma)
+	if errors.Is(err, rdma.ErrUnavailable) {
+		return nil, fmt.Errorf("GOCOLL_TRANSPORT=rdma: %w: %w", ErrUnsupported, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// abort drops t, telling its peers cause where it can.
+func abort(t transport.Transport, cause error) {
+	if a, ok := t.(transport.Aborter); ok {
+		a.Abort(cause)
+		return
+	}
+	t.Close()
 }

@@ -1,0 +1,104 @@
+// Package rdma is the transport over InfiniBand and RoCE through rdma-core's
+// libibverbs: the one a job uses when its hosts have RDMA NICs.
+//
+// # Data path
+//
+// At Connect each rank opens one device port (Options.Device, else the
+// first device with an active port), allocates a protection domain, one
+// completion queue with a completion channel, and one reliable-connected
+// queue pair per peer. Queue pair numbers, PSNs, LIDs/GIDs and the address
+// and rkey of the receive slab each peer may write are exchanged through
+// the rendezvous store, as NCCL and Gloo do (no rdma_cm); every queue pair
+// then goes RESET→INIT→RTR→RTS, and no rank writes before every peer's
+// queue pairs are ready (a second round through the store), since a write
+// to a queue pair not yet receiving is dropped and counts against the
+// retries.
+//
+// Receive slabs and send staging slabs are mmapped off the Go heap (the
+// NIC writes there behind the garbage collector's back; huge pages when
+// the system has them reserved, else transparent huge pages), registered
+// once, and cut into Options.Slots slots of Options.SlotSize bytes per
+// peer. A Send is one RDMA WRITE_WITH_IMM into the peer's next slot; its
+// 32-bit immediate carries the slot (7 bits, checked against the expected
+// one) and the length (25 bits, hence slots of at most 16 MiB). Messages up
+// to the inline size (256 bytes by default, as far as the device grants)
+// are written inline from the caller's buffer; larger ones are copied into
+// this rank's staging slot and written from there, which lets Send return
+// at once without waiting for the write to complete. The receiver learns
+// of the write from the completion of one of the zero-length receives it
+// keeps posted, replaced as they are consumed.
+//
+// Credits: a sender starts with one credit per slot and spends one per
+// message. When the receiver releases slots it returns their credits in a
+// SEND_WITH_IMM with no payload (the immediate holds the count), once half
+// the slots are released, or before its engine goes to sleep, whichever is
+// first. So per direction at most Slots data writes and Slots credit
+// messages are in flight, and the receive and send queues are sized from
+// that; nothing can overrun a slot still being read.
+//
+// Sends are signalled selectively: a staged write is always signalled
+// (its staging slot may be reused only after it completes); inline writes
+// and credits only every quarter of the send queue, which is what keeps
+// the queue accounted for.
+//
+// # Progress
+//
+// There are no background goroutines. Whichever Send or Recv is waiting
+// becomes the progress engine and polls the completion queue in batches
+// of 32, handing slots, credits and failures to whoever waits for them.
+// It busy-polls for Options.Spin (short when ranks outnumber cores: see
+// SpinFor), then arms the completion channel and sleeps in poll(2) on it,
+// 20 ms at a time, so that 8 ranks on 2 cores still finish.
+//
+// # Failures
+//
+// A failed work completion puts the queue pair in error: the peer is
+// lost, and the error (a *WCError wrapping transport.ErrPeerLost) names the
+// ibv_wc_status, e.g. IBV_WC_RETRY_EXC_ERR when the peer acknowledged
+// nothing through every retry (dead or unreachable). A rank that only
+// receives from a dead peer would never post a request to it, so a waiting
+// engine sends every silent peer an empty RDMA write once per
+// Options.ProbeInterval; a dead peer is then noticed within about
+// ProbeInterval + (RetryCount+1) × 4.096 µs × 2^Timeout (1.5 s by default).
+// Close sends each peer a goodbye (ErrPeerClosed on its side) and waits
+// for theirs; Abort sends an abort (ErrPeerLost on theirs) and waits for
+// nothing.
+//
+// Queue pair timeouts are documented on Options: Timeout (default 14:
+// 67 ms), RetryCount (default 6, not 7, which Soft-RoCE takes as
+// "forever"), RNRRetry (default 7: forever, since the credit protocol
+// keeps receives posted).
+//
+// # Binding and build
+//
+// cgo is used in this package only. libibverbs.so.1 is opened at run
+// time with dlopen, and the few structures the package touches are
+// declared in ibv_abi.h (TestABI checks them against the real
+// <infiniband/verbs.h> when libibverbs-dev is installed), so a program
+// builds with plain `go build` on a machine without rdma-core and runs
+// everywhere, using RDMA where the library and a device are present. The
+// data-path verbs (ibv_post_send, ibv_post_recv, ibv_poll_cq,
+// ibv_req_notify_cq) are inline functions in the header that call through
+// the context's ops table; this package calls through the same table.
+// With CGO_ENABLED=0 Connect returns ErrNoCgo.
+//
+// Errors that mean "no RDMA here" wrap ErrUnavailable: the library is
+// missing (ErrNoLibrary), no device (ErrNoDevice), the named device does
+// not exist (ErrDeviceNotFound, listing those that do), no active port
+// (ErrPortNotActive), an empty GID (ErrBadGID), or RLIMIT_MEMLOCK below
+// what the slabs need (ErrMemlock, saying the limit and how to raise it).
+// Probe checks the first four without building anything.
+//
+// # Fork safety
+//
+// Registered memory is pinned, and a fork would make its pages
+// copy-on-write, leaving the NIC and the parent on different pages. The
+// slabs are mapped MADV_DONTFORK, so a child simply does not have them; Go's
+// os/exec starts children with a vfork-like clone that shares the address
+// space until exec, which is safe. A program that forks by other means
+// (syscall.RawSyscall(SYS_FORK), C code) and touches memory after the fork
+// should set RDMAV_FORK_SAFE=1 in the environment before the first
+// Connect (or call ibv_fork_init from C), which makes libibverbs mark
+// every registration DONTFORK; Linux 5.13 and later also copy pinned pages
+// at fork.
+package rdma

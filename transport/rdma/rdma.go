@@ -1,0 +1,933 @@
+//go:build cgo && linux
+
+package rdma
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gocoll/gocoll/internal/logging"
+	"github.com/gocoll/gocoll/transport"
+)
+
+// pollSliceMs bounds one sleep on the completion channel, so that
+// cancellation, Close and the liveness probes are never far away.
+const pollSliceMs = 20
+
+// Transport is the RDMA mesh of one rank. See package transport for the
+// contract and the package doc for the design.
+type Transport struct {
+	rank, size int
+	opts       Options
+	h          *hca
+	peers      []*peer // indexed by rank; nil at our own
+	list       []*peer
+
+	recvMem, sendMem []byte // mmapped slabs: all peers' slots, back to back
+	recvMR, sendMR   unsafe.Pointer
+	sendLKey         uint32
+	sqDepth, rqDepth int
+	sigEvery         uint64
+	wakefd           int
+
+	// progress is held by the one goroutine driving the CQ.
+	progress  chan struct{}
+	wcs       []wc      // under progress
+	lastProbe time.Time // under progress
+	closing   atomic.Bool
+	closed    chan struct{}
+	closeOnce sync.Once
+
+	lostOnce sync.Once
+	lost     chan struct{}
+	lostErr  error
+}
+
+type peer struct {
+	t          *Transport
+	rank       int
+	qp         unsafe.Pointer
+	qpn, psn   uint32
+	inline     int
+	remoteAddr uint64
+	remoteRKey uint32
+	slab       []byte // our receive slots for this peer
+	stage      []byte // our send staging slots for this peer
+
+	// Inbound, under t.progress.
+	recvSeq  int
+	repost   int
+	ended    bool // the peer said goodbye
+	flushed  bool // a flushed completion was seen in this pass
+	broken   bool // a completion failed
+	ready    chan transport.Message
+	recvNote chan struct{}
+
+	// Outbound.
+	sendSeq  int // only the one sending goroutine touches it
+	cmu      sync.Mutex
+	cr       credits // under cmu
+	sendNote chan struct{}
+	smu      sync.Mutex // one poster of the send queue at a time
+	wrSeq    uint64     // send requests posted, under smu
+	lastSig  uint64     // last signalled request, under smu
+	stageWR  []uint64   // request that last read each staging slot, under smu
+	byeSeq   uint64     // under smu
+	gone     bool       // queue pair destroyed, under smu
+	sqDone   atomic.Uint64
+	pending  atomic.Int32 // slots released here, not yet returned
+
+	failOnce sync.Once
+	dead     chan struct{}
+	err      error
+}
+
+// Probe says whether RDMA is usable here with these options: which device
+// and port Connect would use, or why there is none (an error wrapping
+// ErrUnavailable). It registers no memory and creates no queue pair.
+func Probe(opts Options) (string, error) {
+	if err := opts.fill(); err != nil {
+		return "", err
+	}
+	h, err := openHCA(opts)
+	if err != nil {
+		return "", fmt.Errorf("rdma: %w", err)
+	}
+	defer h.close()
+	return h.name + " port " + strconv.Itoa(h.port), nil
+}
+
+// Connect builds this rank's mesh: one RC queue pair to each of the
+// size-1 peers, connected through the rendezvous store. The token is not
+// used: the store is authenticated with it, so every record read from it
+// comes from a member of the job.
+func Connect(ctx context.Context, store Store, rank, size int, token []byte, opts Options) (*Transport, error) {
+	if err := opts.fill(); err != nil {
+		return nil, err
+	}
+	if size < 1 || rank < 0 || rank >= size || size > 1<<16 {
+		return nil, fmt.Errorf("rdma: rank %d of size %d: %w", rank, size, ErrInvalid)
+	}
+	t := &Transport{
+		rank:     rank,
+		size:     size,
+		opts:     opts,
+		peers:    make([]*peer, size),
+		progress: make(chan struct{}, 1),
+		closed:   make(chan struct{}),
+		lost:     make(chan struct{}),
+		wakefd:   -1,
+		wcs:      make([]wc, maxPollBatch),
+	}
+	if size == 1 {
+		return t, nil
+	}
+	if store == nil {
+		return nil, fmt.Errorf("rdma: a job of %d ranks needs a rendezvous store: %w", size, ErrInvalid)
+	}
+	if err := t.connect(ctx, store); err != nil {
+		t.destroy()
+		return nil, fmt.Errorf("rdma: rank %d: %w", rank, err)
+	}
+	logging.L().Debug("rdma mesh connected", "rank", rank, "size", size, "device", t.h.name, "port", t.h.port,
+		"slots", opts.Slots, "slot_size", opts.SlotSize, "inline", t.list[0].inline)
+	return t, nil
+}
+
+// lockLimit reports RLIMIT_MEMLOCK and whether this process may exceed it.
+func lockLimit() (limit uint64, unlimited, capIPCLock bool) {
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_MEMLOCK, &rl); err != nil {
+		return 0, true, false // cannot tell: let registration decide
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if unix.Capget(&hdr, &data[0]) == nil {
+		capIPCLock = data[unix.CAP_IPC_LOCK/32].Effective&(1<<(unix.CAP_IPC_LOCK%32)) != 0
+	}
+	return rl.Cur, rl.Cur == unix.RLIM_INFINITY, capIPCLock
+}
+
+// mmapSlab maps n bytes off the Go heap: the NIC writes into it behind the
+// garbage collector's back, and it must never move. Huge pages are tried
+// first (fewer translation entries for the NIC); DONTFORK keeps a child
+// process from sharing, and breaking, the registered pages.
+func mmapSlab(n int) ([]byte, error) {
+	const huge = 2 << 20
+	size := (n + huge - 1) &^ (huge - 1)
+	mem, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_HUGETLB)
+	if err != nil {
+		mem, err = unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+		if err != nil {
+			return nil, fmt.Errorf("mmap of %d bytes: %w", size, err)
+		}
+		unix.Madvise(mem, unix.MADV_HUGEPAGE)
+	}
+	unix.Madvise(mem, unix.MADV_DONTFORK)
+	return mem, nil
+}
+
+func (t *Transport) key(kind string, r int) string {
+	return t.opts.Namespace + "rdma/" + kind + "/" + strconv.Itoa(r)
+}
+
+func (t *Transport) connect(ctx context.Context, store Store) error {
+	o := t.opts
+	h, err := openHCA(o)
+	if err != nil {
+		return err
+	}
+	t.h = h
+	npeers := t.size - 1
+	slab := o.Slots * o.SlotSize
+	need := uint64(2 * npeers * slab)
+	if lim, unl, capOK := lockLimit(); memlockError(need, lim, unl, capOK) != nil {
+		return memlockError(need, lim, unl, capOK)
+	}
+	// Per direction at most Slots data writes, Slots credit messages and
+	// a goodbye are outstanding (see the package doc), plus room for
+	// probes.
+	t.sqDepth = 2*o.Slots + 8
+	t.rqDepth = 2*o.Slots + 4
+	t.sigEvery = uint64(max(1, t.sqDepth/4))
+	if t.sqDepth > h.maxQPWR {
+		return fmt.Errorf("%w: %d slots need %d work requests per queue pair, %s allows %d", ErrInvalid, o.Slots, t.sqDepth, h.name, h.maxQPWR)
+	}
+	cqe := npeers*(t.sqDepth+t.rqDepth) + 16
+	if h.maxCQE > 0 && cqe > h.maxCQE {
+		return fmt.Errorf("%w: %d ranks with %d slots need a completion queue of %d entries, %s allows %d", ErrInvalid, t.size, o.Slots, cqe, h.name, h.maxCQE)
+	}
+	if err := h.setup(cqe); err != nil {
+		return err
+	}
+	if t.recvMem, err = mmapSlab(npeers * slab); err != nil {
+		return err
+	}
+	if t.sendMem, err = mmapSlab(npeers * slab); err != nil {
+		return err
+	}
+	var recvLKey, recvRKey uint32
+	if t.recvMR, recvLKey, recvRKey, err = h.regMR(t.recvMem, true); err != nil {
+		return err
+	}
+	_ = recvLKey
+	if t.sendMR, t.sendLKey, _, err = h.regMR(t.sendMem, false); err != nil {
+		return err
+	}
+
+	mine := &info{rank: uint32(t.rank), size: uint32(t.size), slots: uint32(o.Slots), slotSize: uint32(o.SlotSize),
+		namespace: nsHash(o.Namespace), lid: h.lid, mtu: h.mtu, linkLayer: h.linkLayer, gid: h.gid,
+		peers: make([]peerInfo, t.size)}
+	i := 0
+	for r := 0; r < t.size; r++ {
+		if r == t.rank {
+			continue
+		}
+		p := &peer{
+			t:        t,
+			rank:     r,
+			psn:      rand.Uint32() & 0xffffff,
+			slab:     t.recvMem[i*slab : (i+1)*slab : (i+1)*slab],
+			stage:    t.sendMem[i*slab : (i+1)*slab : (i+1)*slab],
+			ready:    make(chan transport.Message, o.Slots),
+			recvNote: make(chan struct{}, 1),
+			sendNote: make(chan struct{}, 1),
+			cr:       credits{avail: o.Slots, slots: o.Slots},
+			stageWR:  make([]uint64, o.Slots),
+			dead:     make(chan struct{}),
+		}
+		i++
+		t.peers[r] = p
+		t.list = append(t.list, p)
+		if p.qp, p.qpn, p.inline, err = h.createQP(t.sqDepth, t.rqDepth, o.MaxInline); err != nil {
+			return err
+		}
+		p.inline = min(p.inline, o.MaxInline)
+		if err := h.qpInit(p.qp); err != nil {
+			return err
+		}
+		// Receives are posted before the peer can possibly write.
+		if err := h.postRecvs(p.qp, wrID(wrRecv, r, 0), t.rqDepth); err != nil {
+			return fmt.Errorf("%w: %v", ErrVerbs, err)
+		}
+		mine.peers[r] = peerInfo{qpn: p.qpn, psn: p.psn, addr: uint64(uintptr(unsafe.Pointer(&p.slab[0]))), rkey: recvRKey}
+	}
+	if err := store.Put(ctx, t.key("qp", t.rank), mine.marshal()); err != nil {
+		return fmt.Errorf("publish queue pairs: %w", err)
+	}
+	for _, p := range t.list {
+		b, err := store.Get(ctx, t.key("qp", p.rank))
+		if err != nil {
+			return &transport.PeerError{Peer: p.rank, Op: "connect", Err: fmt.Errorf("queue pair record: %w", err)}
+		}
+		theirs, err := parseInfo(b)
+		if err == nil {
+			err = theirs.check(mine, p.rank)
+		}
+		if err != nil {
+			return &transport.PeerError{Peer: p.rank, Op: "connect", Err: err}
+		}
+		pi := theirs.peers[t.rank]
+		p.remoteAddr, p.remoteRKey = pi.addr, pi.rkey
+		if err := h.qpRTR(p.qp, min(h.mtu, theirs.mtu), pi.qpn, pi.psn, theirs.gid, theirs.lid, o.GIDIndex); err != nil {
+			return &transport.PeerError{Peer: p.rank, Op: "connect", Err: err}
+		}
+		if err := h.qpRTS(p.qp, p.psn, o); err != nil {
+			return &transport.PeerError{Peer: p.rank, Op: "connect", Err: err}
+		}
+	}
+	// A write reaching a queue pair not yet ready to receive is dropped
+	// and retried; after every retry the sender's queue pair fails. So
+	// nobody writes before every peer's queue pairs are ready.
+	if err := store.Put(ctx, t.key("ready", t.rank), []byte{1}); err != nil {
+		return fmt.Errorf("publish readiness: %w", err)
+	}
+	for _, p := range t.list {
+		if _, err := store.Get(ctx, t.key("ready", p.rank)); err != nil {
+			return &transport.PeerError{Peer: p.rank, Op: "connect", Err: fmt.Errorf("waiting for its queue pairs: %w", err)}
+		}
+	}
+	fd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("eventfd: %w", err)
+	}
+	t.wakefd = fd
+	return nil
+}
+
+// destroy releases everything, whatever state connect reached.
+func (t *Transport) destroy() {
+	for _, p := range t.list {
+		p.smu.Lock()
+		p.gone = true
+		if p.qp != nil {
+			t.h.destroyQP(p.qp)
+			p.qp = nil
+		}
+		p.smu.Unlock()
+	}
+	if t.h != nil {
+		t.h.deregMR(t.recvMR)
+		t.h.deregMR(t.sendMR)
+		t.recvMR, t.sendMR = nil, nil
+		t.h.close()
+	}
+	for _, m := range []*[]byte{&t.recvMem, &t.sendMem} {
+		if *m != nil {
+			unix.Munmap(*m)
+			*m = nil
+		}
+	}
+	if t.wakefd >= 0 {
+		unix.Close(t.wakefd)
+		t.wakefd = -1
+	}
+}
+
+// Rank implements transport.Transport.
+func (t *Transport) Rank() int { return t.rank }
+
+// Size implements transport.Transport.
+func (t *Transport) Size() int { return t.size }
+
+// MaxMessage implements transport.Transport.
+func (t *Transport) MaxMessage() int { return t.opts.SlotSize }
+
+// Device names the device and port in use ("" for a job of one rank).
+func (t *Transport) Device() string {
+	if t.h == nil {
+		return ""
+	}
+	return t.h.name + " port " + strconv.Itoa(t.h.port)
+}
+
+func (t *Transport) peer(r int, op string) (*peer, error) {
+	if r < 0 || r >= t.size || r == t.rank {
+		return nil, fmt.Errorf("rdma: %s: rank %d is not a peer of rank %d in a job of %d: %w", op, r, t.rank, t.size, ErrInvalid)
+	}
+	select {
+	case <-t.closed:
+		return nil, &transport.PeerError{Peer: r, Op: op, Err: transport.ErrClosed}
+	default:
+	}
+	return t.peers[r], nil
+}
+
+// Recv implements transport.Transport.
+func (t *Transport) Recv(ctx context.Context, from int) (transport.Message, error) {
+	p, err := t.peer(from, "recv from")
+	if err != nil {
+		return transport.Message{}, err
+	}
+	for {
+		select {
+		case m := <-p.ready:
+			return m, nil
+		default:
+		}
+		if p.failed() != nil {
+			select {
+			case m := <-p.ready:
+				return m, nil
+			default:
+			}
+			return transport.Message{}, p.error("recv from")
+		}
+		if err := t.await(ctx, p, p.recvNote, func() bool { return len(p.ready) > 0 }); err != nil {
+			return transport.Message{}, &transport.PeerError{Peer: from, Op: "recv from", Err: err}
+		}
+	}
+}
+
+func (p *peer) takeCredit() bool {
+	p.cmu.Lock()
+	defer p.cmu.Unlock()
+	return p.cr.take()
+}
+
+func (p *peer) hasCredit() bool {
+	p.cmu.Lock()
+	defer p.cmu.Unlock()
+	return p.cr.avail > 0
+}
+
+func (p *peer) refundCredit() {
+	p.cmu.Lock()
+	p.cr.avail++
+	p.cmu.Unlock()
+}
+
+// Send implements transport.Transport. Messages up to the inline size go
+// in the work request itself; larger ones are copied to this peer's
+// staging slot and written from there, so p is free on return without
+// waiting for the write to complete.
+func (t *Transport) Send(ctx context.Context, to int, b []byte) error {
+	p, err := t.peer(to, "send to")
+	if err != nil {
+		return err
+	}
+	if len(b) > t.opts.SlotSize {
+		return fmt.Errorf("rdma: send of %d bytes to rank %d exceeds the %d-byte slot: %w", len(b), to, t.opts.SlotSize, ErrInvalid)
+	}
+	for !p.takeCredit() {
+		if p.failed() != nil {
+			return p.error("send to")
+		}
+		if err := t.await(ctx, p, p.sendNote, p.hasCredit); err != nil {
+			return &transport.PeerError{Peer: to, Op: "send to", Err: err}
+		}
+	}
+	if err := p.writeData(ctx, p.sendSeq%t.opts.Slots, b); err != nil {
+		p.refundCredit() // nothing was posted
+		return err
+	}
+	p.sendSeq++
+	return nil
+}
+
+func (p *peer) writeData(ctx context.Context, slot int, b []byte) error {
+	t := p.t
+	p.smu.Lock()
+	defer p.smu.Unlock()
+	inline := len(b) <= p.inline
+	if !inline {
+		// The staging slot is read by the NIC until the write that last
+		// used it completes.
+		need := p.stageWR[slot]
+		if err := p.waitLocked(ctx, func() bool { return p.sqDone.Load() >= need }); err != nil {
+			return err
+		}
+	}
+	if err := p.waitLocked(ctx, p.roomLocked); err != nil {
+		return err
+	}
+	imm := encodeData(slot, len(b))
+	raddr := p.remoteAddr + uint64(slot*t.opts.SlotSize)
+	if inline {
+		var data unsafe.Pointer
+		if len(b) > 0 {
+			data = unsafe.Pointer(&b[0])
+		}
+		_, err := p.postLocked(opWriteImm, false, true, data, len(b), 0, raddr, imm)
+		return err
+	}
+	off := slot * t.opts.SlotSize
+	copy(p.stage[off:], b)
+	seq, err := p.postLocked(opWriteImm, true, false, unsafe.Pointer(&p.stage[off]), len(b), t.sendLKey, raddr, imm)
+	if err == nil {
+		p.stageWR[slot] = seq
+	}
+	return err
+}
+
+// waitLocked waits, holding smu, until ready holds. Only the progress
+// engine advances what ready looks at, and the engine never takes smu
+// (it only tries it), so holding it here blocks no one that matters.
+func (p *peer) waitLocked(ctx context.Context, ready func() bool) error {
+	for !ready() {
+		if p.t.closing.Load() || p.gone {
+			return &transport.PeerError{Peer: p.rank, Op: "send to", Err: transport.ErrClosed}
+		}
+		if p.failed() != nil {
+			return p.error("send to")
+		}
+		if err := p.t.await(ctx, p, p.sendNote, ready); err != nil {
+			return &transport.PeerError{Peer: p.rank, Op: "send to", Err: err}
+		}
+	}
+	if p.t.closing.Load() || p.gone {
+		return &transport.PeerError{Peer: p.rank, Op: "send to", Err: transport.ErrClosed}
+	}
+	if p.failed() != nil {
+		return p.error("send to")
+	}
+	return nil
+}
+
+// roomLocked says whether the send queue has a free entry. Completions
+// are reported only for signalled requests, and a completion covers every
+// request before it, so a request is counted free once a later signalled
+// one has completed.
+func (p *peer) roomLocked() bool {
+	return p.wrSeq-p.sqDone.Load() < uint64(p.t.sqDepth)
+}
+
+// postLocked posts one send request, signalled if asked to or if the
+// last sigEvery went unsignalled, and returns its sequence number.
+func (p *peer) postLocked(opcode int, signal, inline bool, data unsafe.Pointer, n int, lkey uint32, raddr uint64, imm uint32) (uint64, error) {
+	t := p.t
+	seq := p.wrSeq + 1
+	var flags uint
+	if inline {
+		flags |= flagInline
+	}
+	if signal || seq-p.lastSig >= t.sigEvery {
+		flags |= flagSignaled
+	}
+	if err := t.h.postSend(p.qp, wrID(wrSend, p.rank, seq), opcode, flags, data, n, lkey, raddr, p.remoteRKey, imm); err != nil {
+		// The send queue is sized so that it never overflows: a failed
+		// post means the queue pair is in error.
+		p.fail(fmt.Errorf("%w: %v", transport.ErrPeerLost, err))
+		return 0, p.error("send to")
+	}
+	p.wrSeq = seq
+	if flags&flagSignaled != 0 {
+		p.lastSig = seq
+	}
+	return seq, nil
+}
+
+// Release implements transport.Transport.
+func (t *Transport) Release(m transport.Message) {
+	if m.Peer < 0 || m.Peer >= t.size {
+		return
+	}
+	p := t.peers[m.Peer]
+	if p == nil {
+		return
+	}
+	if int(p.pending.Add(1)) >= creditBatch(t.opts.Slots) && p.smu.TryLock() {
+		p.flushCreditsLocked()
+		p.smu.Unlock()
+	}
+}
+
+// flushCreditsLocked returns released slots to the peer, if the send
+// queue has room; otherwise they stay owed and go on a later pass.
+func (p *peer) flushCreditsLocked() {
+	c := p.pending.Load()
+	if c == 0 || p.gone || p.t.closing.Load() || p.failed() != nil || !p.roomLocked() {
+		return
+	}
+	if _, err := p.postLocked(opSendImm, false, false, nil, 0, 0, 0, encodeCtl(ctlCredit, int(c))); err == nil {
+		p.pending.Add(-c)
+	}
+}
+
+// await returns once ready() holds, or p failed (the caller looks), or
+// with an error once ctx ends or the transport closes. Meanwhile it
+// either drives the CQ itself or waits to be told that something arrived
+// for p or that its turn has come.
+func (t *Transport) await(ctx context.Context, p *peer, note chan struct{}, ready func() bool) error {
+	for !ready() && p.failed() == nil {
+		select {
+		case t.progress <- struct{}{}:
+			err := t.drive(ctx, p, ready)
+			<-t.progress
+			if err != nil {
+				return err
+			}
+		case <-note:
+		case <-p.dead:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.closed:
+			return transport.ErrClosed
+		}
+	}
+	return nil
+}
+
+// drive polls the CQ until ready() holds, p fails, ctx ends or the
+// transport closes: busy for Options.Spin, then sleeping on the
+// completion channel a slice at a time. Before it sleeps it returns any
+// credits still owed and, now and then, probes silent peers.
+func (t *Transport) drive(ctx context.Context, p *peer, ready func() bool) error {
+	spinUntil := time.Now().Add(t.opts.Spin)
+	var stop func() bool
+	defer func() {
+		if stop != nil {
+			stop()
+		}
+	}()
+	for {
+		n, err := t.pass()
+		if err != nil {
+			return err
+		}
+		if ready() || p.failed() != nil {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		select {
+		case <-t.closed:
+			return transport.ErrClosed
+		default:
+		}
+		if n > 0 || time.Now().Before(spinUntil) {
+			continue
+		}
+		t.idle()
+		if stop == nil && ctx.Done() != nil {
+			stop = context.AfterFunc(ctx, t.wake)
+		}
+		if err := t.sleep(pollSliceMs); err != nil {
+			return err
+		}
+	}
+}
+
+// idle returns owed credits and probes the peers once per ProbeInterval.
+// A probe is an empty RDMA write: it touches no memory and raises no
+// completion at the peer, but a dead peer acknowledges nothing, and the
+// queue pair fails with IBV_WC_RETRY_EXC_ERR once the retries run out.
+func (t *Transport) idle() {
+	probe := time.Since(t.lastProbe) >= t.opts.ProbeInterval
+	if probe {
+		t.lastProbe = time.Now()
+	}
+	for _, p := range t.list {
+		if p.failed() != nil || !p.smu.TryLock() {
+			continue
+		}
+		if p.pending.Load() > 0 {
+			p.flushCreditsLocked()
+		}
+		if probe && !p.gone && !t.closing.Load() && p.roomLocked() {
+			p.postLocked(opRDMAWrite, true, false, nil, 0, 0, p.remoteAddr, 0)
+		}
+		p.smu.Unlock()
+	}
+}
+
+// sleep waits on the completion channel for up to ms milliseconds.
+func (t *Transport) sleep(ms int) error {
+	if err := t.h.arm(); err != nil {
+		return err
+	}
+	// A completion that arrived before arming raises no event.
+	if n, err := t.pass(); n > 0 || err != nil {
+		return err
+	}
+	fds := [2]unix.PollFd{{Fd: int32(t.h.chfd), Events: unix.POLLIN}, {Fd: int32(t.wakefd), Events: unix.POLLIN}}
+	if _, err := unix.Poll(fds[:], ms); err != nil && err != unix.EINTR {
+		return fmt.Errorf("rdma: poll: %w", err)
+	}
+	if fds[0].Revents != 0 {
+		t.h.drainEvents()
+	}
+	if fds[1].Revents != 0 {
+		var buf [8]byte
+		unix.Read(t.wakefd, buf[:])
+	}
+	return nil
+}
+
+// wake interrupts a sleep.
+func (t *Transport) wake() {
+	var one [8]byte
+	one[0] = 1
+	unix.Write(t.wakefd, one[:])
+}
+
+// pass takes what the CQ holds and acts on it: slots filled, credits
+// returned, sends completed, failures. Then it replaces the receives
+// consumed.
+func (t *Transport) pass() (int, error) {
+	n, err := t.h.poll(t.wcs)
+	if err != nil || n == 0 {
+		return n, err
+	}
+	for i := range t.wcs[:n] {
+		t.complete(&t.wcs[i])
+	}
+	for _, p := range t.list {
+		if p.flushed {
+			p.flushed = false
+			p.fail(&WCError{Status: wcFlushErr, Op: "work request"})
+		}
+		if p.repost > 0 {
+			if p.failed() == nil && !t.closing.Load() {
+				if err := t.h.postRecvs(p.qp, wrID(wrRecv, p.rank, 0), p.repost); err != nil {
+					p.fail(fmt.Errorf("%w: %v", transport.ErrPeerLost, err))
+				}
+			}
+			p.repost = 0
+		}
+	}
+	return n, nil
+}
+
+func (t *Transport) complete(w *wc) {
+	kind, r, seq := splitWRID(w.wrID)
+	if r >= t.size || t.peers[r] == nil {
+		logging.L().Warn("rdma: completion for no known peer", "rank", t.rank, "wr_id", w.wrID)
+		return
+	}
+	p := t.peers[r]
+	if w.status != wcSuccess {
+		p.broken = true
+		if w.status == wcFlushErr {
+			// Flushed requests follow the failure that put the queue
+			// pair in error; that one names the cause, so wait for the
+			// end of the pass before settling for "flushed".
+			p.flushed = true
+			return
+		}
+		op := "RDMA write to the peer"
+		if kind == wrRecv {
+			op = "receive from the peer"
+		}
+		p.fail(&WCError{Status: int(w.status), VendorErr: w.vendorErr, Op: op})
+		return
+	}
+	switch kind {
+	case wrSend:
+		p.sqDone.Store(seq)
+		notify(p.sendNote)
+	case wrRecv:
+		p.repost++
+		switch w.opcode {
+		case wcOpRecvImm:
+			t.arrived(p, w.imm)
+		case wcOpRecv:
+			t.control(p, w.imm)
+		default:
+			p.protocolError("unexpected completion opcode %d", w.opcode)
+		}
+	default:
+		p.protocolError("completion with unknown work request id %#x", w.wrID)
+	}
+}
+
+// arrived hands a filled slot to Recv.
+func (t *Transport) arrived(p *peer, imm uint32) {
+	slot, n := decodeData(imm)
+	if p.ended || slot != p.recvSeq%t.opts.Slots || n > t.opts.SlotSize {
+		p.protocolError("write of %d bytes to slot %d (expected slot %d, at most %d bytes)", n, slot, p.recvSeq%t.opts.Slots, t.opts.SlotSize)
+		return
+	}
+	p.recvSeq++
+	if t.closing.Load() {
+		return // nobody will receive it
+	}
+	off := slot * t.opts.SlotSize
+	select {
+	case p.ready <- transport.Message{Data: p.slab[off : off+n : off+n], Peer: p.rank, Slot: slot}:
+		notify(p.recvNote)
+	default:
+		p.protocolError("peer wrote into a slot it held no credit for")
+	}
+}
+
+func (t *Transport) control(p *peer, imm uint32) {
+	kind, arg := decodeCtl(imm)
+	switch kind {
+	case ctlCredit:
+		p.cmu.Lock()
+		err := p.cr.grant(arg)
+		p.cmu.Unlock()
+		if err != nil {
+			p.fail(fmt.Errorf("%w: %w", transport.ErrPeerLost, err))
+			return
+		}
+		notify(p.sendNote)
+	case ctlBye:
+		p.ended = true
+		p.fail(transport.ErrPeerClosed)
+	case ctlAbort:
+		p.ended = true
+		p.fail(fmt.Errorf("%w: the peer aborted", transport.ErrPeerLost))
+	default:
+		p.protocolError("unknown control message %#x", imm)
+	}
+}
+
+func notify(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+func (p *peer) protocolError(format string, args ...any) {
+	p.fail(fmt.Errorf("%w: %s: %w", transport.ErrPeerLost, fmt.Sprintf(format, args...), errProtocol))
+}
+
+// fail marks the peer unusable with cause err (the first cause wins) and
+// wakes everyone waiting on it.
+func (p *peer) fail(err error) {
+	p.failOnce.Do(func() {
+		p.err = err
+		close(p.dead)
+		p.t.noteLoss(p)
+	})
+}
+
+// noteLoss records the first peer lost while the transport is open.
+func (t *Transport) noteLoss(p *peer) {
+	select {
+	case <-t.closed:
+		return
+	default:
+	}
+	if errors.Is(p.err, transport.ErrPeerClosed) {
+		return
+	}
+	t.lostOnce.Do(func() {
+		t.lostErr = &transport.PeerError{Peer: p.rank, Op: "link to", Err: p.err}
+		close(t.lost)
+	})
+}
+
+// Lost implements transport.LossNotifier.
+func (t *Transport) Lost() <-chan struct{} { return t.lost }
+
+// LostErr implements transport.LossNotifier.
+func (t *Transport) LostErr() error {
+	select {
+	case <-t.lost:
+		return t.lostErr
+	default:
+		return nil
+	}
+}
+
+func (p *peer) failed() error {
+	select {
+	case <-p.dead:
+		return p.err
+	default:
+		return nil
+	}
+}
+
+func (p *peer) error(op string) error {
+	return &transport.PeerError{Peer: p.rank, Op: op, Err: p.err}
+}
+
+// Close implements transport.Transport. It wakes every pending call with
+// ErrClosed, says goodbye to every peer, and polls on until each peer has
+// said goodbye too and ours are acknowledged (at most CloseLinger), so
+// that no peer's write meets a queue pair already gone; then it releases
+// everything.
+func (t *Transport) Close() error {
+	t.shut(ctlBye, t.opts.CloseLinger)
+	return nil
+}
+
+// Abort implements transport.Aborter: it tells every peer that this rank
+// aborted, so their pending and later calls fail with ErrPeerLost naming
+// it, and tears the mesh down without waiting for anyone's goodbye. A
+// peer the message does not reach learns when its next write or probe
+// goes unanswered. The notice is a bare immediate: cause does not travel,
+// and the peers learn only that this rank aborted.
+func (t *Transport) Abort(cause error) error {
+	t.shut(ctlAbort, 200*time.Millisecond)
+	return nil
+}
+
+func (t *Transport) shut(kind int, linger time.Duration) {
+	t.closeOnce.Do(func() {
+		close(t.closed)
+		if t.wakefd < 0 {
+			t.destroy()
+			return
+		}
+		t.wake()
+		t.progress <- struct{}{} // the engine is ours for good
+		t.closing.Store(true)
+		deadline := time.Now().Add(linger)
+		for _, p := range t.list {
+			if err := p.failed(); err != nil && !errors.Is(err, transport.ErrPeerClosed) {
+				continue
+			}
+			p.smu.Lock()
+			for !p.roomLocked() && !p.broken && time.Now().Before(deadline) {
+				if n, _ := t.pass(); n == 0 {
+					t.sleep(1)
+				}
+			}
+			if p.roomLocked() {
+				p.byeSeq, _ = p.postLocked(opSendImm, true, false, nil, 0, 0, 0, encodeCtl(kind, 0))
+			}
+			p.smu.Unlock()
+		}
+		if kind == ctlAbort {
+			for _, p := range t.list {
+				p.fail(transport.ErrClosed)
+			}
+		}
+		for time.Now().Before(deadline) {
+			done := true
+			for _, p := range t.list {
+				if p.broken {
+					continue
+				}
+				if p.byeSeq != 0 && p.sqDone.Load() < p.byeSeq {
+					done = false
+				}
+				if kind == ctlBye && !p.ended && !errors.Is(p.failed(), transport.ErrPeerLost) {
+					done = false
+				}
+			}
+			if done {
+				break
+			}
+			if n, _ := t.pass(); n == 0 {
+				t.sleep(min(pollSliceMs, int(time.Until(deadline)/time.Millisecond)+1))
+			}
+		}
+		for _, p := range t.list {
+			p.fail(transport.ErrClosed)
+		}
+		t.destroy()
+	})
+}
+
+var (
+	_ transport.Transport    = (*Transport)(nil)
+	_ transport.Aborter      = (*Transport)(nil)
+	_ transport.LossNotifier = (*Transport)(nil)
+)

@@ -1,0 +1,416 @@
+//go:build cgo && linux
+
+package rdma
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gocoll/gocoll/bootstrap"
+	"github.com/gocoll/gocoll/internal/conformance"
+	"github.com/gocoll/gocoll/transport"
+)
+
+// The tests that need a device run against the one GOCOLL_IB_DEV names
+// (vmtest/run sets rxe0), and fail, not skip, when it does not work.
+// Without it, as on a host with no RDMA, each of them checks instead that
+// the transport says clearly why it cannot run.
+func testDevice() string { return os.Getenv("GOCOLL_IB_DEV") }
+
+// haveDevice returns whether the test can use a device; when not, it has
+// checked that Connect reports RDMA unavailable rather than hang or crash.
+func haveDevice(t *testing.T) bool {
+	t.Helper()
+	if testDevice() != "" {
+		return true
+	}
+	_, err := tryMesh(t, 2, Options{})
+	if !errors.Is(err, ErrUnavailable) || !(errors.Is(err, ErrNoDevice) || errors.Is(err, ErrNoLibrary)) {
+		t.Fatalf("GOCOLL_IB_DEV is not set and this host has no RDMA device, so Connect must fail with ErrNoDevice or ErrNoLibrary; got %v", err)
+	}
+	t.Logf("no RDMA device here (GOCOLL_IB_DEV unset); Connect said: %v", err)
+	return false
+}
+
+func newStore(t testing.TB) (*bootstrap.Server, []byte) {
+	token := []byte("rdma-test-token")
+	srv, err := bootstrap.Listen("127.0.0.1:0", token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	return srv, token
+}
+
+// tryMesh connects n in-process ranks through a real rendezvous store, as
+// separate processes would, and returns the first rank's error.
+func tryMesh(t testing.TB, n int, opts Options) ([]*Transport, error) {
+	t.Helper()
+	if opts.Device == "" {
+		opts.Device = testDevice()
+	}
+	if opts.Spin == 0 {
+		opts.Spin = SpinFor(n)
+	}
+	srv, token := newStore(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ts := make([]*Transport, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := 0; r < n; r++ {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			store, err := bootstrap.Dial(ctx, srv.Addr(), token)
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			defer store.Close()
+			ts[r], errs[r] = Connect(ctx, store, r, n, token, opts)
+			if errs[r] != nil {
+				cancel() // the others would wait for this rank's records
+			}
+		}(r)
+	}
+	wg.Wait()
+	t.Cleanup(func() {
+		var wg sync.WaitGroup
+		for _, tr := range ts {
+			if tr != nil {
+				wg.Add(1)
+				go func(tr *Transport) { defer wg.Done(); tr.Close() }(tr)
+			}
+		}
+		wg.Wait()
+	})
+	for _, err := range errs {
+		if err != nil && !errors.Is(err, context.Canceled) {
+			return ts, err
+		}
+	}
+	return ts, errors.Join(errs...)
+}
+
+func mesh(t testing.TB, n int, opts Options) []transport.Transport {
+	t.Helper()
+	ts, err := tryMesh(t, n, opts)
+	if err != nil {
+		t.Fatalf("connect %d ranks on %q: %v", n, testDevice(), err)
+	}
+	out := make([]transport.Transport, n)
+	for i, tr := range ts {
+		out[i] = tr
+	}
+	return out
+}
+
+func TestProbe(t *testing.T) {
+	dev, err := Probe(Options{Device: testDevice()})
+	if testDevice() == "" {
+		if !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("Probe on a host without RDMA: got (%q, %v), want an error wrapping ErrUnavailable", dev, err)
+		}
+		t.Logf("Probe: %v", err)
+		return
+	}
+	if err != nil || !strings.HasPrefix(dev, testDevice()+" port ") {
+		t.Fatalf("Probe(%s) = %q, %v", testDevice(), dev, err)
+	}
+}
+
+func TestWrongDevice(t *testing.T) {
+	_, err := tryMesh(t, 2, Options{Device: "nosuchdev9"})
+	if testDevice() == "" {
+		if !errors.Is(err, ErrNoDevice) && !errors.Is(err, ErrNoLibrary) {
+			t.Fatalf("no device on this host: got %v", err)
+		}
+		return
+	}
+	if !errors.Is(err, ErrDeviceNotFound) || !strings.Contains(err.Error(), "nosuchdev9") || !strings.Contains(err.Error(), testDevice()) {
+		t.Fatalf("got %v, want ErrDeviceNotFound naming nosuchdev9 and listing %s", err, testDevice())
+	}
+	t.Logf("%v", err)
+}
+
+func TestBadGIDIndex(t *testing.T) {
+	if !haveDevice(t) {
+		return
+	}
+	_, err := tryMesh(t, 2, Options{GIDIndex: 250})
+	if !errors.Is(err, ErrBadGID) {
+		t.Fatalf("GID index 250: got %v, want ErrBadGID", err)
+	}
+	t.Logf("%v", err)
+}
+
+func TestBadOptions(t *testing.T) {
+	for _, o := range []Options{{Slots: 1}, {Slots: 1000}, {SlotSize: 100}, {SlotSize: 32 << 20}, {Timeout: 40}, {RetryCount: 9}, {GIDIndex: -1}} {
+		if _, err := Connect(context.Background(), nil, 0, 2, nil, o); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%+v: got %v, want ErrInvalid", o, err)
+		}
+	}
+	if _, err := Connect(context.Background(), nil, 2, 2, nil, Options{}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("rank 2 of 2: got %v, want ErrInvalid", err)
+	}
+}
+
+func TestConformance(t *testing.T) {
+	if !haveDevice(t) {
+		return
+	}
+	conformance.Run(t, func(t testing.TB, n int) []transport.Transport { return mesh(t, n, Options{}) })
+}
+
+// TestConformanceSmallSlots makes every size span many messages and
+// senders wait on credits all the time, and sends everything inline-free.
+func TestConformanceSmallSlots(t *testing.T) {
+	if !haveDevice(t) {
+		return
+	}
+	conformance.Run(t, func(t testing.TB, n int) []transport.Transport {
+		return mesh(t, n, Options{Slots: 2, SlotSize: 4 << 10, MaxInline: -1})
+	})
+}
+
+// TestStream checks order and content across inline, staged and empty
+// messages in both directions at once, with few slots.
+func TestStream(t *testing.T) {
+	if !haveDevice(t) {
+		return
+	}
+	ts := mesh(t, 2, Options{Slots: 2, SlotSize: 64 << 10})
+	const count = 300
+	msg := func(from, i int) []byte {
+		n := []int{0, 1, 7, 64, 255, 256, 257, 4096, 64 << 10}[i%9]
+		b := make([]byte, n)
+		for j := range b {
+			b[j] = byte(from*31 + i + j)
+		}
+		return b
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	errs := make(chan error, 4)
+	for r := 0; r < 2; r++ {
+		go func(r int) {
+			for i := 0; i < count; i++ {
+				if err := ts[r].Send(ctx, 1-r, msg(r, i)); err != nil {
+					errs <- fmt.Errorf("rank %d send %d: %w", r, i, err)
+					return
+				}
+			}
+			errs <- nil
+		}(r)
+		go func(r int) {
+			for i := 0; i < count; i++ {
+				m, err := ts[r].Recv(ctx, 1-r)
+				if err != nil {
+					errs <- fmt.Errorf("rank %d recv %d: %w", r, i, err)
+					return
+				}
+				if want := msg(1-r, i); !bytes.Equal(m.Data, want) {
+					errs <- fmt.Errorf("rank %d message %d: got %d bytes, want %d (content differs: %v)", r, i, len(m.Data), len(want), len(m.Data) == len(want))
+					return
+				}
+				ts[r].Release(m)
+			}
+			errs <- nil
+		}(r)
+	}
+	for i := 0; i < 4; i++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestPeerClosed: a peer that closes in order is reported as closed
+// (ErrPeerClosed), after what it sent, and is not a loss.
+func TestPeerClosed(t *testing.T) {
+	if !haveDevice(t) {
+		return
+	}
+	ts := mesh(t, 2, Options{CloseLinger: 200 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := ts[1].Send(ctx, 0, []byte("last words")); err != nil {
+		t.Fatal(err)
+	}
+	ts[1].Close()
+	m, err := ts[0].Recv(ctx, 1)
+	if err != nil || string(m.Data) != "last words" {
+		t.Fatalf("message sent before Close: %q, %v", m.Data, err)
+	}
+	ts[0].Release(m)
+	_, err = ts[0].Recv(ctx, 1)
+	if !errors.Is(err, transport.ErrPeerClosed) {
+		t.Fatalf("recv after the peer closed: %v, want ErrPeerClosed", err)
+	}
+	if err := ts[0].(transport.LossNotifier).LostErr(); err != nil {
+		t.Fatalf("an orderly close counted as a loss: %v", err)
+	}
+}
+
+// TestAbort: the peers of a rank that aborts learn at once.
+func TestAbort(t *testing.T) {
+	if !haveDevice(t) {
+		return
+	}
+	ts := mesh(t, 3, Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() {
+		_, err := ts[0].Recv(ctx, 2)
+		done <- err
+	}()
+	// Rank 1 waits on rank 0, which sends nothing: only the loss
+	// notification can tell it about rank 2.
+	done1 := make(chan error, 1)
+	ctx1, cancel1 := context.WithCancel(ctx)
+	defer cancel1()
+	go func() {
+		_, err := ts[1].Recv(ctx1, 0)
+		done1 <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	ts[2].(transport.Aborter).Abort(errors.New("test abort"))
+	err := <-done
+	var pe *transport.PeerError
+	if !errors.Is(err, transport.ErrPeerLost) || errors.Is(err, transport.ErrPeerClosed) || !errors.As(err, &pe) || pe.Peer != 2 {
+		t.Fatalf("recv from an aborted peer: %v, want ErrPeerLost naming rank 2", err)
+	}
+	select {
+	case <-ts[1].(transport.LossNotifier).Lost():
+	case <-time.After(10 * time.Second):
+		t.Fatal("rank 1 did not notice rank 2's abort")
+	}
+	lerr := ts[1].(transport.LossNotifier).LostErr()
+	if !errors.As(lerr, &pe) || pe.Peer != 2 || !errors.Is(lerr, transport.ErrPeerLost) {
+		t.Fatalf("rank 1's LostErr: %v, want ErrPeerLost naming rank 2", lerr)
+	}
+	cancel1()
+	if err := <-done1; !errors.Is(err, context.Canceled) {
+		t.Fatalf("rank 1's recv from the live rank 0: %v, want context.Canceled", err)
+	}
+	t.Logf("after %v: %v; rank 1: %v", time.Since(start), err, lerr)
+}
+
+const childEnv = "GOCOLL_RDMA_TEST_CHILD"
+
+// TestMain runs the child of TestPeerKilled when asked to.
+func TestMain(m *testing.M) {
+	if addr := os.Getenv(childEnv); addr != "" {
+		os.Exit(child(addr))
+	}
+	os.Exit(m.Run())
+}
+
+// child is rank 1 of a two-rank mesh: it streams messages to rank 0 until
+// it is killed.
+func child(addr string) int {
+	ctx := context.Background()
+	token := []byte("rdma-test-token")
+	store, err := bootstrap.Dial(ctx, addr, token)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		return 1
+	}
+	tr, err := Connect(ctx, store, 1, 2, token, Options{Device: testDevice()})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		return 1
+	}
+	buf := make([]byte, 64<<10)
+	for i := 0; ; i++ {
+		buf[0] = byte(i)
+		if err := tr.Send(ctx, 0, buf[:1+i%len(buf)]); err != nil {
+			fmt.Fprintln(os.Stderr, "child:", err)
+			return 1
+		}
+	}
+}
+
+// TestPeerKilled kills a peer process mid-stream: the survivor's Recv
+// must fail within a bounded time with ErrPeerLost naming the rank and
+// the work completion status, and the loss must be announced.
+func TestPeerKilled(t *testing.T) {
+	if !haveDevice(t) {
+		return
+	}
+	srv, token := newStore(t)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"="+srv.Addr())
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	store, err := bootstrap.Dial(ctx, srv.Addr(), token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	tr, err := Connect(ctx, store, 0, 2, token, Options{Device: testDevice()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	for i := 0; i < 50; i++ {
+		m, err := tr.Recv(ctx, 1)
+		if err != nil {
+			t.Fatalf("message %d before the kill: %v", i, err)
+		}
+		if len(m.Data) != 1+i%(64<<10) || m.Data[0] != byte(i) {
+			t.Fatalf("message %d: %d bytes starting %d", i, len(m.Data), m.Data[0])
+		}
+		tr.Release(m)
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	killed := time.Now()
+	const bound = 20 * time.Second
+	var got error
+	for got == nil && time.Since(killed) < bound+5*time.Second {
+		// What the child wrote before it died is still delivered.
+		m, err := tr.Recv(ctx, 1)
+		if err == nil {
+			tr.Release(m)
+		}
+		got = err
+	}
+	took := time.Since(killed)
+	var pe *transport.PeerError
+	if !errors.Is(got, transport.ErrPeerLost) || !errors.As(got, &pe) || pe.Peer != 1 || !strings.Contains(got.Error(), "IBV_WC_") {
+		t.Fatalf("after the peer was killed: %v, want ErrPeerLost naming rank 1 and the completion status", got)
+	}
+	if took > bound {
+		t.Fatalf("the loss took %v to notice, bound %v", took, bound)
+	}
+	select {
+	case <-tr.Lost():
+	default:
+		t.Fatal("Lost() not closed after the peer was lost")
+	}
+	t.Logf("noticed after %v: %v", took, got)
+}
