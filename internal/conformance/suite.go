@@ -101,6 +101,7 @@ func Run(t *testing.T, mesh Mesh) {
 			t.Run("ReduceScatter", func(t *testing.T) { testReduceScatter(t, ts) })
 			t.Run("Barrier", func(t *testing.T) { testBarrier(t, ts) })
 			t.Run("RandomFloats", func(t *testing.T) { testRandomFloats(t, ts) })
+			runMore(t, ts)
 			if n > 1 {
 				t.Run("Mismatch", func(t *testing.T) { testMismatch(t, mesh, n) })
 				t.Run("Cancel", func(t *testing.T) { testCancel(t, mesh, n) })
