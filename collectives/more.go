@@ -443,3 +443,6 @@ func (c *call) pairwise(send, recv []byte, so, ro []int) error {
 	}
 	return nil
 }
+
+// Options are the options g was built with, for groups split from it.
+func (g *Group) Options() Options { return g.opts }

@@ -36,7 +36,7 @@ var (
 	// ErrInvalid: a bad argument (root out of range, buffer sizes that do
 	// not fit, overlapping buffers). Nothing was sent; the communicator is
 	// still usable.
-	ErrInvalid = errors.New("invalid argument")
+	ErrInvalid = collectives.ErrInvalid
 	// ErrUnsupported: an element type and operation that do not go
 	// together, such as Avg on integers.
 	ErrUnsupported = errors.New("unsupported")
@@ -90,6 +90,8 @@ type Communicator struct {
 	faultMu   sync.Mutex
 	fault     error
 	lostErr   error // a peer lost while no collective ran
+
+	ext ext // sub-communicators, point-to-point, issue order (split.go, async.go)
 }
 
 // Option adjusts how a communicator is built.
@@ -166,7 +168,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 		c.shutdown()
 		return nil, fmt.Errorf("comm: rank %d of %d: %w", cfg.Rank, cfg.Size, err)
 	}
-	c.g = collectives.NewGroup(c.t, collectives.Options{Algos: algos, Logger: c.log})
+	c.g = collectives.NewGroup(c.share(), collectives.Options{Algos: algos, Logger: c.log})
 	// Nobody returns from Init before everyone is connected, so a rank that
 	// finishes its first collective and closes early cannot strand a peer
 	// still reading addresses from the store.
@@ -327,9 +329,27 @@ func (c *Communicator) run(ctx context.Context, what string, f func(context.Cont
 	if c == nil {
 		return errNil(what)
 	}
+	return c.runAt(ctx, c.issue(), what, f)
+}
+
+// runAt is run for the collective issued with ticket tk: it waits for the
+// collectives issued before it on this rank (see async.go).
+func (c *Communicator) runAt(ctx context.Context, tk ticket, what string, f func(context.Context) error) error {
+	admitted := false
+	defer func() { tk.pass(admitted) }()
 	if err := c.unusable(); err != nil {
 		return fmt.Errorf("comm: %s: %w", what, err)
 	}
+	select {
+	case <-tk.prev:
+	case <-ctx.Done():
+		return fmt.Errorf("comm: %s: waiting for the previous collective: %w", what, ctx.Err())
+	case <-c.closed:
+		return fmt.Errorf("comm: %s: %w", what, ErrClosed)
+	case <-c.aborted:
+		return fmt.Errorf("comm: %s: %w", what, c.abortErr)
+	}
+	admitted = true
 	select {
 	case c.sem <- struct{}{}:
 	case <-ctx.Done():
@@ -360,6 +380,11 @@ func (c *Communicator) run(ctx context.Context, what string, f func(context.Cont
 	c.started.Store(0)
 	if err == nil {
 		return nil
+	}
+	if errors.Is(err, ErrInvalid) {
+		// The collectives refuse bad arguments before sending anything,
+		// so the ranks are still in step.
+		return fmt.Errorf("comm: %s: %w", what, err)
 	}
 	if uerr := c.unusable(); uerr != nil {
 		// Close or Abort woke the call; that, not the transport's view of
