@@ -47,8 +47,9 @@ type lane struct {
 }
 
 type muxPeer struct {
-	send    chan struct{} // one sender at a time; a channel so waiting honours ctx
-	sendBuf []byte
+	send     chan struct{} // one sender at a time; taken and given back under mu
+	unlocked chan struct{} // closed (and replaced) when send is given back
+	sendBuf  []byte
 
 	mu     sync.Mutex
 	busy   bool          // a goroutine pulls from the stream or holds a message in its slot
@@ -61,7 +62,7 @@ type muxPeer struct {
 func NewMux(t transport.Transport) *Mux {
 	m := &Mux{t: t, peers: make([]*muxPeer, t.Size())}
 	for i := range m.peers {
-		m.peers[i] = &muxPeer{send: make(chan struct{}, 1), wake: make(chan struct{}), queues: map[lane][][]byte{}, gone: map[uint64]bool{}}
+		m.peers[i] = &muxPeer{send: make(chan struct{}, 1), unlocked: make(chan struct{}), wake: make(chan struct{}), queues: map[lane][][]byte{}, gone: map[uint64]bool{}}
 	}
 	return m
 }
@@ -86,12 +87,10 @@ func (m *Mux) sendTo(ctx context.Context, peer int, l lane, p []byte) error {
 		ps.mu.Unlock()
 		return nil
 	}
-	select {
-	case ps.send <- struct{}{}:
-	case <-ctx.Done():
-		return &transport.PeerError{Peer: peer, Op: "send to", Err: ctx.Err()}
+	if err := m.lockSend(ctx, peer); err != nil {
+		return err
 	}
-	defer func() { <-ps.send }()
+	defer m.unlockSend(peer)
 	if ps.sendBuf == nil {
 		ps.sendBuf = make([]byte, m.t.MaxMessage())
 	}
@@ -101,6 +100,108 @@ func (m *Mux) sendTo(ctx context.Context, peer int, l lane, p []byte) error {
 	binary.LittleEndian.PutUint64(b[8:], l.comm)
 	copy(b[MuxHeader:], p)
 	return m.t.Send(ctx, peer, b)
+}
+
+// lockSend takes the right to send to peer. While another goroutine holds
+// it, that sender may be waiting for credits, which come back only when
+// the peer reads from this rank; and the peer may itself be a rank whose
+// readers wait behind its own blocked sender. So a goroutine that must
+// wait to send does not wait idle: it drains the peer's stream into the
+// queues (when nobody else is reading it), which hands the peer its
+// credits back and lets both sides move.
+func (m *Mux) lockSend(ctx context.Context, peer int) error {
+	ps := m.peers[peer]
+	for {
+		ps.mu.Lock()
+		select {
+		case ps.send <- struct{}{}:
+			ps.mu.Unlock()
+			return nil
+		default:
+		}
+		free := ps.unlocked
+		pull := !ps.busy
+		if pull {
+			ps.busy = true
+		}
+		ps.mu.Unlock()
+		if !pull {
+			select {
+			case <-free:
+				continue
+			case <-ctx.Done():
+				return &transport.PeerError{Peer: peer, Op: "send to", Err: ctx.Err()}
+			}
+		}
+		dctx, cancel := context.WithCancel(ctx)
+		go func() {
+			select {
+			case <-free:
+				cancel()
+			case <-dctx.Done():
+			}
+		}()
+		err := m.drain(dctx, peer)
+		cancel()
+		if ctx.Err() != nil {
+			return &transport.PeerError{Peer: peer, Op: "send to", Err: ctx.Err()}
+		}
+		if err != nil && dctx.Err() == nil {
+			return err
+		}
+	}
+}
+
+func (m *Mux) unlockSend(peer int) {
+	ps := m.peers[peer]
+	ps.mu.Lock()
+	<-ps.send
+	close(ps.unlocked)
+	ps.unlocked = make(chan struct{})
+	ps.mu.Unlock()
+}
+
+// drain queues every message from peer until ctx ends; the caller has
+// set busy, which drain clears.
+func (m *Mux) drain(ctx context.Context, peer int) error {
+	p := m.peers[peer]
+	defer func() {
+		p.mu.Lock()
+		p.busy = false
+		p.signal()
+		p.mu.Unlock()
+	}()
+	for {
+		msg, err := m.t.Recv(ctx, peer)
+		if err != nil {
+			return err
+		}
+		if err := m.queue(peer, msg); err != nil {
+			return err
+		}
+	}
+}
+
+// queue copies msg out of its slot into its lane's queue and releases
+// the slot.
+func (m *Mux) queue(peer int, msg transport.Message) error {
+	b := msg.Data
+	if len(b) < MuxHeader || binary.LittleEndian.Uint32(b) != muxMagic {
+		m.t.Release(msg)
+		return &transport.PeerError{Peer: peer, Op: "recv from",
+			Err: fmt.Errorf("%d bytes without a communicator header (a peer not sharing its connections the same way): %w", len(b), ErrMismatch)}
+	}
+	got := lane{comm: binary.LittleEndian.Uint64(b[8:]), lane: binary.LittleEndian.Uint32(b[4:])}
+	d := append([]byte(nil), b[MuxHeader:]...)
+	m.t.Release(msg)
+	p := m.peers[peer]
+	p.mu.Lock()
+	if !p.gone[got.comm] {
+		p.queues[got] = append(p.queues[got], d)
+		p.signal()
+	}
+	p.mu.Unlock()
+	return nil
 }
 
 // signal wakes every waiter on p; call with p.mu held.
@@ -151,28 +252,18 @@ func (m *Mux) recvFrom(ctx context.Context, peer int, l lane) (transport.Message
 			return msg, err
 		}
 		b := msg.Data
-		if len(b) < MuxHeader || binary.LittleEndian.Uint32(b) != muxMagic {
-			m.t.Release(msg)
+		if len(b) >= MuxHeader && binary.LittleEndian.Uint32(b) == muxMagic &&
+			(lane{comm: binary.LittleEndian.Uint64(b[8:]), lane: binary.LittleEndian.Uint32(b[4:])}) == l {
+			msg.Data = b[MuxHeader:]
+			return msg, nil // busy until Release
+		}
+		if err := m.queue(peer, msg); err != nil {
 			p.mu.Lock()
 			p.busy = false
 			p.signal()
 			p.mu.Unlock()
-			return transport.Message{}, &transport.PeerError{Peer: peer, Op: "recv from",
-				Err: fmt.Errorf("%d bytes without a communicator header (a peer not sharing its connections the same way): %w", len(b), ErrMismatch)}
+			return transport.Message{}, err
 		}
-		got := lane{comm: binary.LittleEndian.Uint64(b[8:]), lane: binary.LittleEndian.Uint32(b[4:])}
-		if got == l {
-			msg.Data = b[MuxHeader:]
-			return msg, nil // busy until Release
-		}
-		d := append([]byte(nil), b[MuxHeader:]...)
-		m.t.Release(msg)
-		p.mu.Lock()
-		if !p.gone[got.comm] {
-			p.queues[got] = append(p.queues[got], d)
-			p.signal()
-		}
-		p.mu.Unlock()
 	}
 }
 

@@ -17,6 +17,9 @@ import (
 // before has finished, mine when this one has.
 type ticket struct {
 	prev, mine chan struct{}
+	// then, if set, learns the outcome before the next collective may
+	// start, so that a Request is done before anything issued after it.
+	then func(error)
 }
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
@@ -36,7 +39,10 @@ func (c *Communicator) issue() ticket {
 // pass hands the turn on: at once if this collective had its turn, else
 // when the previous one is done (a collective that gave up waiting must not
 // let the next one overtake the one before it).
-func (tk ticket) pass(had bool) {
+func (tk ticket) pass(had bool, err error) {
+	if tk.then != nil {
+		tk.then(err)
+	}
 	if had {
 		close(tk.mine)
 		return
@@ -84,10 +90,11 @@ func (c *Communicator) start(ctx context.Context, j job) *Request {
 		return r
 	}
 	tk := c.issue()
-	go func() {
-		r.err = c.runAt(ctx, tk, j.what, j.f)
+	tk.then = func(err error) {
+		r.err = err
 		close(r.done)
-	}()
+	}
+	go c.runAt(ctx, tk, j.what, j.f)
 	return r
 }
 

@@ -334,9 +334,9 @@ func (c *Communicator) run(ctx context.Context, what string, f func(context.Cont
 
 // runAt is run for the collective issued with ticket tk: it waits for the
 // collectives issued before it on this rank (see async.go).
-func (c *Communicator) runAt(ctx context.Context, tk ticket, what string, f func(context.Context) error) error {
+func (c *Communicator) runAt(ctx context.Context, tk ticket, what string, f func(context.Context) error) (err error) {
 	admitted := false
-	defer func() { tk.pass(admitted) }()
+	defer func() { tk.pass(admitted, err) }()
 	if err := c.unusable(); err != nil {
 		return fmt.Errorf("comm: %s: %w", what, err)
 	}
@@ -376,7 +376,7 @@ func (c *Communicator) runAt(ctx context.Context, tk ticket, what string, f func
 	_, bounded := ctx.Deadline()
 	c.unbounded.Store(!bounded)
 	c.started.Store(int64(time.Since(c.epoch)) + 1) // never 0, which means idle
-	err := f(ctx)
+	err = f(ctx)
 	c.started.Store(0)
 	if err == nil {
 		return nil

@@ -102,6 +102,7 @@ func Run(t *testing.T, mesh Mesh) {
 			t.Run("Barrier", func(t *testing.T) { testBarrier(t, ts) })
 			t.Run("RandomFloats", func(t *testing.T) { testRandomFloats(t, ts) })
 			runMore(t, ts)
+			t.Run("Mux", func(t *testing.T) { testMux(t, mesh, n) })
 			if n > 1 {
 				t.Run("Mismatch", func(t *testing.T) { testMismatch(t, mesh, n) })
 				t.Run("Cancel", func(t *testing.T) { testCancel(t, mesh, n) })
