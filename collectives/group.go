@@ -73,7 +73,7 @@ func (a Algo) String() string {
 
 // algos lists what each collective can run, default first.
 var algos = map[Kind][]Algo{
-	AllReduce:     {Ring, RecursiveDoubling},
+	AllReduce:     {Ring, RecursiveDoubling, Rabenseifner, Tree},
 	Broadcast:     {Chain, Binomial},
 	Barrier:       {Dissemination},
 	AllGather:     {Ring},

@@ -137,7 +137,7 @@ func heavy(dt reduce.DType, op reduce.Op) bool {
 func testAllReduce(t *testing.T, ts []transport.Transport) {
 	n := len(ts)
 	maxMsg := ts[0].MaxMessage()
-	for name, j := range algoJobs(ts, collectives.AllReduce, "ring", "rd") {
+	for name, j := range algoJobs(ts, collectives.AllReduce, "ring", "rd", "rabenseifner", "tree") {
 		for _, dt := range allTypes {
 			for _, op := range allOps {
 				if reduce.Check(dt, op) != nil {
@@ -343,7 +343,7 @@ func FloatTolerance(dt reduce.DType, n int, absSum float64) float64 {
 // within FloatTolerance of the exact one.
 func testRandomFloats(t *testing.T, ts []transport.Transport) {
 	n := len(ts)
-	for name, j := range algoJobs(ts, collectives.AllReduce, "ring", "rd") {
+	for name, j := range algoJobs(ts, collectives.AllReduce, "ring", "rd", "rabenseifner", "tree") {
 		for _, dt := range []reduce.DType{reduce.Float32, reduce.Float64, reduce.Float16, reduce.BFloat16} {
 			for _, op := range []reduce.Op{reduce.Sum, reduce.Max, reduce.Min, reduce.Prod} {
 				t.Run(fmt.Sprintf("%s/%v/%v", name, dt, op), func(t *testing.T) {
