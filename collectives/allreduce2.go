@@ -109,9 +109,12 @@ func (c *call) spreadDown(buf []byte, parent int, children []int) error {
 }
 
 // allReduceChoice is the allreduce selection table. Up to SmallAllReduce
-// bytes the call is latency-bound: recursive doubling, whose
-// non-power-of-two fold steps cost more than the tree's depth once there
-// are more than four ranks, and at 4 KiB-64 KiB from four ranks. Above it
+// bytes the call is latency-bound: recursive doubling. The tree measured
+// faster from four ranks at 4 KiB-64 KiB, but it is not chosen on its own:
+// in a tree a rank only hears from its parent and children, so ranks that
+// called different collectives (an allreduce here, a broadcast there) can
+// wait on each other without any of them seeing the other's header,
+// where recursive doubling's two-way exchanges report ErrMismatch. Above it
 // the call is bandwidth-bound: the ring up to four ranks (three at more
 // than 1 MiB), Rabenseifner beyond, whose 2log2(n) steps beat the ring's
 // 2(n-1) as n grows.
@@ -151,12 +154,8 @@ func (c *call) spreadDown(buf []byte, parent int, children []int) error {
 func (g *Group) allReduceChoice(n, bytes int) (Algo, func() string) {
 	small := g.opts.SmallAllReduce
 	switch {
-	case bytes <= small && (n <= 3 || n <= 4 && bytes <= 4<<10):
-		return RecursiveDoubling, func() string { return fmt.Sprintf("%d bytes <= %d, %d ranks: latency-bound", bytes, small, n) }
 	case bytes <= small:
-		return Tree, func() string {
-			return fmt.Sprintf("%d bytes <= %d, %d ranks: latency-bound, many ranks", bytes, small, n)
-		}
+		return RecursiveDoubling, func() string { return fmt.Sprintf("%d bytes <= %d, %d ranks: latency-bound", bytes, small, n) }
 	case n <= 3 || n == 4 && bytes <= 1<<20:
 		return Ring, func() string {
 			return fmt.Sprintf("%d bytes > %d, %d ranks: bandwidth-bound, few ranks", bytes, small, n)
