@@ -42,6 +42,10 @@ func (g *Group) AllReduce(ctx context.Context, buf []byte, dt reduce.DType, op r
 		err = c.recursiveDoubling(buf, dt, op)
 	case Hier:
 		err = c.hierAllReduce(buf, count, dt, op)
+	case Rabenseifner:
+		err = c.rabenseifner(buf, count, dt, op)
+	case Tree:
+		err = c.treeAllReduce(buf, dt, op)
 	default:
 		return fmt.Errorf("allreduce: algorithm %v: %w", algo, ErrBadAlgo)
 	}

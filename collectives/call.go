@@ -27,6 +27,9 @@ type header struct {
 	seq   uint64
 	count uint64
 	root  uint32
+	// extra tells apart calls whose other fields agree but whose
+	// per-rank layout differs: a checksum of the counts of the v-variants.
+	extra uint32
 }
 
 const (
@@ -51,7 +54,7 @@ func (h *header) put(b []byte) {
 	binary.LittleEndian.PutUint64(b[8:], h.seq)
 	binary.LittleEndian.PutUint64(b[16:], h.count)
 	binary.LittleEndian.PutUint32(b[24:], h.root)
-	binary.LittleEndian.PutUint32(b[28:], 0)
+	binary.LittleEndian.PutUint32(b[28:], h.extra)
 }
 
 func parseHeader(b []byte) (header, bool) {
@@ -66,16 +69,23 @@ func parseHeader(b []byte) (header, bool) {
 		seq:   binary.LittleEndian.Uint64(b[8:]),
 		count: binary.LittleEndian.Uint64(b[16:]),
 		root:  binary.LittleEndian.Uint32(b[24:]),
+		extra: binary.LittleEndian.Uint32(b[28:]),
 	}, true
 }
 
 func (h header) String() string {
 	s := fmt.Sprintf("%v #%d (algo %v, %d x %v", h.kind, h.seq, h.algo, h.count, h.dtype)
 	switch h.kind {
-	case AllReduce, ReduceScatter:
+	case AllReduce, ReduceScatter, ReduceScatterV:
 		s += fmt.Sprintf(", %v", h.op)
-	case Broadcast:
+	case Broadcast, Reduce, Gather, Scatter:
 		s += fmt.Sprintf(", root %d", h.root)
+	}
+	if h.kind == Reduce {
+		s += fmt.Sprintf(", %v", h.op)
+	}
+	if h.extra != 0 {
+		s += fmt.Sprintf(", counts %08x", h.extra)
 	}
 	return s + ")"
 }

@@ -2,9 +2,15 @@
 // the small transport.Transport interface so that every transport runs the
 // same code: ring reduce-scatter/allgather allreduce (bandwidth-optimal,
 // chunked into slot-sized segments so that reduction overlaps the wire),
-// recursive doubling allreduce (latency-optimal), binomial-tree and
-// pipelined-chain broadcast, dissemination barrier, and ring allgather and
-// reduce-scatter.
+// recursive doubling allreduce (latency-optimal), Rabenseifner's
+// halving-doubling allreduce and a binomial-tree allreduce, binomial-tree
+// and pipelined-chain broadcast, dissemination barrier, ring allgather
+// and reduce-scatter (and their v-variants), binomial-tree reduce, linear
+// gather and scatter, and pairwise all-to-all.
+//
+// A Mux shares one transport between several communicators and
+// point-to-point lanes (see Mux and Channel): sub-communicators are Groups
+// over Channels.
 //
 // Buffers are bytes plus an element type; the reduction kernels are in
 // internal/reduce. Received data is reduced or copied straight out of the

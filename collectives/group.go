@@ -16,12 +16,13 @@ import (
 // Kind names a collective.
 type Kind uint8
 
+// The collectives. Their values travel in the call header.
 const (
-	AllReduce Kind = iota + 1
-	Broadcast
-	Barrier
-	AllGather
-	ReduceScatter
+	AllReduce     Kind = iota + 1 // reduce across ranks, result everywhere
+	Broadcast                     // root's buffer to every rank
+	Barrier                       // wait for every rank
+	AllGather                     // concatenate every rank's block everywhere
+	ReduceScatter                 // reduce, block q of the result to rank q
 )
 
 var kindNames = map[Kind]string{
@@ -39,7 +40,10 @@ func (k Kind) String() string {
 // Algo names an algorithm.
 type Algo uint8
 
+// The algorithms (more in more.go). Their values travel in the call
+// header.
 const (
+	// Auto: chosen by size and rank count (see choose).
 	Auto Algo = iota
 	// Local: a job of one rank; nothing crosses the wire.
 	Local
@@ -77,7 +81,7 @@ func (a Algo) String() string {
 
 // algos lists what each collective can run, default first.
 var algos = map[Kind][]Algo{
-	AllReduce:     {Ring, RecursiveDoubling, Hier},
+	AllReduce:     {Ring, RecursiveDoubling, Rabenseifner, Tree, Hier},
 	Broadcast:     {Chain, Binomial},
 	Barrier:       {Dissemination},
 	AllGather:     {Ring},
@@ -176,8 +180,10 @@ func contains(list []Algo, a Algo) bool {
 type Options struct {
 	// Algos forces an algorithm per collective (see ParseAlgos).
 	Algos map[Kind]Algo
-	// SmallAllReduce is the largest allreduce, in bytes, that runs
-	// recursive doubling rather than the ring (default 64 KiB).
+	// SmallAllReduce is the largest allreduce, in bytes, that runs a
+	// latency-bound algorithm (recursive doubling or tree) rather than a
+	// bandwidth-bound one (ring or Rabenseifner); default 64 KiB. See
+	// allReduceChoice for the rest of the table.
 	SmallAllReduce int
 	// SmallBroadcast is the largest broadcast that uses the binomial tree
 	// rather than the chain (default 64 KiB).
@@ -253,12 +259,8 @@ func (g *Group) choose(kind Kind, bytes int) Algo {
 		case AllReduce:
 			if g.hier {
 				a, why = Hier, func() string { return hostsWhy(g.opts.Hosts, n) }
-			} else if bytes <= g.opts.SmallAllReduce {
-				a = RecursiveDoubling
-				why = func() string { return fmt.Sprintf("%d bytes <= %d: latency-bound", bytes, g.opts.SmallAllReduce) }
 			} else {
-				a = Ring
-				why = func() string { return fmt.Sprintf("%d bytes > %d: bandwidth-bound", bytes, g.opts.SmallAllReduce) }
+				a, why = g.allReduceChoice(n, bytes)
 			}
 		case Broadcast:
 			if bytes <= g.opts.SmallBroadcast || n == 2 {

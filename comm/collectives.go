@@ -123,29 +123,47 @@ func same(a, b []byte) bool {
 // on return every rank's buf holds the same bytes. Every rank must pass the
 // same length and op.
 func AllReduce[T Element](ctx context.Context, c *Communicator, buf []T, op Op) error {
+	return c.do(ctx, allReduceJob(c, buf, op))
+}
+
+// AllReduceAsync is AllReduce, issued now and finished in the background.
+func AllReduceAsync[T Element](ctx context.Context, c *Communicator, buf []T, op Op) *Request {
+	return c.start(ctx, allReduceJob(c, buf, op))
+}
+
+func allReduceJob[T Element](c *Communicator, buf []T, op Op) job {
 	if c == nil {
-		return errNil("allreduce")
+		return job{err: errNil("allreduce")}
 	}
 	if err := checkOp[T]("allreduce", op); err != nil {
-		return err
+		return job{err: err}
 	}
-	return c.run(ctx, "allreduce", func(ctx context.Context) error {
+	return job{what: "allreduce", f: func(ctx context.Context) error {
 		return c.g.AllReduce(ctx, bytesOf(buf), dtypeOf[T](), reduce.Op(op))
-	})
+	}}
 }
 
 // Broadcast copies root's buf into every other rank's buf. Every rank must
 // pass the same length and root.
 func Broadcast[T Element](ctx context.Context, c *Communicator, buf []T, root int) error {
+	return c.do(ctx, broadcastJob(c, buf, root))
+}
+
+// BroadcastAsync is Broadcast, issued now and finished in the background.
+func BroadcastAsync[T Element](ctx context.Context, c *Communicator, buf []T, root int) *Request {
+	return c.start(ctx, broadcastJob(c, buf, root))
+}
+
+func broadcastJob[T Element](c *Communicator, buf []T, root int) job {
 	if c == nil {
-		return errNil("broadcast")
+		return job{err: errNil("broadcast")}
 	}
 	if root < 0 || root >= c.Size() {
-		return fmt.Errorf("comm: broadcast: root %d out of range [0, %d): %w", root, c.Size(), ErrInvalid)
+		return job{err: fmt.Errorf("comm: broadcast: root %d out of range [0, %d): %w", root, c.Size(), ErrInvalid)}
 	}
-	return c.run(ctx, "broadcast", func(ctx context.Context) error {
+	return job{what: "broadcast", f: func(ctx context.Context) error {
 		return c.g.Broadcast(ctx, bytesOf(buf), dtypeOf[T](), root)
-	})
+	}}
 }
 
 // AllGather concatenates every rank's send, in rank order, into recv on
@@ -153,20 +171,29 @@ func Broadcast[T Element](ctx context.Context, c *Communicator, buf []T, root in
 // block (recv[Rank()*len(send):][:len(send)]), for an in-place gather;
 // any other overlap is refused.
 func AllGather[T Element](ctx context.Context, c *Communicator, send, recv []T) error {
+	return c.do(ctx, allGatherJob(c, send, recv))
+}
+
+// AllGatherAsync is AllGather, issued now and finished in the background.
+func AllGatherAsync[T Element](ctx context.Context, c *Communicator, send, recv []T) *Request {
+	return c.start(ctx, allGatherJob(c, send, recv))
+}
+
+func allGatherJob[T Element](c *Communicator, send, recv []T) job {
 	if c == nil {
-		return errNil("allgather")
+		return job{err: errNil("allgather")}
 	}
 	n := c.Size()
 	if len(recv) != n*len(send) {
-		return fmt.Errorf("comm: allgather: len(recv) = %d, want Size() x len(send) = %d x %d: %w", len(recv), n, len(send), ErrInvalid)
+		return job{err: fmt.Errorf("comm: allgather: len(recv) = %d, want Size() x len(send) = %d x %d: %w", len(recv), n, len(send), ErrInvalid)}
 	}
 	s, r := bytesOf(send), bytesOf(recv)
 	if overlap(s, r) && !same(s, r[c.Rank()*len(s):(c.Rank()+1)*len(s)]) {
-		return fmt.Errorf("comm: allgather: send overlaps recv other than at this rank's block: %w", ErrInvalid)
+		return job{err: fmt.Errorf("comm: allgather: send overlaps recv other than at this rank's block: %w", ErrInvalid)}
 	}
-	return c.run(ctx, "allgather", func(ctx context.Context) error {
+	return job{what: "allgather", f: func(ctx context.Context) error {
 		return c.g.AllGather(ctx, s, r, dtypeOf[T]())
-	})
+	}}
 }
 
 // ReduceScatter combines send (Size() blocks of len(recv) elements)
@@ -174,23 +201,33 @@ func AllGather[T Element](ctx context.Context, c *Communicator, send, recv []T) 
 // in recv. recv may be send's own block, for an in-place reduce-scatter;
 // any other overlap is refused.
 func ReduceScatter[T Element](ctx context.Context, c *Communicator, send, recv []T, op Op) error {
+	return c.do(ctx, reduceScatterJob(c, send, recv, op))
+}
+
+// ReduceScatterAsync is ReduceScatter, issued now and finished in the
+// background.
+func ReduceScatterAsync[T Element](ctx context.Context, c *Communicator, send, recv []T, op Op) *Request {
+	return c.start(ctx, reduceScatterJob(c, send, recv, op))
+}
+
+func reduceScatterJob[T Element](c *Communicator, send, recv []T, op Op) job {
 	if c == nil {
-		return errNil("reducescatter")
+		return job{err: errNil("reducescatter")}
 	}
 	if err := checkOp[T]("reducescatter", op); err != nil {
-		return err
+		return job{err: err}
 	}
 	n := c.Size()
 	if len(send) != n*len(recv) {
-		return fmt.Errorf("comm: reducescatter: len(send) = %d, want Size() x len(recv) = %d x %d: %w", len(send), n, len(recv), ErrInvalid)
+		return job{err: fmt.Errorf("comm: reducescatter: len(send) = %d, want Size() x len(recv) = %d x %d: %w", len(send), n, len(recv), ErrInvalid)}
 	}
 	s, r := bytesOf(send), bytesOf(recv)
 	if overlap(s, r) && !same(r, s[c.Rank()*len(r):(c.Rank()+1)*len(r)]) {
-		return fmt.Errorf("comm: reducescatter: recv overlaps send other than at this rank's block: %w", ErrInvalid)
+		return job{err: fmt.Errorf("comm: reducescatter: recv overlaps send other than at this rank's block: %w", ErrInvalid)}
 	}
-	return c.run(ctx, "reducescatter", func(ctx context.Context) error {
+	return job{what: "reducescatter", f: func(ctx context.Context) error {
 		return c.g.ReduceScatter(ctx, s, r, dtypeOf[T](), reduce.Op(op))
-	})
+	}}
 }
 
 func errNil(what string) error {

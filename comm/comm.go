@@ -39,7 +39,7 @@ var (
 	// ErrInvalid: a bad argument (root out of range, buffer sizes that do
 	// not fit, overlapping buffers). Nothing was sent; the communicator is
 	// still usable.
-	ErrInvalid = errors.New("invalid argument")
+	ErrInvalid = collectives.ErrInvalid
 	// ErrUnsupported: an element type and operation that do not go
 	// together, such as Avg on integers.
 	ErrUnsupported = errors.New("unsupported")
@@ -96,6 +96,7 @@ type Communicator struct {
 
 	hosts []int  // each rank's host, for the host-aware algorithms
 	tname string // the transport chosen
+	ext   ext    // sub-communicators, point-to-point, issue order (split.go, async.go)
 }
 
 // Option adjusts how a communicator is built.
@@ -192,7 +193,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 	if err := c.connect(ictx, s); err != nil {
 		return fail("", err)
 	}
-	c.g = collectives.NewGroup(c.t, collectives.Options{Algos: algos, Logger: c.log, Hosts: c.hosts})
+	c.g = collectives.NewGroup(c.share(), collectives.Options{Algos: algos, Logger: c.log, Hosts: c.hosts})
 	// Nobody returns from Init before everyone is connected, so a rank that
 	// finishes its first collective and closes early cannot strand a peer
 	// still reading addresses from the store.
@@ -373,9 +374,27 @@ func (c *Communicator) run(ctx context.Context, what string, f func(context.Cont
 	if c == nil {
 		return errNil(what)
 	}
+	return c.runAt(ctx, c.issue(), what, f)
+}
+
+// runAt is run for the collective issued with ticket tk: it waits for the
+// collectives issued before it on this rank (see async.go).
+func (c *Communicator) runAt(ctx context.Context, tk ticket, what string, f func(context.Context) error) (err error) {
+	admitted := false
+	defer func() { tk.pass(admitted, err) }()
 	if err := c.unusable(); err != nil {
 		return fmt.Errorf("comm: %s: %w", what, err)
 	}
+	select {
+	case <-tk.prev:
+	case <-ctx.Done():
+		return fmt.Errorf("comm: %s: waiting for the previous collective: %w", what, ctx.Err())
+	case <-c.closed:
+		return fmt.Errorf("comm: %s: %w", what, ErrClosed)
+	case <-c.aborted:
+		return fmt.Errorf("comm: %s: %w", what, c.abortErr)
+	}
+	admitted = true
 	// Nobody else holds sem in the common case: taking it without the
 	// four-way select saves a few hundred ns, most of a small
 	// collective's overhead over shared memory. The checks below still
@@ -410,10 +429,15 @@ func (c *Communicator) run(ctx context.Context, what string, f func(context.Cont
 	_, bounded := ctx.Deadline()
 	c.unbounded.Store(!bounded)
 	c.started.Store(int64(time.Since(c.epoch)) + 1) // never 0, which means idle
-	err := f(ctx)
+	err = f(ctx)
 	c.started.Store(0)
 	if err == nil {
 		return nil
+	}
+	if errors.Is(err, ErrInvalid) {
+		// The collectives refuse bad arguments before sending anything,
+		// so the ranks are still in step.
+		return fmt.Errorf("comm: %s: %w", what, err)
 	}
 	if uerr := c.unusable(); uerr != nil {
 		// Close or Abort woke the call; that, not the transport's view of

@@ -57,7 +57,7 @@ func each(t *testing.T, cs []*comm.Communicator, f func(ctx context.Context, c *
 	}
 	wg.Wait()
 	if ctx.Err() != nil {
-		t.Fatalf("collective did not finish within a minute")
+		t.Fatalf("collective did not finish within a minute: %v", errs)
 	}
 	return errs
 }

@@ -1,6 +1,16 @@
 // Package comm is gocoll's public API: a Communicator joins a job of N
-// ranks, and generic collectives (AllReduce, Broadcast, AllGather,
-// ReduceScatter, Barrier) operate in place on ordinary Go slices.
+// ranks, and generic collectives operate on ordinary Go slices: AllReduce,
+// Broadcast, Reduce, Gather, Scatter, AllGather and ReduceScatter (and
+// their v-variants with a count per rank), AllToAll and AllToAllV, and
+// Barrier; AllReduceMany fuses many small allreduces into one.
+//
+// Every collective has an Async form returning a Request (Wait, Test):
+// collectives run in the order they were issued on the rank, blocking
+// and async alike, so several may be in flight while the program
+// computes. Split and SubCommunicator make sub-communicators that share
+// the job's connections, and whose collectives may run concurrently with
+// the job's from other goroutines. Send, Recv and SendRecv carry tagged
+// point-to-point messages (see Send for the blocking rules).
 //
 // Init reads the job from the launcher's environment (grun, torchrun-style,
 // Open MPI or Slurm) and connects every rank to every other through the

@@ -98,12 +98,12 @@ func TestTransportChoice(t *testing.T) {
 		transport string
 		algo      string
 	}{
-		{"auto one host", nil, "transport=shm", "algo=ring"},
-		{"forced shm", []comm.Option{comm.WithTransport("shm")}, "transport=shm", "algo=ring"},
-		{"forced tcp", []comm.Option{comm.WithTransport("tcp")}, "transport=tcp", "algo=ring"},
+		{"auto one host", nil, "transport=shm", "algo=rabenseifner"},
+		{"forced shm", []comm.Option{comm.WithTransport("shm")}, "transport=shm", "algo=rabenseifner"},
+		{"forced tcp", []comm.Option{comm.WithTransport("tcp")}, "transport=tcp", "algo=rabenseifner"},
 		{"auto two hosts", []comm.Option{comm.WithFakeHosts(2)}, "transport=shm+tcp", "algo=hier"},
 		{"two hosts, ring forced", []comm.Option{comm.WithFakeHosts(2), comm.WithAlgorithm("ring")}, "transport=shm+tcp", "algo=ring"},
-		{"four hosts of one rank", []comm.Option{comm.WithFakeHosts(4)}, "transport=tcp", "algo=ring"},
+		{"four hosts of one rank", []comm.Option{comm.WithFakeHosts(4)}, "transport=tcp", "algo=rabenseifner"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

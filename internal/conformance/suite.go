@@ -101,6 +101,8 @@ func Run(t *testing.T, mesh Mesh) {
 			t.Run("ReduceScatter", func(t *testing.T) { testReduceScatter(t, ts) })
 			t.Run("Barrier", func(t *testing.T) { testBarrier(t, ts) })
 			t.Run("RandomFloats", func(t *testing.T) { testRandomFloats(t, ts) })
+			runMore(t, ts)
+			t.Run("Mux", func(t *testing.T) { testMux(t, mesh, n) })
 			if n > 1 {
 				t.Run("Mismatch", func(t *testing.T) { testMismatch(t, mesh, n) })
 				t.Run("Cancel", func(t *testing.T) { testCancel(t, mesh, n) })
@@ -135,10 +137,15 @@ func heavy(dt reduce.DType, op reduce.Op) bool {
 func testAllReduce(t *testing.T, ts []transport.Transport) {
 	n := len(ts)
 	maxMsg := ts[0].MaxMessage()
-	for name, j := range algoJobs(ts, collectives.AllReduce, "ring", "rd") {
+	for name, j := range algoJobs(ts, collectives.AllReduce, "ring", "rd", "rabenseifner", "tree") {
 		for _, dt := range allTypes {
 			for _, op := range allOps {
 				if reduce.Check(dt, op) != nil {
+					continue
+				}
+				if (name == "rabenseifner" || name == "tree") && !heavy(dt, op) {
+					// Their data paths do not depend on the type or op
+					// beyond what ring and rd already cover for every pair.
 					continue
 				}
 				for _, count := range sizes(n, maxMsg, dt.Size()) {
@@ -341,7 +348,7 @@ func FloatTolerance(dt reduce.DType, n int, absSum float64) float64 {
 // within FloatTolerance of the exact one.
 func testRandomFloats(t *testing.T, ts []transport.Transport) {
 	n := len(ts)
-	for name, j := range algoJobs(ts, collectives.AllReduce, "ring", "rd") {
+	for name, j := range algoJobs(ts, collectives.AllReduce, "ring", "rd", "rabenseifner", "tree") {
 		for _, dt := range []reduce.DType{reduce.Float32, reduce.Float64, reduce.Float16, reduce.BFloat16} {
 			for _, op := range []reduce.Op{reduce.Sum, reduce.Max, reduce.Min, reduce.Prod} {
 				t.Run(fmt.Sprintf("%s/%v/%v", name, dt, op), func(t *testing.T) {

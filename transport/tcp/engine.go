@@ -532,6 +532,11 @@ func (p *peer) parse() {
 				return
 			}
 			off := slot * opts.SlotSize
+			// The slot was released by whichever goroutine read it last,
+			// and the peer refilled it only after hearing so; that order
+			// runs through the socket, where the race detector cannot see
+			// it. Release's atomic Add, acquired here, shows it.
+			p.pending.Load()
 			p.body, p.bodyGot, p.bodySlot = p.slab[off:off+n:off+n], 0, slot
 			p.recvSeq++
 			if n == 0 {

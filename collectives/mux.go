@@ -1,0 +1,425 @@
+package collectives
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"sync"
+
+	"github.com/gocoll/gocoll/transport"
+)
+
+// A Mux shares one transport between several communicators (a job and the
+// sub-communicators split from it) and the point-to-point messages of
+// each. Every message carries a 16-byte lane header: the communicator's
+// id and a lane within it (0 for collectives, 1+tag for point-to-point).
+//
+// Receiving: one goroutine at a time pulls from a peer's stream (the
+// transport's contract). A message for the lane being waited for is
+// handed over in its slot, as without a mux. A message for any other lane
+// is copied out, its slot released at once, and queued for that lane:
+// so a communicator that is not receiving never holds a slot, and the
+// sender's later messages (for any lane) still find credits. The price of
+// that is memory: a lane nobody receives from queues without bound, as an
+// MPI implementation buffers unexpected eager messages.
+//
+// Sending: sends to one peer are serialised message by message, so lanes
+// interleave on the wire and a large transfer on one communicator does not
+// hold the others back for more than one message. The header is copied in
+// front of the payload in a per-peer buffer, one memory copy per message.
+type Mux struct {
+	t     transport.Transport
+	peers []*muxPeer
+}
+
+// MuxHeader is the bytes the mux adds to every message; a multiple of 8 so
+// that payloads keep their alignment in the slot.
+const MuxHeader = 16
+
+const muxMagic = 0x584d4347 // "GCMX"
+
+// queuedSlot marks a message that was copied out of its slot.
+const queuedSlot = -1 << 30
+
+type lane struct {
+	comm uint64
+	lane uint32
+}
+
+type muxPeer struct {
+	send     chan struct{} // one sender at a time; taken and given back under mu
+	unlocked chan struct{} // closed (and replaced) when send is given back
+	sendBuf  []byte
+
+	mu     sync.Mutex
+	busy   bool          // a goroutine pulls from the stream or holds a message in its slot
+	wake   chan struct{} // closed (and replaced) when busy clears or a queue grows
+	queues map[lane][][]byte
+	gone   map[uint64]bool // closed communicators: their late messages are dropped
+}
+
+// NewMux shares t. Every rank must use a mux on t, or none.
+func NewMux(t transport.Transport) *Mux {
+	m := &Mux{t: t, peers: make([]*muxPeer, t.Size())}
+	for i := range m.peers {
+		m.peers[i] = &muxPeer{send: make(chan struct{}, 1), unlocked: make(chan struct{}), wake: make(chan struct{}), queues: map[lane][][]byte{}, gone: map[uint64]bool{}}
+	}
+	return m
+}
+
+// Transport is the shared transport.
+func (m *Mux) Transport() transport.Transport { return m.t }
+
+func (m *Mux) sendTo(ctx context.Context, peer int, l lane, p []byte) error {
+	if peer < 0 || peer >= len(m.peers) {
+		return fmt.Errorf("mux: send to rank %d of %d: %w", peer, len(m.peers), ErrInvalid)
+	}
+	if len(p) > m.t.MaxMessage()-MuxHeader {
+		return fmt.Errorf("mux: message of %d bytes exceeds %d: %w", len(p), m.t.MaxMessage()-MuxHeader, ErrInvalid)
+	}
+	ps := m.peers[peer]
+	if peer == m.t.Rank() {
+		// To itself (point-to-point only): no stream, straight to the queue.
+		d := append([]byte(nil), p...)
+		ps.mu.Lock()
+		ps.queues[l] = append(ps.queues[l], d)
+		ps.signal()
+		ps.mu.Unlock()
+		return nil
+	}
+	if err := m.lockSend(ctx, peer); err != nil {
+		return err
+	}
+	defer m.unlockSend(peer)
+	if ps.sendBuf == nil {
+		ps.sendBuf = make([]byte, m.t.MaxMessage())
+	}
+	b := ps.sendBuf[:MuxHeader+len(p)]
+	binary.LittleEndian.PutUint32(b[0:], muxMagic)
+	binary.LittleEndian.PutUint32(b[4:], l.lane)
+	binary.LittleEndian.PutUint64(b[8:], l.comm)
+	copy(b[MuxHeader:], p)
+	return m.t.Send(ctx, peer, b)
+}
+
+// lockSend takes the right to send to peer. While another goroutine holds
+// it, that sender may be waiting for credits, which come back only when
+// the peer reads from this rank; and the peer may itself be a rank whose
+// readers wait behind its own blocked sender. So a goroutine that must
+// wait to send does not wait idle: it drains the peer's stream into the
+// queues (when nobody else is reading it), which hands the peer its
+// credits back and lets both sides move.
+func (m *Mux) lockSend(ctx context.Context, peer int) error {
+	ps := m.peers[peer]
+	for {
+		ps.mu.Lock()
+		select {
+		case ps.send <- struct{}{}:
+			ps.mu.Unlock()
+			return nil
+		default:
+		}
+		free := ps.unlocked
+		pull := !ps.busy
+		if pull {
+			ps.busy = true
+		}
+		ps.mu.Unlock()
+		if !pull {
+			select {
+			case <-free:
+				continue
+			case <-ctx.Done():
+				return &transport.PeerError{Peer: peer, Op: "send to", Err: ctx.Err()}
+			}
+		}
+		dctx, cancel := context.WithCancel(ctx)
+		go func() {
+			select {
+			case <-free:
+				cancel()
+			case <-dctx.Done():
+			}
+		}()
+		err := m.drain(dctx, peer)
+		cancel()
+		if ctx.Err() != nil {
+			return &transport.PeerError{Peer: peer, Op: "send to", Err: ctx.Err()}
+		}
+		if err != nil && dctx.Err() == nil {
+			return err
+		}
+	}
+}
+
+func (m *Mux) unlockSend(peer int) {
+	ps := m.peers[peer]
+	ps.mu.Lock()
+	<-ps.send
+	close(ps.unlocked)
+	ps.unlocked = make(chan struct{})
+	ps.mu.Unlock()
+}
+
+// drain queues every message from peer until ctx ends; the caller has
+// set busy, which drain clears.
+func (m *Mux) drain(ctx context.Context, peer int) error {
+	p := m.peers[peer]
+	defer func() {
+		p.mu.Lock()
+		p.busy = false
+		p.signal()
+		p.mu.Unlock()
+	}()
+	for {
+		msg, err := m.t.Recv(ctx, peer)
+		if err != nil {
+			return err
+		}
+		if err := m.queue(peer, msg); err != nil {
+			return err
+		}
+	}
+}
+
+// queue copies msg out of its slot into its lane's queue and releases
+// the slot.
+func (m *Mux) queue(peer int, msg transport.Message) error {
+	b := msg.Data
+	if len(b) < MuxHeader || binary.LittleEndian.Uint32(b) != muxMagic {
+		m.t.Release(msg)
+		return &transport.PeerError{Peer: peer, Op: "recv from",
+			Err: fmt.Errorf("%d bytes without a communicator header (a peer not sharing its connections the same way): %w", len(b), ErrMismatch)}
+	}
+	got := lane{comm: binary.LittleEndian.Uint64(b[8:]), lane: binary.LittleEndian.Uint32(b[4:])}
+	d := append([]byte(nil), b[MuxHeader:]...)
+	m.t.Release(msg)
+	p := m.peers[peer]
+	p.mu.Lock()
+	if !p.gone[got.comm] {
+		p.queues[got] = append(p.queues[got], d)
+		p.signal()
+	}
+	p.mu.Unlock()
+	return nil
+}
+
+// signal wakes every waiter on p; call with p.mu held.
+func (p *muxPeer) signal() {
+	close(p.wake)
+	p.wake = make(chan struct{})
+}
+
+func (m *Mux) recvFrom(ctx context.Context, peer int, l lane) (transport.Message, error) {
+	if peer < 0 || peer >= len(m.peers) {
+		return transport.Message{}, fmt.Errorf("mux: receive from rank %d of %d: %w", peer, len(m.peers), ErrInvalid)
+	}
+	p := m.peers[peer]
+	for {
+		p.mu.Lock()
+		if q := p.queues[l]; len(q) > 0 {
+			d := q[0]
+			q[0] = nil
+			if len(q) == 1 {
+				delete(p.queues, l)
+			} else {
+				p.queues[l] = q[1:]
+			}
+			p.mu.Unlock()
+			return transport.Message{Data: d, Peer: peer, Slot: queuedSlot}, nil
+		}
+		if !p.busy && peer != m.t.Rank() {
+			p.busy = true
+			p.mu.Unlock()
+			break
+		}
+		w := p.wake
+		p.mu.Unlock()
+		select {
+		case <-w:
+		case <-ctx.Done():
+			return transport.Message{}, &transport.PeerError{Peer: peer, Op: "recv from", Err: ctx.Err()}
+		}
+	}
+	// This goroutine pulls from the stream until its own message comes.
+	for {
+		msg, err := m.t.Recv(ctx, peer)
+		if err != nil {
+			p.mu.Lock()
+			p.busy = false
+			p.signal()
+			p.mu.Unlock()
+			return msg, err
+		}
+		b := msg.Data
+		if len(b) >= MuxHeader && binary.LittleEndian.Uint32(b) == muxMagic &&
+			(lane{comm: binary.LittleEndian.Uint64(b[8:]), lane: binary.LittleEndian.Uint32(b[4:])}) == l {
+			msg.Data = b[MuxHeader:]
+			return msg, nil // busy until Release
+		}
+		if err := m.queue(peer, msg); err != nil {
+			p.mu.Lock()
+			p.busy = false
+			p.signal()
+			p.mu.Unlock()
+			return transport.Message{}, err
+		}
+	}
+}
+
+func (m *Mux) release(msg transport.Message) {
+	if msg.Slot == queuedSlot {
+		return
+	}
+	m.t.Release(msg)
+	p := m.peers[msg.Peer]
+	p.mu.Lock()
+	p.busy = false
+	p.signal()
+	p.mu.Unlock()
+}
+
+// forget drops what is queued for communicator id and whatever arrives
+// for it later.
+func (m *Mux) forget(id uint64) {
+	for _, p := range m.peers {
+		p.mu.Lock()
+		p.gone[id] = true
+		for l := range p.queues {
+			if l.comm == id {
+				delete(p.queues, l)
+			}
+		}
+		p.mu.Unlock()
+	}
+}
+
+// Channel is one communicator's view of a Mux: a transport.Transport over
+// a subset of the job's ranks (its members, in their new rank order),
+// carrying the communicator's collectives. It also carries the
+// communicator's point-to-point messages (SendTagged, RecvTagged).
+//
+// It forwards LossNotifier and Aborter to the shared transport: a lost
+// peer is lost to every communicator, and aborting one drops the shared
+// connections. Close forgets the communicator but leaves the shared
+// transport open.
+type Channel struct {
+	m     *Mux
+	id    uint64
+	ranks []int // job rank of each member
+	rank  int
+	once  sync.Once
+	locks p2pLocks
+}
+
+// Channel makes the view of communicator id, whose members are the job
+// ranks in ranks (member i is ranks[i]); this rank must be one of them.
+// Every member must use the same id and ranks, and ids must differ between
+// communicators that share a pair of ranks.
+func (m *Mux) Channel(id uint64, ranks []int) (*Channel, error) {
+	me := -1
+	for i, r := range ranks {
+		if r < 0 || r >= len(m.peers) {
+			return nil, fmt.Errorf("mux: member %d is job rank %d, outside [0, %d): %w", i, r, len(m.peers), ErrInvalid)
+		}
+		if r == m.t.Rank() {
+			me = i
+		}
+	}
+	if me < 0 {
+		return nil, fmt.Errorf("mux: job rank %d is not among the members %v: %w", m.t.Rank(), ranks, ErrInvalid)
+	}
+	return &Channel{m: m, id: id, ranks: append([]int(nil), ranks...), rank: me}, nil
+}
+
+// ID is the communicator id.
+func (c *Channel) ID() uint64 { return c.id }
+
+// JobRank is the job rank of member r.
+func (c *Channel) JobRank(r int) int { return c.ranks[r] }
+
+// Rank implements transport.Transport.
+func (c *Channel) Rank() int { return c.rank }
+
+// Size implements transport.Transport.
+func (c *Channel) Size() int { return len(c.ranks) }
+
+// MaxMessage implements transport.Transport: the shared transport's, less
+// the lane header.
+func (c *Channel) MaxMessage() int { return c.m.t.MaxMessage() - MuxHeader }
+
+func (c *Channel) peer(r int, op string) (int, error) {
+	if r < 0 || r >= len(c.ranks) {
+		return 0, fmt.Errorf("%s rank %d of a communicator of %d: %w", op, r, len(c.ranks), ErrInvalid)
+	}
+	return c.ranks[r], nil
+}
+
+// Send implements transport.Transport.
+func (c *Channel) Send(ctx context.Context, peer int, p []byte) error {
+	return c.send(ctx, peer, 0, p)
+}
+
+func (c *Channel) send(ctx context.Context, peer int, ln uint32, p []byte) error {
+	jr, err := c.peer(peer, "send to")
+	if err != nil {
+		return err
+	}
+	return c.m.sendTo(ctx, jr, lane{c.id, ln}, p)
+}
+
+// Recv implements transport.Transport. The Message's Peer is the member
+// rank.
+func (c *Channel) Recv(ctx context.Context, peer int) (transport.Message, error) {
+	return c.recv(ctx, peer, 0)
+}
+
+func (c *Channel) recv(ctx context.Context, peer int, ln uint32) (transport.Message, error) {
+	jr, err := c.peer(peer, "recv from")
+	if err != nil {
+		return transport.Message{}, err
+	}
+	msg, err := c.m.recvFrom(ctx, jr, lane{c.id, ln})
+	msg.Peer = peer
+	return msg, err
+}
+
+// Release implements transport.Transport.
+func (c *Channel) Release(m transport.Message) {
+	if m.Peer >= 0 && m.Peer < len(c.ranks) {
+		m.Peer = c.ranks[m.Peer]
+		c.m.release(m)
+	}
+}
+
+// Close forgets the communicator; the shared transport stays open.
+func (c *Channel) Close() error {
+	c.once.Do(func() { c.m.forget(c.id) })
+	return nil
+}
+
+// Lost forwards the shared transport's LossNotifier (a channel that never
+// closes if it has none).
+func (c *Channel) Lost() <-chan struct{} {
+	if ln, ok := c.m.t.(transport.LossNotifier); ok {
+		return ln.Lost()
+	}
+	return nil
+}
+
+// LostErr forwards the shared transport's LossNotifier.
+func (c *Channel) LostErr() error {
+	if ln, ok := c.m.t.(transport.LossNotifier); ok {
+		return ln.LostErr()
+	}
+	return nil
+}
+
+// Abort drops the shared connections (see transport.Aborter), or closes
+// the shared transport if it cannot abort.
+func (c *Channel) Abort(cause error) error {
+	if a, ok := c.m.t.(transport.Aborter); ok {
+		return a.Abort(cause)
+	}
+	return c.m.t.Close()
+}

@@ -1,0 +1,154 @@
+package comm
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"hash/fnv"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/gocoll/gocoll/collectives"
+	"github.com/gocoll/gocoll/internal/reduce"
+	"github.com/gocoll/gocoll/transport"
+)
+
+// Undefined is the color of a rank that wants no part in the
+// sub-communicators of a Split (MPI_UNDEFINED): it gets nil.
+const Undefined = -1
+
+// ext is the state behind sub-communicators, point-to-point messages and
+// the issue order.
+type ext struct {
+	mux *collectives.Mux     // shared by the job and every communicator split from it
+	ch  *collectives.Channel // this communicator's view of it
+	id  uint64
+
+	mu   sync.Mutex
+	tail chan struct{} // ticket of the last collective issued (async.go)
+
+	splits uint64 // Splits so far; counted inside collectives, so in step on every rank
+}
+
+// share puts the job's transport under a Mux, so that sub-communicators
+// and point-to-point messages can share its connections, and returns the
+// job communicator's channel (id 0, every rank).
+func (c *Communicator) share() transport.Transport {
+	ranks := make([]int, c.cfg.Size)
+	for i := range ranks {
+		ranks[i] = i
+	}
+	c.ext.mux = collectives.NewMux(c.t)
+	ch, err := c.ext.mux.Channel(0, ranks)
+	if err != nil {
+		panic("unreachable: every rank is a member of the job: " + err.Error())
+	}
+	c.ext.ch = ch
+	return ch
+}
+
+// Split divides the communicator's ranks into sub-communicators, one per
+// color, as MPI_Comm_split does: ranks passing the same color form one,
+// ranked by key (ties by their rank here). A rank passing Undefined gets
+// nil and no error. It is a collective: every rank must call it, in the
+// same place of the collective order.
+//
+// The sub-communicator shares this one's connections (its messages carry
+// its id, see collectives.Mux), so splitting costs one allgather and no
+// new connections. Its collectives may run concurrently with this one's
+// and with other sub-communicators', from different goroutines; each
+// communicator still runs its own one at a time, in issue order. It has
+// its own timeout and watchdog. Close it when done; closing the parent
+// closes the shared connections under it. Aborting it, or a failure that
+// breaks it, drops the shared connections: every communicator of the job
+// fails with it.
+func (c *Communicator) Split(ctx context.Context, color, key int) (*Communicator, error) {
+	if c == nil {
+		return nil, errNil("split")
+	}
+	if color < 0 && color != Undefined {
+		return nil, fmt.Errorf("comm: split: color %d is negative (use a color >= 0, or Undefined): %w", color, ErrInvalid)
+	}
+	n := c.Size()
+	mine := []int64{int64(color), int64(key)}
+	all := make([]int64, 2*n)
+	var seq uint64
+	err := c.run(ctx, "split", func(ctx context.Context) error {
+		c.ext.splits++
+		seq = c.ext.splits
+		return c.g.AllGather(ctx, bytesOf(mine), bytesOf(all), reduce.Int64)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if color == Undefined {
+		return nil, nil
+	}
+	var members []int
+	for q := 0; q < n; q++ {
+		if all[2*q] == int64(color) {
+			members = append(members, q)
+		}
+	}
+	sort.SliceStable(members, func(i, j int) bool { return all[2*members[i]+1] < all[2*members[j]+1] })
+	jobRanks := make([]int, len(members))
+	for i, q := range members {
+		jobRanks[i] = c.ext.ch.JobRank(q)
+	}
+	// The id must differ from that of every communicator sharing a pair
+	// of ranks with this one, and every member must compute it alone: a
+	// hash of the parent, which of its splits this is, and the color.
+	h := fnv.New64a()
+	var b [24]byte
+	binary.LittleEndian.PutUint64(b[0:], c.ext.id)
+	binary.LittleEndian.PutUint64(b[8:], seq)
+	binary.LittleEndian.PutUint64(b[16:], uint64(int64(color)))
+	h.Write(b[:])
+	id := h.Sum64() | 1 // never 0, the job's
+	ch, err := c.ext.mux.Channel(id, jobRanks)
+	if err != nil {
+		return nil, fmt.Errorf("comm: split: %w", err)
+	}
+	sub := &Communicator{
+		cfg:     Config{Rank: ch.Rank(), Size: ch.Size(), LocalRank: -1, Source: c.cfg.Source},
+		t:       ch,
+		log:     c.log,
+		sem:     make(chan struct{}, 1),
+		closed:  make(chan struct{}),
+		timeout: c.timeout,
+		aborted: make(chan struct{}),
+		epoch:   time.Now(),
+	}
+	sub.ext.mux, sub.ext.ch, sub.ext.id = c.ext.mux, ch, id
+	sub.g = collectives.NewGroup(ch, c.g.Options())
+	go sub.watch()
+	return sub, nil
+}
+
+// SubCommunicator makes a communicator of the ranks listed, ranked in the
+// order listed, by a Split: every rank must call it with the same list, and
+// ranks not listed get nil.
+func (c *Communicator) SubCommunicator(ctx context.Context, ranks []int) (*Communicator, error) {
+	if c == nil {
+		return nil, errNil("subcommunicator")
+	}
+	seen := make(map[int]bool, len(ranks))
+	color, key := Undefined, 0
+	for i, r := range ranks {
+		if r < 0 || r >= c.Size() {
+			return nil, fmt.Errorf("comm: subcommunicator: rank %d out of range [0, %d): %w", r, c.Size(), ErrInvalid)
+		}
+		if seen[r] {
+			return nil, fmt.Errorf("comm: subcommunicator: rank %d listed twice: %w", r, ErrInvalid)
+		}
+		seen[r] = true
+		if r == c.Rank() {
+			color, key = 0, i
+		}
+	}
+	if len(ranks) == 0 {
+		return nil, fmt.Errorf("comm: subcommunicator: empty rank list: %w", ErrInvalid)
+	}
+	return c.Split(ctx, color, key)
+}
