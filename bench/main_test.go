@@ -155,11 +155,18 @@ func TestAlgoFor(t *testing.T) {
 // PERFORMANCE.md.
 func TestBusFactors(t *testing.T) {
 	want := map[string]func(n float64) float64{
-		"allreduce":     func(n float64) float64 { return 2 * (n - 1) / n },
-		"allgather":     func(n float64) float64 { return (n - 1) / n },
-		"reducescatter": func(n float64) float64 { return (n - 1) / n },
-		"broadcast":     func(float64) float64 { return 1 },
-		"barrier":       func(float64) float64 { return 0 },
+		"allreduce":      func(n float64) float64 { return 2 * (n - 1) / n },
+		"allgather":      func(n float64) float64 { return (n - 1) / n },
+		"reducescatter":  func(n float64) float64 { return (n - 1) / n },
+		"broadcast":      func(float64) float64 { return 1 },
+		"barrier":        func(float64) float64 { return 0 },
+		"reduce":         func(float64) float64 { return 1 },
+		"sendrecv":       func(float64) float64 { return 1 },
+		"gather":         func(n float64) float64 { return (n - 1) / n },
+		"scatter":        func(n float64) float64 { return (n - 1) / n },
+		"alltoall":       func(n float64) float64 { return (n - 1) / n },
+		"allgatherv":     func(n float64) float64 { return (n - 1) / n },
+		"reducescatterv": func(n float64) float64 { return (n - 1) / n },
 	}
 	for _, name := range opNames() {
 		w, ok := want[name]
@@ -365,14 +372,23 @@ func TestEveryCollectiveTypeAndRedop(t *testing.T) {
 				}
 				continue
 			}
-			if row.Wrong != 0 || row.TimeUS <= 0 || row.Size <= 0 || row.Size%int64(n) != 0 && r.cfg.op != "allreduce" && r.cfg.op != "broadcast" {
+			// Collectives that cut the buffer into one block per rank have
+			// sizes that are multiples of n and count one block, as
+			// nccl-tests does; the v-variants cut unevenly and count the
+			// smaller blocks; the rest count the whole buffer.
+			split := map[string]bool{"allgather": true, "reducescatter": true, "gather": true, "scatter": true, "alltoall": true}[r.cfg.op]
+			uneven := map[string]bool{"allgatherv": true, "reducescatterv": true}[r.cfg.op]
+			if row.Wrong != 0 || row.TimeUS <= 0 || row.Size <= 0 || split && row.Size%int64(n) != 0 {
 				t.Errorf("%s: row %+v", name, row)
 			}
-			// count is nccl-tests': per rank for allgather and reducescatter.
 			d, _ := dtypeByName(r.cfg.dtype)
-			perRank := map[string]bool{"allgather": true, "reducescatter": true}[r.cfg.op]
-			if want := row.Size / int64(d.size); perRank && row.Count*n != want || !perRank && row.Count != want {
-				t.Errorf("%s: size %d, count %d", name, row.Size, row.Count)
+			elems := row.Size / int64(d.size)
+			want := elems
+			if split || uneven {
+				want = elems / n
+			}
+			if row.Count != want {
+				t.Errorf("%s: size %d, count %d, want %d", name, row.Size, row.Count, want)
 			}
 		}
 	}

@@ -64,7 +64,7 @@ func blocks(count, n int) (per int, ok bool) { per = count / n; return per, per 
 
 // opTable lists every collective collbench can run, for element type T.
 func opTable[T comm.Element]() []opSpec[T] {
-	return []opSpec[T]{
+	return append([]opSpec[T]{
 		{
 			name: "allreduce", bus: ring, reduces: true, layout: inPlace,
 			src: func(p params, rank, i int) origin { return origin{reduced, i} },
@@ -103,7 +103,7 @@ func opTable[T comm.Element]() []opSpec[T] {
 				return c.Barrier(ctx)
 			},
 		},
-	}
+	}, moreOps[T]()...)
 }
 
 // countOf is the row's count column.
