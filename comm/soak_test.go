@@ -18,12 +18,9 @@ import (
 // the long-running counterpart of the conformance suite, for the bugs that
 // only show after many calls (slot reuse, credit leaks, sequence wrap,
 // races that -race catches only when they happen). GOCOLL_SOAK sets the
-// number of collectives (default 3000; 500 with -short).
+// number of collectives (default 3000, about half a minute under -race).
 func TestSoak(t *testing.T) {
 	calls := 3000
-	if testing.Short() {
-		calls = 500
-	}
 	if v, err := strconv.Atoi(os.Getenv("GOCOLL_SOAK")); err == nil && v > 0 {
 		calls = v
 	}
