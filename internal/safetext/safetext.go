@@ -5,14 +5,16 @@ package safetext
 
 import (
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
-// Printable returns b as a string with every control character and every
-// byte that is not valid UTF-8 replaced by '?'.
+// Printable returns b as a string with every rune that is not printable
+// (C0 and C1 controls, format characters such as bidirectional overrides,
+// line separators) and every byte that is not valid UTF-8 replaced by '?'.
 func Printable(b []byte) string {
 	return strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f || r == utf8.RuneError {
+		if r == utf8.RuneError || !unicode.IsPrint(r) {
 			return '?'
 		}
 		return r
