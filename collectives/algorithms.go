@@ -128,6 +128,24 @@ func (c *call) stream(next, prev int, out, in []byte, land func(dst, src []byte)
 // Each exchange computes lower-rank-data op higher-rank-data on both sides,
 // so both sides get the same bits even for NaN payloads.
 func (c *call) recursiveDoubling(buf []byte, dt reduce.DType, op reduce.Op) error {
+	return c.onPowerOfTwo(buf, dt, op, func(p int, combine func(peer int) func(dst, src []byte)) error {
+		r := c.t.Rank()
+		for mask := 1; mask < p; mask <<= 1 {
+			partner := r ^ mask
+			if err := c.stream(partner, partner, buf, buf, combine(partner)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// onPowerOfTwo runs core, an allreduce of buf among the first p ranks (p
+// the largest power of two <= n), after folding each rank r >= p into rank
+// r-p and before handing the result back to it. combine(peer) reduces a
+// peer's data into ours as lower-rank op higher-rank, so both sides of an
+// exchange compute the same bits, NaN payloads included.
+func (c *call) onPowerOfTwo(buf []byte, dt reduce.DType, op reduce.Op, core func(p int, combine func(peer int) func(dst, src []byte)) error) error {
 	n, r := c.t.Size(), c.t.Rank()
 	p := 1
 	for p*2 <= n {
@@ -150,11 +168,8 @@ func (c *call) recursiveDoubling(buf []byte, dt reduce.DType, op reduce.Op) erro
 			return err
 		}
 	}
-	for mask := 1; mask < p; mask <<= 1 {
-		partner := r ^ mask
-		if err := c.stream(partner, partner, buf, buf, combine(partner)); err != nil {
-			return err
-		}
+	if err := core(p, combine); err != nil {
+		return err
 	}
 	if r+p < n {
 		return c.sendAll(r+p, buf)

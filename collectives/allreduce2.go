@@ -16,61 +16,39 @@ import (
 // rank r-p first and get the result at the end. Each chunk is reduced by
 // exactly one rank and then copied, so every rank ends with the same bits.
 func (c *call) rabenseifner(buf []byte, count int, dt reduce.DType, op reduce.Op) error {
-	n, r, es := c.t.Size(), c.t.Rank(), dt.Size()
-	p := 1
-	for p*2 <= n {
-		p *= 2
-	}
-	combine := func(peer int) func(dst, src []byte) {
-		if peer < r {
-			return func(dst, src []byte) { reduce.Reduce(dt, op, dst, src, dst) }
+	return c.onPowerOfTwo(buf, dt, op, func(p int, combine func(peer int) func(dst, src []byte)) error {
+		r, es := c.t.Rank(), dt.Size()
+		q, rem := count/p, count%p
+		off := func(i int) int { return (i*q + min(i, rem)) * es }
+		span := func(lo, hi int) []byte { return buf[off(lo):off(hi):off(hi)] }
+		lo, hi := 0, p
+		for mask := p / 2; mask >= 1; mask /= 2 {
+			partner := r ^ mask
+			mid := (lo + hi) / 2
+			keepLo, keepHi, giveLo, giveHi := lo, mid, mid, hi
+			if r&mask != 0 {
+				keepLo, keepHi, giveLo, giveHi = mid, hi, lo, mid
+			}
+			err := c.stream(partner, partner, span(giveLo, giveHi), span(keepLo, keepHi), combine(partner))
+			if err != nil {
+				return err
+			}
+			lo, hi = keepLo, keepHi
 		}
-		return func(dst, src []byte) { reduce.Reduce(dt, op, dst, dst, src) }
-	}
-	if r >= p {
-		if err := c.sendAll(r-p, buf); err != nil {
-			return err
+		for mask := 1; mask < p; mask <<= 1 {
+			partner := r ^ mask
+			w := hi - lo
+			plo, phi := hi, hi+w
+			if r&mask != 0 {
+				plo, phi = lo-w, lo
+			}
+			if err := c.stream(partner, partner, span(lo, hi), span(plo, phi), func(dst, src []byte) { copy(dst, src) }); err != nil {
+				return err
+			}
+			lo, hi = min(lo, plo), max(hi, phi)
 		}
-		return c.recvAll(r-p, buf, func(dst, src []byte) { copy(dst, src) })
-	}
-	if r+p < n {
-		if err := c.recvAll(r+p, buf, combine(r+p)); err != nil {
-			return err
-		}
-	}
-	q, rem := count/p, count%p
-	off := func(i int) int { return (i*q + min(i, rem)) * es }
-	span := func(lo, hi int) []byte { return buf[off(lo):off(hi):off(hi)] }
-	lo, hi := 0, p
-	for mask := p / 2; mask >= 1; mask /= 2 {
-		partner := r ^ mask
-		mid := (lo + hi) / 2
-		keepLo, keepHi, giveLo, giveHi := lo, mid, mid, hi
-		if r&mask != 0 {
-			keepLo, keepHi, giveLo, giveHi = mid, hi, lo, mid
-		}
-		err := c.stream(partner, partner, span(giveLo, giveHi), span(keepLo, keepHi), combine(partner))
-		if err != nil {
-			return err
-		}
-		lo, hi = keepLo, keepHi
-	}
-	for mask := 1; mask < p; mask <<= 1 {
-		partner := r ^ mask
-		w := hi - lo
-		plo, phi := hi, hi+w
-		if r&mask != 0 {
-			plo, phi = lo-w, lo
-		}
-		if err := c.stream(partner, partner, span(lo, hi), span(plo, phi), func(dst, src []byte) { copy(dst, src) }); err != nil {
-			return err
-		}
-		lo, hi = min(lo, plo), max(hi, phi)
-	}
-	if r+p < n {
-		return c.sendAll(r+p, buf)
-	}
-	return nil
+		return nil
+	})
 }
 
 // treeAllReduce reduces up the binomial tree rooted at rank 0, in place

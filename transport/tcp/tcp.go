@@ -41,6 +41,7 @@ import (
 
 	"github.com/gocoll/gocoll/internal/auth"
 	"github.com/gocoll/gocoll/internal/logging"
+	"github.com/gocoll/gocoll/internal/mesh"
 	"github.com/gocoll/gocoll/transport"
 )
 
@@ -288,57 +289,18 @@ func (t *Transport) connect(ctx context.Context, store Store, token []byte) erro
 		return fmt.Errorf("tcp: publish address: %w", err)
 	}
 
-	type result struct {
-		p   *peer
-		err error
-	}
-	results := make(chan result, t.size)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-
-	// Dial every lower rank.
-	for r := 0; r < t.rank; r++ {
-		wg.Add(1)
-		go func(r int) {
-			defer wg.Done()
-			p, err := t.dial(ctx, store, token, r)
-			results <- result{p, err}
-		}(r)
-	}
-	// Accept every higher rank; strangers are refused and do not count.
-	if t.rank < t.size-1 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			t.acceptLoop(ctx, ln, token, func(p *peer, err error) { results <- result{p, err} })
-		}()
-	}
-	var firstErr error
-	for got := 0; got < t.size-1; got++ {
-		var r result
-		select {
-		case r = <-results:
-		case <-ctx.Done():
-			r.err = fmt.Errorf("tcp: building the mesh: %w", ctx.Err())
-		}
-		if r.err != nil {
-			firstErr = r.err
-			break
-		}
-		t.peers[r.p.rank] = r.p
-	}
-	cancel()
-	ln.Close()
-	wg.Wait()
-	// Late arrivals after a failure still need closing.
-	close(results)
-	for r := range results {
-		if r.p != nil && t.peers[r.p.rank] != r.p {
-			r.p.closeFd()
+	peers, err := mesh.Build(ctx, "tcp", t.rank, t.size,
+		func(ctx context.Context, r int) (*peer, error) { return t.dial(ctx, store, token, r) },
+		func(ctx context.Context, deliver func(*peer, error)) { t.acceptLoop(ctx, ln, token, deliver) },
+		func() { ln.Close() },
+		func(p *peer) int { return p.rank },
+		func(p *peer) { p.closeFd() })
+	for r, p := range peers {
+		if p != nil {
+			t.peers[r] = p
 		}
 	}
-	return firstErr
+	return err
 }
 
 func (t *Transport) dial(ctx context.Context, store Store, token []byte, r int) (*peer, error) {
