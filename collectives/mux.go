@@ -417,9 +417,4 @@ func (c *Channel) LostErr() error {
 
 // Abort drops the shared connections (see transport.Aborter), or closes
 // the shared transport if it cannot abort.
-func (c *Channel) Abort(cause error) error {
-	if a, ok := c.m.t.(transport.Aborter); ok {
-		return a.Abort(cause)
-	}
-	return c.m.t.Close()
-}
+func (c *Channel) Abort(cause error) error { return transport.Abort(c.m.t, cause) }

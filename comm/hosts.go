@@ -159,13 +159,13 @@ func (c *Communicator) connectTransport(ctx context.Context, store *bootstrap.Cl
 		}
 		near, err := shm.Connect(ctx, store, me, len(local), cfg.Token, o)
 		if err != nil {
-			abort(far, err)
+			transport.Abort(far, err)
 			return nil, nil, "", err
 		}
 		h, err := shm.NewHybrid(near, local, far)
 		if err != nil {
 			near.Abort(err)
-			abort(far, err)
+			transport.Abort(far, err)
 			return nil, nil, "", err
 		}
 		return h, hosts, name, nil
@@ -193,13 +193,4 @@ func (c *Communicator) connectNetwork(ctx context.Context, store *bootstrap.Clie
 		return nil, err
 	}
 	return t, nil
-}
-
-// abort drops t, telling its peers cause where it can.
-func abort(t transport.Transport, cause error) {
-	if a, ok := t.(transport.Aborter); ok {
-		a.Abort(cause)
-		return
-	}
-	t.Close()
 }

@@ -96,6 +96,15 @@ type Aborter interface {
 	Abort(cause error) error
 }
 
+// Abort drops t as an Aborter does, or closes it if t cannot abort: the
+// way to give up on any transport.
+func Abort(t Transport, cause error) error {
+	if a, ok := t.(Aborter); ok {
+		return a.Abort(cause)
+	}
+	return t.Close()
+}
+
 // Message is a received payload, still in the receive slot it landed in.
 type Message struct {
 	// Data is the payload: a view of the slot, valid until Release.

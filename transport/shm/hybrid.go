@@ -152,12 +152,7 @@ func (h *Hybrid) Close() error {
 // Abort implements transport.Aborter, on both meshes (the far one by
 // Close if it cannot abort).
 func (h *Hybrid) Abort(cause error) error {
-	return h.stop(func(t transport.Transport) error {
-		if a, ok := t.(transport.Aborter); ok {
-			return a.Abort(cause)
-		}
-		return t.Close()
-	})
+	return h.stop(func(t transport.Transport) error { return transport.Abort(t, cause) })
 }
 
 func (h *Hybrid) stop(how func(transport.Transport) error) error {
