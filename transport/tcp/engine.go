@@ -261,16 +261,42 @@ func (t *Transport) Send(ctx context.Context, to int, b []byte) error {
 	}
 }
 
+// HasCredit implements transport.CreditReporter.
+func (t *Transport) HasCredit(to int) bool {
+	p, err := t.peer(to, "send to")
+	return err != nil || len(p.credits) > 0 || p.failed() != nil
+}
+
 // Release implements transport.Transport.
 func (t *Transport) Release(m transport.Message) {
 	p := t.peers[m.Peer]
 	if p == nil {
 		return
 	}
-	if int(p.pending.Add(1)) >= t.creditBatch() && p.wmu.TryLock() {
+	p.pending.Add(1)
+	p.flushCredits()
+}
+
+// flushCredits reports released slots if a batch is owed and no writer
+// holds the socket; a writer that does carries them in its data frame or
+// flushes them as it unlocks (unlockWrite), so none is left stranded.
+func (p *peer) flushCredits() {
+	for int(p.pending.Load()) >= p.t.creditBatch() && p.failed() == nil && p.wmu.TryLock() {
+		before := p.pending.Load()
 		p.flushCreditsLocked()
 		p.wmu.Unlock()
+		if p.pending.Load() >= before {
+			return // the socket is full: the next pass retries on POLLOUT
+		}
 	}
+}
+
+// unlockWrite gives up wmu, then flushes credits released while it was
+// held: their Release found wmu taken and left them to the holder, which
+// may have built its frame before they came.
+func (p *peer) unlockWrite() {
+	p.wmu.Unlock()
+	p.flushCredits()
 }
 
 // creditBatch is how many released slots are reported in one credit frame
@@ -354,8 +380,9 @@ func (t *Transport) pass(timeoutMs int) error {
 		if p.ended || p.failed() != nil {
 			fd = -1 // poll skips it
 		}
+		p.flushCredits()
 		ev := int16(unix.POLLIN)
-		if p.wantWrite.Load() || p.tailPending() {
+		if p.wantWrite.Load() || p.tailPending() || int(p.pending.Load()) >= t.creditBatch() {
 			ev |= unix.POLLOUT
 		}
 		t.pfds[i] = unix.PollFd{Fd: fd, Events: ev}
@@ -387,12 +414,9 @@ func (t *Transport) pass(timeoutMs int) error {
 			notify(p.sendNote)
 			if p.tailPending() && p.wmu.TryLock() {
 				p.flushCreditsLocked()
-				p.wmu.Unlock()
+				p.unlockWrite()
 			}
-		}
-		if int(p.pending.Load()) >= t.creditBatch() && p.wmu.TryLock() {
-			p.flushCreditsLocked()
-			p.wmu.Unlock()
+			p.flushCredits()
 		}
 	}
 	if t.pfds[len(t.list)].Revents != 0 {
@@ -583,7 +607,7 @@ func (p *peer) tailPending() bool {
 // the kernel, so b may be reused.
 func (p *peer) writeData(ctx context.Context, slot int, b []byte) error {
 	p.wmu.Lock()
-	defer p.wmu.Unlock()
+	defer p.unlockWrite()
 	if p.failed() != nil {
 		p.t.returnCredit(p)
 		return p.error("send to")
