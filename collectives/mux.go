@@ -27,6 +27,9 @@ import (
 // interleave on the wire and a large transfer on one communicator does not
 // hold the others back for more than one message. The header is copied in
 // front of the payload in a per-peer buffer, one memory copy per message.
+// A sender that must wait (for its turn, or for the peer to free a slot)
+// reads the peer's stream into the queues meanwhile: messages nobody is
+// receiving yet must not hold the slots that would let both sides move.
 type Mux struct {
 	t     transport.Transport
 	peers []*muxPeer
@@ -99,16 +102,21 @@ func (m *Mux) sendTo(ctx context.Context, peer int, l lane, p []byte) error {
 	binary.LittleEndian.PutUint32(b[4:], l.lane)
 	binary.LittleEndian.PutUint64(b[8:], l.comm)
 	copy(b[MuxHeader:], p)
+	if cr, ok := m.t.(transport.CreditReporter); ok && cr.HasCredit(peer) {
+		return m.t.Send(ctx, peer, b)
+	}
+	// The peer's slots are all taken. They free up only as a reader on
+	// the peer's side takes messages out, and that reader may be waiting,
+	// as this sender is, for credits from us: for instance when every
+	// message either side sent is for a lane nobody is receiving from yet.
+	// So while this send waits, this rank keeps reading the peer's stream.
+	stop := m.drainWhile(ctx, peer)
+	defer stop()
 	return m.t.Send(ctx, peer, b)
 }
 
-// lockSend takes the right to send to peer. While another goroutine holds
-// it, that sender may be waiting for credits, which come back only when
-// the peer reads from this rank; and the peer may itself be a rank whose
-// readers wait behind its own blocked sender. So a goroutine that must
-// wait to send does not wait idle: it drains the peer's stream into the
-// queues (when nobody else is reading it), which hands the peer its
-// credits back and lets both sides move.
+// lockSend takes the right to send to peer. The goroutine holding it may
+// be waiting for credits; see sendTo for why a waiter keeps reading.
 func (m *Mux) lockSend(ctx context.Context, peer int) error {
 	ps := m.peers[peer]
 	for {
@@ -120,34 +128,15 @@ func (m *Mux) lockSend(ctx context.Context, peer int) error {
 		default:
 		}
 		free := ps.unlocked
-		pull := !ps.busy
-		if pull {
-			ps.busy = true
-		}
 		ps.mu.Unlock()
-		if !pull {
-			select {
-			case <-free:
-				continue
-			case <-ctx.Done():
-				return &transport.PeerError{Peer: peer, Op: "send to", Err: ctx.Err()}
-			}
+		stop := m.drainWhile(ctx, peer)
+		select {
+		case <-free:
+		case <-ctx.Done():
 		}
-		dctx, cancel := context.WithCancel(ctx)
-		go func() {
-			select {
-			case <-free:
-				cancel()
-			case <-dctx.Done():
-			}
-		}()
-		err := m.drain(dctx, peer)
-		cancel()
+		stop()
 		if ctx.Err() != nil {
 			return &transport.PeerError{Peer: peer, Op: "send to", Err: ctx.Err()}
-		}
-		if err != nil && dctx.Err() == nil {
-			return err
 		}
 	}
 }
@@ -159,6 +148,39 @@ func (m *Mux) unlockSend(peer int) {
 	close(ps.unlocked)
 	ps.unlocked = make(chan struct{})
 	ps.mu.Unlock()
+}
+
+// drainWhile reads peer's stream into the lanes' queues, whenever no
+// other goroutine is reading it, until stop is called (or ctx ends or
+// the stream fails, which the caller's own wait reports).
+func (m *Mux) drainWhile(ctx context.Context, peer int) (stop func()) {
+	ps := m.peers[peer]
+	dctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for dctx.Err() == nil {
+			ps.mu.Lock()
+			if !ps.busy {
+				ps.busy = true
+				ps.mu.Unlock()
+				if err := m.drain(dctx, peer); err != nil && dctx.Err() == nil {
+					return
+				}
+				continue
+			}
+			w := ps.wake
+			ps.mu.Unlock()
+			select {
+			case <-w:
+			case <-dctx.Done():
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
 }
 
 // drain queues every message from peer until ctx ends; the caller has

@@ -96,6 +96,18 @@ type Aborter interface {
 	Abort(cause error) error
 }
 
+// CreditReporter is implemented by transports that can say whether a Send
+// to peer would find a free slot there at once. A Send without one waits
+// until the peer releases a slot, which only a receiver on the peer's side
+// does; a layer that shares the transport between several users
+// (collectives.Mux) uses the answer to keep receiving while it waits, so
+// that two ranks each waiting for the other's credits still move. Call it
+// only from the goroutine that would send to peer. A failed or closed peer
+// reports true: Send then says what went wrong.
+type CreditReporter interface {
+	HasCredit(peer int) bool
+}
+
 // Abort drops t as an Aborter does, or closes it if t cannot abort: the
 // way to give up on any transport.
 func Abort(t Transport, cause error) error {

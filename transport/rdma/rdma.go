@@ -526,6 +526,15 @@ func (p *peer) postLocked(opcode int, signal, inline bool, data unsafe.Pointer, 
 	return seq, nil
 }
 
+// HasCredit implements transport.CreditReporter.
+func (t *Transport) HasCredit(to int) bool {
+	if to < 0 || to >= t.size || t.peers[to] == nil {
+		return true
+	}
+	p := t.peers[to]
+	return p.failed() != nil || p.hasCredit()
+}
+
 // Release implements transport.Transport.
 func (t *Transport) Release(m transport.Message) {
 	if m.Peer < 0 || m.Peer >= t.size {

@@ -108,6 +108,17 @@ func (h *Hybrid) Send(ctx context.Context, peer int, p []byte) error {
 	return h.far.Send(ctx, peer, p)
 }
 
+// HasCredit implements transport.CreditReporter.
+func (h *Hybrid) HasCredit(peer int) bool {
+	if peer >= 0 && peer < h.size && peer != h.rank && h.index[peer] >= 0 {
+		return h.near.HasCredit(h.index[peer])
+	}
+	if cr, ok := h.far.(transport.CreditReporter); ok {
+		return cr.HasCredit(peer)
+	}
+	return false
+}
+
 // Recv implements transport.Transport.
 func (h *Hybrid) Recv(ctx context.Context, peer int) (transport.Message, error) {
 	if peer >= 0 && peer < h.size && peer != h.rank && h.index[peer] >= 0 {

@@ -666,6 +666,16 @@ func (t *Transport) Send(ctx context.Context, to int, b []byte) error {
 	return nil
 }
 
+// HasCredit implements transport.CreditReporter.
+func (t *Transport) HasCredit(to int) bool {
+	p, err := t.peer(to, "send to")
+	if err != nil || p.failed() != nil {
+		return true
+	}
+	seq := p.sendSeq
+	return seq-p.headSeen < p.out.slots || seq-p.out.head.Load() < p.out.slots
+}
+
 // Recv implements transport.Transport.
 func (t *Transport) Recv(ctx context.Context, from int) (transport.Message, error) {
 	p, err := t.peer(from, "recv from")
