@@ -51,12 +51,12 @@ type lane struct {
 
 type muxPeer struct {
 	send     chan struct{} // one sender at a time; taken and given back under mu
-	unlocked chan struct{} // closed (and replaced) when send is given back
+	unlocked chan struct{} // closed when send is given back; nil until someone waits
 	sendBuf  []byte
 
 	mu     sync.Mutex
 	busy   bool          // a goroutine pulls from the stream or holds a message in its slot
-	wake   chan struct{} // closed (and replaced) when busy clears or a queue grows
+	wake   chan struct{} // closed when busy clears or a queue grows; nil until someone waits
 	queues map[lane][][]byte
 	gone   map[uint64]bool // closed communicators: their late messages are dropped
 }
@@ -65,7 +65,7 @@ type muxPeer struct {
 func NewMux(t transport.Transport) *Mux {
 	m := &Mux{t: t, peers: make([]*muxPeer, t.Size())}
 	for i := range m.peers {
-		m.peers[i] = &muxPeer{send: make(chan struct{}, 1), unlocked: make(chan struct{}), wake: make(chan struct{}), queues: map[lane][][]byte{}, gone: map[uint64]bool{}}
+		m.peers[i] = &muxPeer{send: make(chan struct{}, 1), queues: map[lane][][]byte{}, gone: map[uint64]bool{}}
 	}
 	return m
 }
@@ -127,6 +127,9 @@ func (m *Mux) lockSend(ctx context.Context, peer int) error {
 			return nil
 		default:
 		}
+		if ps.unlocked == nil {
+			ps.unlocked = make(chan struct{})
+		}
 		free := ps.unlocked
 		ps.mu.Unlock()
 		stop := m.drainWhile(ctx, peer)
@@ -145,8 +148,10 @@ func (m *Mux) unlockSend(peer int) {
 	ps := m.peers[peer]
 	ps.mu.Lock()
 	<-ps.send
-	close(ps.unlocked)
-	ps.unlocked = make(chan struct{})
+	if ps.unlocked != nil {
+		close(ps.unlocked)
+		ps.unlocked = nil
+	}
 	ps.mu.Unlock()
 }
 
@@ -169,7 +174,7 @@ func (m *Mux) drainWhile(ctx context.Context, peer int) (stop func()) {
 				}
 				continue
 			}
-			w := ps.wake
+			w := ps.waitChan()
 			ps.mu.Unlock()
 			select {
 			case <-w:
@@ -227,9 +232,21 @@ func (m *Mux) queue(peer int, msg transport.Message) error {
 }
 
 // signal wakes every waiter on p; call with p.mu held.
+// signal wakes whoever waits on wake; a small collective's messages come
+// and go without anyone waiting, so the channel is made only for a waiter.
+// Both run under mu.
 func (p *muxPeer) signal() {
-	close(p.wake)
-	p.wake = make(chan struct{})
+	if p.wake != nil {
+		close(p.wake)
+		p.wake = nil
+	}
+}
+
+func (p *muxPeer) waitChan() chan struct{} {
+	if p.wake == nil {
+		p.wake = make(chan struct{})
+	}
+	return p.wake
 }
 
 func (m *Mux) recvFrom(ctx context.Context, peer int, l lane) (transport.Message, error) {
@@ -255,7 +272,7 @@ func (m *Mux) recvFrom(ctx context.Context, peer int, l lane) (transport.Message
 			p.mu.Unlock()
 			break
 		}
-		w := p.wake
+		w := p.waitChan()
 		p.mu.Unlock()
 		select {
 		case <-w:

@@ -743,7 +743,9 @@ func (t *Transport) Release(m transport.Message) {
 // parks on counter, having raised flag so that the other side wakes it.
 func (t *Transport) wait(ctx context.Context, p *peer, counter *atomic.Uint64, flag *atomic.Uint32, ready func() bool) error {
 	if t.opts.Spin > 0 {
-		until := time.Now().Add(t.opts.Spin)
+		// The clock is read only once the first polls found nothing: a
+		// small message is usually there within them.
+		var until time.Time
 		for i := 1; ; i++ {
 			if ready() || p.failed() != nil {
 				return nil
@@ -752,7 +754,10 @@ func (t *Transport) wait(ctx context.Context, p *peer, counter *atomic.Uint64, f
 				if err := t.stopped(ctx); err != nil {
 					return err
 				}
-				if time.Now().After(until) {
+				now := time.Now()
+				if until.IsZero() {
+					until = now.Add(t.opts.Spin)
+				} else if now.After(until) {
 					break
 				}
 				// Ranks of an in-process job share this process's cores.
