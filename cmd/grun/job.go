@@ -69,6 +69,7 @@ type config struct {
 	iface     string
 	ifaceFrom string // "--iface" or "GOCOLL_IFACE"
 	outputDir string
+	bind      bindMode // --bind-to
 }
 
 // job runs one launch of N ranks from start to exit status. It is used by a
@@ -204,6 +205,11 @@ func (j *job) run(ctx context.Context, sigs <-chan os.Signal) int {
 		return exitInternal
 	}
 	j.plan()
+	cpus, err := j.bindCPUs()
+	if err != nil {
+		j.out.say("%v", err)
+		return exitUsage
+	}
 	var remote []string
 	for _, h := range j.hosts {
 		if h.remote {
@@ -263,7 +269,7 @@ func (j *job) run(ctx context.Context, sigs <-chan os.Signal) int {
 	defer j.closeOutputFiles()
 
 	j.store = store
-	j.startRanks(addrs, token)
+	j.startRanks(addrs, token, cpus)
 	j.supervise(ctx, sigs)
 	j.sweep(sigs)
 	j.drain()
@@ -383,7 +389,29 @@ func (j *job) rankExports(i int, addr string) []string {
 	)
 }
 
-func (j *job) startRanks(addrs map[string]string, token string) {
+// bindCPUs is the CPU of each rank started here, in rank order, or nil
+// when they are not bound (see bindPlan).
+func (j *job) bindCPUs() ([]int, error) {
+	local := 0
+	for _, h := range j.hosts {
+		if !h.remote {
+			local += h.ranks
+		}
+	}
+	if j.cfg.bind == bindNone || local == 0 {
+		return nil, nil
+	}
+	cpus, err := allowedCPUs()
+	if err != nil {
+		if j.cfg.bind == bindCore {
+			return nil, fmt.Errorf("--bind-to core: %w", err)
+		}
+		return nil, nil
+	}
+	return bindPlan(j.cfg.bind, local, cpus)
+}
+
+func (j *job) startRanks(addrs map[string]string, token string, cpus []int) {
 	dir, err := os.Getwd()
 	if err != nil {
 		dir = "."
@@ -399,6 +427,9 @@ func (j *job) startRanks(addrs map[string]string, token string) {
 		}
 		if h.remote {
 			spec.remote, spec.host, spec.dir, spec.exports, spec.token = true, h.name, dir, exports, token
+		} else if len(cpus) > 0 {
+			spec.bound, spec.cpu = true, cpus[0]
+			cpus = cpus[1:]
 		}
 		r := &rank{id: i, host: h.name, remote: h.remote}
 		proc, err := j.starter.start(spec)
@@ -410,7 +441,11 @@ func (j *job) startRanks(addrs map[string]string, token string) {
 		j.ranks = append(j.ranks, r)
 		j.running++
 		if j.cfg.verbose {
-			j.out.say("%s: %s", r.name(), r.pidNote())
+			if spec.bound {
+				j.out.say("%s: %s, bound to CPU %d", r.name(), r.pidNote(), spec.cpu)
+			} else {
+				j.out.say("%s: %s", r.name(), r.pidNote())
+			}
 		}
 		stdout, stderr := proc.output()
 		var prefix []byte

@@ -17,6 +17,9 @@ type rankSpec struct {
 	prog string   // as given on the command line; resolved through PATH
 	args []string // after prog
 	env  []string // grun's environment plus the job's, "VAR=val"
+	// Local ranks only: the CPU the rank is bound to, if bound.
+	bound bool
+	cpu   int
 
 	// Remote ranks only: where, and what the remote command carries.
 	remote  bool
@@ -97,7 +100,11 @@ func (s *localStarter) start(spec rankSpec) (process, error) {
 		return nil, fmt.Errorf("stderr pipe: %w", err)
 	}
 	cmd.Stdout, cmd.Stderr = outW, errW
-	err = cmd.Start()
+	if spec.bound {
+		err = startOnCPU(spec.cpu, cmd.Start)
+	} else {
+		err = cmd.Start()
+	}
 	// The rank holds its own copies now; ours would keep EOF from coming.
 	outW.Close()
 	errW.Close()

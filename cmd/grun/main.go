@@ -35,6 +35,12 @@ Flags (-flag and --flag are the same; flags end at PROG or at "--"):
                  (default 0: no limit)
   --grace D      how long ranks have to exit after SIGTERM or a forwarded
                  signal before they get SIGKILL (default 3s)
+  --bind-to core|none|auto
+                 core: bind each rank started on this host to a CPU of its
+                 own (from the CPUs grun may use; more ranks here than CPUs
+                 is then an error); none: leave them to the scheduler; auto
+                 (default): core when 2 or more ranks run here and they fit,
+                 else none. Remote ranks are not bound.
   --fail-wait D  after a rank fails, how long the others have to notice and
                  exit on their own, reporting their errors, before they get
                  SIGTERM (default 2s; 0: at once, as mpirun does)
@@ -234,6 +240,11 @@ func newFlagSet(cfg *config, lookupEnv func(string) (string, bool)) *flag.FlagSe
 			return errors.New("empty command")
 		}
 		return nil
+	})
+	fs.Func("bind-to", "core (one CPU per rank), none, or auto", func(s string) error {
+		m, err := parseBindMode(s)
+		cfg.bind = m
+		return err
 	})
 	fs.StringVar(&cfg.iface, "iface", "", "interface whose address the other hosts dial")
 	fs.Func("output-dir", "write each rank's output to DIR/rank-R.log", func(s string) error {
