@@ -231,10 +231,9 @@ func (m *Mux) queue(peer int, msg transport.Message) error {
 	return nil
 }
 
-// signal wakes every waiter on p; call with p.mu held.
-// signal wakes whoever waits on wake; a small collective's messages come
-// and go without anyone waiting, so the channel is made only for a waiter.
-// Both run under mu.
+// signal wakes every waiter on p. A small collective's messages come and
+// go without anyone waiting, so the channel is made only for a waiter
+// (waitChan). Both run with p.mu held.
 func (p *muxPeer) signal() {
 	if p.wake != nil {
 		close(p.wake)
