@@ -31,8 +31,9 @@ import (
 // reads the peer's stream into the queues meanwhile: messages nobody is
 // receiving yet must not hold the slots that would let both sides move.
 type Mux struct {
-	t     transport.Transport
-	peers []*muxPeer
+	t       transport.Transport
+	credits transport.CreditReporter // t's, or nil
+	peers   []*muxPeer
 }
 
 // MuxHeader is the bytes the mux adds to every message; a multiple of 8 so
@@ -64,6 +65,7 @@ type muxPeer struct {
 // NewMux shares t. Every rank must use a mux on t, or none.
 func NewMux(t transport.Transport) *Mux {
 	m := &Mux{t: t, peers: make([]*muxPeer, t.Size())}
+	m.credits, _ = t.(transport.CreditReporter)
 	for i := range m.peers {
 		m.peers[i] = &muxPeer{send: make(chan struct{}, 1), queues: map[lane][][]byte{}, gone: map[uint64]bool{}}
 	}
@@ -102,7 +104,7 @@ func (m *Mux) sendTo(ctx context.Context, peer int, l lane, p []byte) error {
 	binary.LittleEndian.PutUint32(b[4:], l.lane)
 	binary.LittleEndian.PutUint64(b[8:], l.comm)
 	copy(b[MuxHeader:], p)
-	if cr, ok := m.t.(transport.CreditReporter); ok && cr.HasCredit(peer) {
+	if m.credits != nil && m.credits.HasCredit(peer) {
 		return m.t.Send(ctx, peer, b)
 	}
 	// The peer's slots are all taken. They free up only as a reader on

@@ -379,8 +379,9 @@ func (t *Transport) pass(timeoutMs int) error {
 		fd := int32(p.fd)
 		if p.ended || p.failed() != nil {
 			fd = -1 // poll skips it
+		} else {
+			p.flushCredits()
 		}
-		p.flushCredits()
 		ev := int16(unix.POLLIN)
 		if p.wantWrite.Load() || p.tailPending() || int(p.pending.Load()) >= t.creditBatch() {
 			ev |= unix.POLLOUT
@@ -414,9 +415,9 @@ func (t *Transport) pass(timeoutMs int) error {
 			notify(p.sendNote)
 			if p.tailPending() && p.wmu.TryLock() {
 				p.flushCreditsLocked()
-				p.unlockWrite()
+				p.wmu.Unlock()
 			}
-			p.flushCredits()
+			p.flushCredits() // what was released meanwhile, or a batch owed
 		}
 	}
 	if t.pfds[len(t.list)].Revents != 0 {
