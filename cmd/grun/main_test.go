@@ -199,6 +199,7 @@ func TestUsage(t *testing.T) {
 		{"bad duration", []string{"-n", "1", "--timeout", "5", helper("envdump")}, 2, `invalid value "5" for flag -timeout: not a duration`},
 		{"negative grace", []string{"-n", "1", "--grace", "-1s", helper("envdump")}, 2, "must not be negative"},
 		{"unknown flag", []string{"-n", "1", "--bogus", helper("envdump")}, 2, "flag provided but not defined: -bogus"},
+		{"bad --bind-to", []string{"-n", "1", "--bind-to", "socket", helper("envdump")}, 2, `invalid value "socket" for flag -bind-to: want core, none or auto`},
 		{"program not found", []string{"-n", "2", "grun-test-no-such-program"}, 127, `cannot start rank 0: exec: "grun-test-no-such-program": executable file not found`},
 		{"program not executable", []string{"-n", "2", "./main.go"}, 127, "permission denied"},
 	}
