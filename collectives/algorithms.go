@@ -128,11 +128,12 @@ func (c *call) stream(next, prev int, out, in []byte, land func(dst, src []byte)
 // Each exchange computes lower-rank-data op higher-rank-data on both sides,
 // so both sides get the same bits even for NaN payloads.
 func (c *call) recursiveDoubling(buf []byte, dt reduce.DType, op reduce.Op) error {
-	return c.onPowerOfTwo(buf, dt, op, func(p int, combine func(peer int) func(dst, src []byte)) error {
+	return c.onPowerOfTwo(buf, dt, op, func(p int) error {
 		r := c.t.Rank()
 		for mask := 1; mask < p; mask <<= 1 {
 			partner := r ^ mask
-			if err := c.stream(partner, partner, buf, buf, combine(partner)); err != nil {
+			err := c.stream(partner, partner, buf, buf, func(dst, src []byte) { combine(dt, op, partner < r, dst, src) })
+			if err != nil {
 				return err
 			}
 		}
@@ -142,20 +143,12 @@ func (c *call) recursiveDoubling(buf []byte, dt reduce.DType, op reduce.Op) erro
 
 // onPowerOfTwo runs core, an allreduce of buf among the first p ranks (p
 // the largest power of two <= n), after folding each rank r >= p into rank
-// r-p and before handing the result back to it. combine(peer) reduces a
-// peer's data into ours as lower-rank op higher-rank, so both sides of an
-// exchange compute the same bits, NaN payloads included.
-func (c *call) onPowerOfTwo(buf []byte, dt reduce.DType, op reduce.Op, core func(p int, combine func(peer int) func(dst, src []byte)) error) error {
+// r-p and before handing the result back to it.
+func (c *call) onPowerOfTwo(buf []byte, dt reduce.DType, op reduce.Op, core func(p int) error) error {
 	n, r := c.t.Size(), c.t.Rank()
 	p := 1
 	for p*2 <= n {
 		p *= 2
-	}
-	combine := func(peer int) func(dst, src []byte) {
-		if peer < r {
-			return func(dst, src []byte) { reduce.Reduce(dt, op, dst, src, dst) }
-		}
-		return func(dst, src []byte) { reduce.Reduce(dt, op, dst, dst, src) }
 	}
 	if r >= p {
 		if err := c.sendAll(r-p, buf); err != nil {
@@ -164,17 +157,30 @@ func (c *call) onPowerOfTwo(buf []byte, dt reduce.DType, op reduce.Op, core func
 		return c.recvAll(r-p, buf, func(dst, src []byte) { copy(dst, src) })
 	}
 	if r+p < n {
-		if err := c.recvAll(r+p, buf, combine(r+p)); err != nil {
+		if err := c.recvAll(r+p, buf, func(dst, src []byte) { combine(dt, op, false, dst, src) }); err != nil {
 			return err
 		}
 	}
-	if err := core(p, combine); err != nil {
+	if err := core(p); err != nil {
 		return err
 	}
 	if r+p < n {
 		return c.sendAll(r+p, buf)
 	}
 	return nil
+}
+
+// combine reduces a peer's data src into ours, dst, as lower-rank op
+// higher-rank, so both sides of an exchange compute the same bits, NaN
+// payloads included. It is called from closures written at each call
+// site, which stay on the stack: a closure returned from a helper would
+// be allocated on every collective.
+func combine(dt reduce.DType, op reduce.Op, peerLower bool, dst, src []byte) {
+	if peerLower {
+		reduce.Reduce(dt, op, dst, src, dst)
+	} else {
+		reduce.Reduce(dt, op, dst, dst, src)
+	}
 }
 
 func (c *call) sendAll(peer int, b []byte) error {

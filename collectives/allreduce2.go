@@ -16,7 +16,7 @@ import (
 // rank r-p first and get the result at the end. Each chunk is reduced by
 // exactly one rank and then copied, so every rank ends with the same bits.
 func (c *call) rabenseifner(buf []byte, count int, dt reduce.DType, op reduce.Op) error {
-	return c.onPowerOfTwo(buf, dt, op, func(p int, combine func(peer int) func(dst, src []byte)) error {
+	return c.onPowerOfTwo(buf, dt, op, func(p int) error {
 		r, es := c.t.Rank(), dt.Size()
 		q, rem := count/p, count%p
 		off := func(i int) int { return (i*q + min(i, rem)) * es }
@@ -29,7 +29,7 @@ func (c *call) rabenseifner(buf []byte, count int, dt reduce.DType, op reduce.Op
 			if r&mask != 0 {
 				keepLo, keepHi, giveLo, giveHi = mid, hi, lo, mid
 			}
-			err := c.stream(partner, partner, span(giveLo, giveHi), span(keepLo, keepHi), combine(partner))
+			err := c.stream(partner, partner, span(giveLo, giveHi), span(keepLo, keepHi), func(dst, src []byte) { combine(dt, op, partner < r, dst, src) })
 			if err != nil {
 				return err
 			}
