@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 )
 
 // Issue order. Every collective, blocking or not, takes a ticket when it
@@ -13,44 +14,76 @@ import (
 // that every rank issues the same sequence, as with MPI's non-blocking
 // collectives and NCCL's streams.
 
-// ticket is a place in the issue order: prev closes when the collective
-// before has finished, mine when this one has.
+// turns is the issue order: tickets are numbered as issued, and ticket
+// n runs once the tickets before it are done. Counting, not a channel per
+// ticket, keeps a blocking collective free of allocations: a channel is
+// made only when some goroutine has to wait for its turn.
+type turns struct {
+	mu     sync.Mutex
+	issued uint64          // tickets taken
+	done   uint64          // every ticket below done is finished; done's own may run
+	gaveUp map[uint64]bool // tickets that gave up waiting before their turn
+	wake   chan struct{}   // closed when done moves; nil until someone waits
+}
+
+// ticket is a place in the issue order.
 type ticket struct {
-	prev, mine chan struct{}
+	n uint64
 	// then, if set, learns the outcome before the next collective may
 	// start, so that a Request is done before anything issued after it.
 	then func(error)
 }
 
-var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
-
 // issue takes the next ticket.
 func (c *Communicator) issue() ticket {
-	c.ext.mu.Lock()
-	defer c.ext.mu.Unlock()
-	tk := ticket{prev: c.ext.tail, mine: make(chan struct{})}
-	if tk.prev == nil {
-		tk.prev = closedChan
-	}
-	c.ext.tail = tk.mine
+	o := &c.turns
+	o.mu.Lock()
+	tk := ticket{n: o.issued}
+	o.issued++
+	o.mu.Unlock()
 	return tk
 }
 
-// pass hands the turn on: at once if this collective had its turn, else
-// when the previous one is done (a collective that gave up waiting must not
-// let the next one overtake the one before it).
-func (tk ticket) pass(had bool, err error) {
+// waitTurn returns once tk's turn has come, or a channel that closes when
+// the order moves on and it may have.
+func (o *turns) waitTurn(tk ticket) (mine bool, moved chan struct{}) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.done == tk.n {
+		return true, nil
+	}
+	if o.wake == nil {
+		o.wake = make(chan struct{})
+	}
+	return false, o.wake
+}
+
+// pass hands the turn on. A collective that gave up waiting is marked,
+// and skipped when its turn comes: it must not let the next one overtake
+// the one before it.
+func (c *Communicator) pass(tk ticket, had bool, err error) {
 	if tk.then != nil {
 		tk.then(err)
 	}
-	if had {
-		close(tk.mine)
-		return
+	o := &c.turns
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !had {
+		if o.gaveUp == nil {
+			o.gaveUp = map[uint64]bool{}
+		}
+		o.gaveUp[tk.n] = true
+	} else {
+		o.done++
 	}
-	go func() {
-		<-tk.prev
-		close(tk.mine)
-	}()
+	for o.gaveUp[o.done] {
+		delete(o.gaveUp, o.done)
+		o.done++
+	}
+	if o.wake != nil {
+		close(o.wake)
+		o.wake = nil
+	}
 }
 
 // A Request is a collective in flight, returned by the Async forms. The

@@ -123,7 +123,12 @@ func same(a, b []byte) bool {
 // on return every rank's buf holds the same bytes. Every rank must pass the
 // same length and op.
 func AllReduce[T Element](ctx context.Context, c *Communicator, buf []T, op Op) error {
-	return c.do(ctx, allReduceJob(c, buf, op))
+	if err := checkAllReduce[T](c, op); err != nil {
+		return err
+	}
+	// Not allReduceJob's closure: one returned from a function is
+	// allocated on every call, a tenth of a small allreduce's time.
+	return c.run(ctx, "allreduce", func(ctx context.Context) error { return allReduce(ctx, c, buf, op) })
 }
 
 // AllReduceAsync is AllReduce, issued now and finished in the background.
@@ -132,15 +137,21 @@ func AllReduceAsync[T Element](ctx context.Context, c *Communicator, buf []T, op
 }
 
 func allReduceJob[T Element](c *Communicator, buf []T, op Op) job {
-	if c == nil {
-		return job{err: errNil("allreduce")}
-	}
-	if err := checkOp[T]("allreduce", op); err != nil {
+	if err := checkAllReduce[T](c, op); err != nil {
 		return job{err: err}
 	}
-	return job{what: "allreduce", f: func(ctx context.Context) error {
-		return c.g.AllReduce(ctx, bytesOf(buf), dtypeOf[T](), reduce.Op(op))
-	}}
+	return job{what: "allreduce", f: func(ctx context.Context) error { return allReduce(ctx, c, buf, op) }}
+}
+
+func checkAllReduce[T Element](c *Communicator, op Op) error {
+	if c == nil {
+		return errNil("allreduce")
+	}
+	return checkOp[T]("allreduce", op)
+}
+
+func allReduce[T Element](ctx context.Context, c *Communicator, buf []T, op Op) error {
+	return c.g.AllReduce(ctx, bytesOf(buf), dtypeOf[T](), reduce.Op(op))
 }
 
 // Broadcast copies root's buf into every other rank's buf. Every rank must

@@ -72,9 +72,11 @@ type Communicator struct {
 	server *bootstrap.Server
 	log    *slog.Logger
 
-	// sem admits one collective at a time; waiting for it honours ctx.
-	sem     chan struct{}
-	broken  error // guarded by sem
+	// turns admits one collective at a time, in issue order (async.go).
+	turns turns
+	// broken is why an earlier collective left the ranks out of step; only
+	// the collective whose turn it is writes it.
+	broken  atomic.Pointer[error]
 	closed  chan struct{}
 	timeout time.Duration // bound of a collective whose ctx has no deadline
 
@@ -82,17 +84,16 @@ type Communicator struct {
 	aborted   chan struct{} // closed by Abort, after abortErr is set
 	abortErr  error
 
-	// The watchdog's view of the running collective: when it started
-	// (since epoch; 0 while none runs), and what the watchdog found wrong
-	// with it: a peer lost elsewhere in the job, or the timeout. A fault
-	// closes the transport, which wakes the collective; run then reports
-	// the fault rather than the ErrClosed the transport saw.
-	epoch     time.Time
-	started   atomic.Int64
-	unbounded atomic.Bool // the running collective's ctx has no deadline
-	faultMu   sync.Mutex
-	fault     error
-	lostErr   error // a peer lost while no collective ran
+	// The watchdog's view of the running collective: which one runs
+	// (running), and what the watchdog found wrong with it: a peer lost
+	// elsewhere in the job, or the timeout. A fault closes the transport,
+	// which wakes the collective; run then reports the fault rather than
+	// the ErrClosed the transport saw.
+	running atomic.Uint64 // see runningMark; 0 while none runs
+	faultMu sync.Mutex
+	faulted atomic.Bool // fault or lostErr is set
+	fault   error
+	lostErr error // a peer lost while no collective ran
 
 	hosts []int  // each rank's host, for the host-aware algorithms
 	tname string // the transport chosen
@@ -170,8 +171,8 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 		ctx, cancel = context.WithTimeout(ctx, s.timeout)
 		defer cancel()
 	}
-	c := &Communicator{cfg: cfg, log: s.logger, sem: make(chan struct{}, 1), closed: make(chan struct{}),
-		timeout: s.timeout, aborted: make(chan struct{}), epoch: time.Now()}
+	c := &Communicator{cfg: cfg, log: s.logger, closed: make(chan struct{}),
+		timeout: s.timeout, aborted: make(chan struct{})}
 	// A rank that dies before it connects leaves the others waiting for
 	// its address or its connection, where no link can tell them: the
 	// store can, so Init listens to it until everyone is connected.
@@ -327,14 +328,10 @@ func (c *Communicator) Err() error {
 	if err := c.unusable(); err != nil {
 		return err
 	}
-	select {
-	case c.sem <- struct{}{}:
-		err := c.broken
-		<-c.sem
-		return err
-	default:
-		return nil // a collective is running, so it was usable when it started
+	if b := c.broken.Load(); b != nil {
+		return *b
 	}
+	return nil
 }
 
 // Close leaves the job and releases every resource. Collectives still
@@ -377,57 +374,52 @@ func (c *Communicator) run(ctx context.Context, what string, f func(context.Cont
 	return c.runAt(ctx, c.issue(), what, f)
 }
 
-// admit waits for the collective issued before tk to be done (then this
-// call has had its turn, and must pass it on at once when it ends) and
-// then takes sem. Both are almost always free: the one-way channel
-// operations tried first cost far less than the select, which saves a
-// few hundred ns, most of a small collective's overhead over shared
-// memory.
+// admit waits for the collectives issued before tk to be done. The turn
+// is almost always free, and then admit costs one uncontended lock.
 func (c *Communicator) admit(ctx context.Context, tk ticket, what string) (hadTurn bool, err error) {
-	prev, sem := tk.prev, c.sem
-	select {
-	case <-prev:
-		hadTurn, prev = true, nil
-		select {
-		case sem <- struct{}{}:
-			return true, nil
-		default:
-		}
-	default:
-		// A nil channel's case never fires: sem is not tried before the
-		// turn has come.
-		sem = nil
-	}
 	for {
-		select {
-		case <-prev:
-			hadTurn, prev, sem = true, nil, c.sem
-		case sem <- struct{}{}:
+		mine, moved := c.turns.waitTurn(tk)
+		if mine {
 			return true, nil
+		}
+		select {
+		case <-moved:
 		case <-ctx.Done():
-			return hadTurn, fmt.Errorf("comm: %s: waiting for the previous collective: %w", what, ctx.Err())
+			return false, fmt.Errorf("comm: %s: waiting for the previous collective: %w", what, ctx.Err())
 		case <-c.closed:
-			return hadTurn, fmt.Errorf("comm: %s: %w", what, ErrClosed)
+			return false, fmt.Errorf("comm: %s: %w", what, ErrClosed)
 		case <-c.aborted:
-			return hadTurn, fmt.Errorf("comm: %s: %w", what, c.abortErr)
+			return false, fmt.Errorf("comm: %s: %w", what, c.abortErr)
 		}
 	}
+}
+
+// runningMark is what running holds while the collective with ticket tk
+// runs: a number no other collective of this communicator has (the
+// watchdog times a collective by seeing the same number on its ticks),
+// and in the low bit whether its ctx has no deadline.
+func runningMark(tk ticket, ctx context.Context) uint64 {
+	_, bounded := ctx.Deadline()
+	m := (tk.n + 1) << 1
+	if !bounded {
+		m |= 1
+	}
+	return m
 }
 
 // runAt is run for the collective issued with ticket tk: it waits for the
 // collectives issued before it on this rank (see async.go).
 func (c *Communicator) runAt(ctx context.Context, tk ticket, what string, f func(context.Context) error) (err error) {
 	admitted := false
-	defer func() { tk.pass(admitted, err) }()
+	defer func() { c.pass(tk, admitted, err) }()
 	if err := c.unusable(); err != nil {
 		return fmt.Errorf("comm: %s: %w", what, err)
 	}
 	if admitted, err = c.admit(ctx, tk, what); err != nil {
 		return err
 	}
-	defer func() { <-c.sem }()
-	if c.broken != nil {
-		return fmt.Errorf("comm: %s: %w (cause: %w)", what, ErrBroken, c.broken)
+	if b := c.broken.Load(); b != nil {
+		return fmt.Errorf("comm: %s: %w (cause: %w)", what, ErrBroken, *b)
 	}
 	if err := c.unusable(); err != nil {
 		return fmt.Errorf("comm: %s: %w", what, err)
@@ -435,15 +427,14 @@ func (c *Communicator) runAt(ctx context.Context, tk ticket, what string, f func
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("comm: %s: %w", what, err)
 	}
-	if err := c.faultErr(); err != nil {
-		c.broken = err
+	if c.faulted.Load() {
+		err := c.faultErr()
+		c.setBroken(err)
 		return fmt.Errorf("comm: rank %d: %s: %w", c.cfg.Rank, what, err)
 	}
-	_, bounded := ctx.Deadline()
-	c.unbounded.Store(!bounded)
-	c.started.Store(int64(time.Since(c.epoch)) + 1) // never 0, which means idle
+	c.running.Store(runningMark(tk, ctx))
 	err = f(ctx)
-	c.started.Store(0)
+	c.running.Store(0)
 	if err == nil {
 		return nil
 	}
@@ -456,20 +447,20 @@ func (c *Communicator) runAt(ctx context.Context, tk ticket, what string, f func
 		// Close or Abort woke the call; that, not the transport's view of
 		// it, is the cause.
 		if errors.Is(uerr, ErrAborted) {
-			c.broken = uerr
+			c.setBroken(uerr)
 		}
 		return fmt.Errorf("comm: rank %d: %s: %w", c.cfg.Rank, what, uerr)
 	}
 	if ferr := c.faultErr(); ferr != nil {
 		ferr = c.withLosses(ferr)
-		c.broken = ferr
+		c.setBroken(ferr)
 		return fmt.Errorf("comm: rank %d: %s: %w", c.cfg.Rank, what, ferr)
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		err = fmt.Errorf("%w: %w", ErrTimeout, err)
 	}
 	err = c.withLosses(err)
-	c.broken = err
+	c.setBroken(err)
 	// The ranks are out of step now, and a peer may be waiting for data
 	// this rank will never send. Dropping the connections tells every peer
 	// at once (their calls fail with ErrPeerLost naming this rank) instead
@@ -478,6 +469,8 @@ func (c *Communicator) runAt(ctx context.Context, tk ticket, what string, f func
 	c.log.Info("communicator broken; dropped its connections so the peers notice", "rank", c.cfg.Rank, "err", err)
 	return fmt.Errorf("comm: rank %d: %w", c.cfg.Rank, err)
 }
+
+func (c *Communicator) setBroken(err error) { c.broken.Store(&err) }
 
 // lossSettle is how long the watchdog lets further losses arrive after the
 // first, before it fails the running collective.
@@ -604,6 +597,11 @@ func (c *Communicator) watch() {
 		defer t.Stop()
 		tick = t.C
 	}
+	// The collective seen running on the last tick, and since when: the
+	// collectives store only which one runs, as reading the clock would
+	// cost them more than the rest of a small one's bookkeeping.
+	var seen uint64
+	var since time.Time
 	for {
 		select {
 		case <-c.closed:
@@ -624,16 +622,21 @@ func (c *Communicator) watch() {
 			case <-time.After(lossSettle):
 			}
 			err := ln.LostErr()
-			if c.started.Load() != 0 {
+			if c.running.Load() != 0 {
 				c.setFault(err)
 				return
 			}
 			// Nothing runs: the next collective fails with it (run checks).
 			c.faultMu.Lock()
 			c.lostErr = err
+			c.faulted.Store(true)
 			c.faultMu.Unlock()
-		case <-tick:
-			if s := c.started.Load(); s != 0 && c.unbounded.Load() && time.Since(c.epoch)-time.Duration(s) > c.timeout {
+		case now := <-tick:
+			r := c.running.Load()
+			if r != seen {
+				seen, since = r, now
+			}
+			if r&1 != 0 && now.Sub(since) > c.timeout {
 				c.setFault(fmt.Errorf("%w: a collective ran longer than %v (GOCOLL_TIMEOUT) while its context had no deadline: %w",
 					ErrTimeout, c.timeout, context.DeadlineExceeded))
 				return
@@ -649,6 +652,7 @@ func (c *Communicator) setFault(err error) {
 	if c.fault == nil {
 		c.fault = err
 	}
+	c.faulted.Store(true)
 	c.faultMu.Unlock()
 	c.log.Info("communicator fault; dropping its connections", "rank", c.cfg.Rank, "err", err)
 	c.drop(err)

@@ -511,3 +511,40 @@ func TestAsync(t *testing.T) {
 		t.Errorf("after Abort: %v, want ErrAborted", err)
 	}
 }
+
+// TestGiveUpBeforeTurn: a collective whose ctx ends while it waits for its
+// turn gives up without sending anything, and the one issued after it
+// still waits for the one before it. If it overtook, rank 0's second
+// allreduce (2 elements) would meet rank 1's first (1 element) and fail
+// with a mismatch.
+func TestGiveUpBeforeTurn(t *testing.T) {
+	cs := local(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	first, third := []float32{1}, []float32{10, 20}
+	reqFirst := comm.AllReduceAsync(ctx, cs[0], first, comm.Sum)
+	short, cancelShort := context.WithCancel(ctx)
+	reqSecond := comm.AllReduceAsync(short, cs[0], []float32{5, 5, 5}, comm.Sum)
+	cancelShort()
+	if err := reqSecond.Wait(ctx); !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "waiting for the previous collective") {
+		t.Fatalf("second allreduce, cancelled before its turn: %v, want Canceled while waiting for the previous collective", err)
+	}
+	reqThird := comm.AllReduceAsync(ctx, cs[0], third, comm.Sum)
+	if done, _ := reqThird.Test(); done {
+		t.Fatalf("the third allreduce finished before the first, which waits for rank 1")
+	}
+	other := []float32{2}
+	otherThird := []float32{1, 2}
+	if err := comm.AllReduce(ctx, cs[1], other, comm.Sum); err != nil {
+		t.Fatalf("rank 1, first: %v", err)
+	}
+	if err := comm.AllReduce(ctx, cs[1], otherThird, comm.Sum); err != nil {
+		t.Fatalf("rank 1, second: %v", err)
+	}
+	if err := comm.WaitAll(ctx, reqFirst, reqThird); err != nil {
+		t.Fatalf("rank 0: %v", err)
+	}
+	if first[0] != 3 || third[0] != 11 || third[1] != 22 || other[0] != 3 || otherThird[1] != 22 {
+		t.Errorf("results %v %v on rank 0, %v %v on rank 1; want [3] [11 22]", first, third, other, otherThird)
+	}
+}

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"sort"
-	"sync"
-	"time"
 
 	"github.com/gocoll/gocoll/collectives"
 	"github.com/gocoll/gocoll/internal/reduce"
@@ -24,9 +22,6 @@ type ext struct {
 	mux *collectives.Mux     // shared by the job and every communicator split from it
 	ch  *collectives.Channel // this communicator's view of it
 	id  uint64
-
-	mu   sync.Mutex
-	tail chan struct{} // ticket of the last collective issued (async.go)
 
 	splits uint64 // Splits so far; counted inside collectives, so in step on every rank
 }
@@ -114,11 +109,9 @@ func (c *Communicator) Split(ctx context.Context, color, key int) (*Communicator
 		cfg:     Config{Rank: ch.Rank(), Size: ch.Size(), LocalRank: -1, Source: c.cfg.Source},
 		t:       ch,
 		log:     c.log,
-		sem:     make(chan struct{}, 1),
 		closed:  make(chan struct{}),
 		timeout: c.timeout,
 		aborted: make(chan struct{}),
-		epoch:   time.Now(),
 	}
 	sub.ext.mux, sub.ext.ch, sub.ext.id = c.ext.mux, ch, id
 	sub.g = collectives.NewGroup(ch, c.g.Options())
