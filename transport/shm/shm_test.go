@@ -1,7 +1,9 @@
 package shm_test
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -81,4 +83,57 @@ func TestConformanceSmallSlots(t *testing.T) {
 	conformance.Run(t, func(t testing.TB, n int) []transport.Transport {
 		return asTransports(mesh(t, n, shm.Options{Slots: 2, SlotSize: 4 << 10}))
 	})
+}
+
+// TestMessageLengths sends every length from 0 to past the slot header
+// twice over, and one byte short of and at a full slot: short messages
+// travel inside the slot header, longer ones after it, and each must come
+// out with its own length and bytes, whichever slot of the ring it used.
+// A slot size that is not a whole number of 128-byte line pairs must work
+// too.
+func TestMessageLengths(t *testing.T) {
+	for _, slotSize := range []int{0, 4<<10 + 64} {
+		t.Run(fmt.Sprintf("slot=%d", slotSize), func(t *testing.T) {
+			testMessageLengths(t, mesh(t, 2, shm.Options{Slots: 3, SlotSize: slotSize}))
+		})
+	}
+}
+
+func testMessageLengths(t *testing.T, ts []*shm.Transport) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	lengths := []int{ts[0].MaxMessage() - 1, ts[0].MaxMessage()}
+	for n := 0; n <= 300; n++ {
+		lengths = append(lengths, n)
+	}
+	pattern := func(n int) []byte {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(n*31 + i*7 + 1)
+		}
+		return b
+	}
+	errc := make(chan error, 1)
+	go func() {
+		for _, n := range lengths {
+			if err := ts[0].Send(ctx, 1, pattern(n)); err != nil {
+				errc <- err
+				return
+			}
+		}
+		errc <- nil
+	}()
+	for _, n := range lengths {
+		msg, err := ts[1].Recv(ctx, 0)
+		if err != nil {
+			t.Fatalf("receive the %d-byte message: %v", n, err)
+		}
+		if !bytes.Equal(msg.Data, pattern(n)) {
+			t.Fatalf("a %d-byte message arrived as %d bytes, or with other bytes", n, len(msg.Data))
+		}
+		ts[1].Release(msg)
+	}
+	if err := <-errc; err != nil {
+		t.Fatalf("send: %v", err)
+	}
 }
