@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -266,11 +265,6 @@ func parseTimeout(v string) (time.Duration, error) {
 
 func (c *Communicator) connect(ctx context.Context, s settings) error {
 	cfg := c.cfg
-	if s.tcp.Spin == 0 {
-		here := max(cfg.LocalSize, 1)
-		s.tcp.Spin = tcp.SpinFor(here)
-		c.log.Info("busy-poll budget chosen", "spin", s.tcp.Spin, "ranks_on_host", here, "cpus", runtime.NumCPU())
-	}
 	if cfg.Serve {
 		srv, err := bootstrap.Listen(cfg.Addr, cfg.Token)
 		if err != nil {

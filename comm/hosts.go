@@ -40,14 +40,24 @@ func hostID() string {
 	return name + "/" + strings.TrimSpace(string(boot)) + "/" + netns
 }
 
-// exchangeHosts publishes this rank's host and RDMA verdict and reads
-// everyone's, returning each rank's host as a small integer (numbered by
-// first appearance), the host names, and the first rank's reason RDMA
-// cannot serve the whole job ("" if it can). Deciding from everyone's
-// answers, not each rank alone, is what keeps a job whose hosts differ
-// from splitting into ranks that wait on different transports.
-func exchangeHosts(ctx context.Context, store *bootstrap.Client, cfg Config, fake int, rdmaErr error) ([]int, []string, string, error) {
-	host := hostID()
+// jobHosts is what the ranks told each other of where they run.
+type jobHosts struct {
+	hosts  []int    // each rank's host, numbered by first appearance
+	names  []string // the hosts
+	noRDMA string   // the first rank's reason RDMA cannot serve the job ("" if it can)
+	// The ranks on this machine (a real one, even with fake hosts) and
+	// the CPUs they may run on together: whether they are crowded.
+	ranksHere, cpusHere int
+}
+
+// exchangeHosts publishes this rank's host, RDMA verdict and CPUs, and
+// reads everyone's. Deciding from everyone's answers, not each rank
+// alone, is what keeps a job whose hosts differ from splitting into ranks
+// that wait on different transports, and tells apart ranks that share a
+// few cores from ranks bound to a core each (each sees one CPU).
+func exchangeHosts(ctx context.Context, store *bootstrap.Client, cfg Config, fake int, rdmaErr error) (jobHosts, error) {
+	real := hostID()
+	host := real
 	if fake > 0 {
 		host = "fake-host-" + strconv.Itoa(cfg.Rank*fake/cfg.Size)
 	}
@@ -56,31 +66,48 @@ func exchangeHosts(ctx context.Context, store *bootstrap.Client, cfg Config, fak
 		why = strings.ReplaceAll(rdmaErr.Error(), "\n", " ")
 	}
 	key := func(r int) string { return "comm/host/" + strconv.Itoa(r) }
-	if err := store.Put(ctx, key(cfg.Rank), []byte(host+"\n"+why)); err != nil {
-		return nil, nil, "", fmt.Errorf("publish host: %w", err)
+	if err := store.Put(ctx, key(cfg.Rank), []byte(host+"\n"+why+"\n"+real+"\n"+cpuList())); err != nil {
+		return jobHosts{}, fmt.Errorf("publish host: %w", err)
 	}
-	hosts := make([]int, cfg.Size)
-	var names []string
-	noRDMA := ""
+	j := jobHosts{hosts: make([]int, cfg.Size)}
 	ids := make(map[string]int)
-	for r := range hosts {
+	cpus := make(map[string]bool)
+	cpusKnown := true
+	for r := range j.hosts {
 		v, err := store.Get(ctx, key(r))
 		if err != nil {
-			return nil, nil, "", fmt.Errorf("host of rank %d: %w", r, err)
+			return jobHosts{}, fmt.Errorf("host of rank %d: %w", r, err)
 		}
-		h, why, _ := strings.Cut(string(v), "\n")
-		if why != "" && noRDMA == "" {
-			noRDMA = fmt.Sprintf("rank %d: %s", r, why)
+		f := strings.SplitN(string(v), "\n", 4)
+		if len(f) != 4 {
+			return jobHosts{}, fmt.Errorf("host of rank %d: %d fields, want 4 (a rank of another gocoll version?): %w", r, len(f), ErrInvalid)
+		}
+		h, why, theirReal, theirCPUs := f[0], f[1], f[2], f[3]
+		if why != "" && j.noRDMA == "" {
+			j.noRDMA = fmt.Sprintf("rank %d: %s", r, why)
 		}
 		id, ok := ids[h]
 		if !ok {
-			id = len(names)
+			id = len(j.names)
 			ids[h] = id
-			names = append(names, h)
+			j.names = append(j.names, h)
 		}
-		hosts[r] = id
+		j.hosts[r] = id
+		if theirReal == real {
+			j.ranksHere++
+			if theirCPUs == "" {
+				cpusKnown = false
+			}
+			for _, c := range strings.Split(theirCPUs, ",") {
+				cpus[c] = true
+			}
+		}
 	}
-	return hosts, names, noRDMA, nil
+	j.cpusHere = len(cpus)
+	if !cpusKnown {
+		j.cpusHere = runtime.NumCPU()
+	}
+	return j, nil
 }
 
 // connectTransport picks and builds the transport: shared memory when
@@ -103,10 +130,20 @@ func (c *Communicator) connectTransport(ctx context.Context, store *bootstrap.Cl
 	if s.transport == "auto" {
 		_, rdmaErr = rdma.Probe(s.rdma)
 	}
-	hosts, names, noRDMA, err := exchangeHosts(ctx, store, cfg, fake, rdmaErr)
+	j, err := exchangeHosts(ctx, store, cfg, fake, rdmaErr)
 	if err != nil {
 		return nil, nil, "", err
 	}
+	hosts, names, noRDMA := j.hosts, j.names, j.noRDMA
+	crowded := j.ranksHere > j.cpusHere
+	if s.tcp.Spin == 0 {
+		s.tcp.Spin = tcp.SpinFor(j.ranksHere, j.cpusHere)
+	}
+	if s.rdma.Spin == 0 {
+		s.rdma.Spin = rdma.SpinFor(j.ranksHere, j.cpusHere)
+	}
+	c.log.Info("busy-poll budget chosen", "spin", s.tcp.Spin, "ranks_on_machine", j.ranksHere, "cpus_they_share", j.cpusHere,
+		"crowded", crowded, "this_rank_cpus", runtime.NumCPU())
 	// The network between hosts: RDMA when every rank has a usable device.
 	network := "rdma"
 	if noRDMA != "" {
@@ -138,10 +175,10 @@ func (c *Communicator) connectTransport(ctx context.Context, store *bootstrap.Cl
 		c.log.Info("transport chosen", "transport", name, "why", "auto: shared memory to the ranks on this host, "+network+" to the others",
 			"hosts", len(names), "ranks_on_host", len(local), "no_rdma", noRDMA)
 	}
-	if s.shm.Spin == 0 && strings.HasPrefix(name, "shm") {
-		s.shm.Spin = shm.SpinFor(len(local))
-		c.log.Info("shm busy-poll budget chosen", "spin", s.shm.Spin, "ranks_on_host", len(local), "cpus", runtime.NumCPU())
+	if s.shm.Spin == 0 {
+		s.shm.Spin = shm.SpinFor(j.ranksHere, j.cpusHere)
 	}
+	s.shm.Crowded = s.shm.Crowded || crowded
 	switch name {
 	case "shm":
 		t, err := shm.Connect(ctx, store, cfg.Rank, cfg.Size, cfg.Token, s.shm)
@@ -181,9 +218,6 @@ func (c *Communicator) connectNetwork(ctx context.Context, store *bootstrap.Clie
 	cfg := c.cfg
 	if name != "rdma" {
 		return tcp.Connect(ctx, store, cfg.Rank, cfg.Size, cfg.Token, s.tcp)
-	}
-	if s.rdma.Spin == 0 {
-		s.rdma.Spin = rdma.SpinFor(max(cfg.LocalSize, 1))
 	}
 	t, err := rdma.Connect(ctx, store, cfg.Rank, cfg.Size, cfg.Token, s.rdma)
 	if errors.Is(err, rdma.ErrUnavailable) {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"runtime"
 	"time"
 
 	"github.com/gocoll/gocoll/transport"
@@ -91,9 +90,10 @@ const DefaultSpin = time.Millisecond
 
 const crowdedSpin = 20 * time.Microsecond
 
-// SpinFor is the Spin for a rank sharing this host with ranksHere-1 others.
-func SpinFor(ranksHere int) time.Duration {
-	if ranksHere > runtime.NumCPU() {
+// SpinFor is the Spin for a rank sharing this host with ranksHere-1 others
+// on cpusHere CPUs (see tcp.SpinFor).
+func SpinFor(ranksHere, cpusHere int) time.Duration {
+	if ranksHere > cpusHere {
 		return crowdedSpin
 	}
 	return DefaultSpin

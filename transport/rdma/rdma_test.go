@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -59,7 +60,7 @@ func tryMesh(t testing.TB, n int, opts Options) ([]*Transport, error) {
 		opts.Device = testDevice()
 	}
 	if opts.Spin == 0 {
-		opts.Spin = SpinFor(n)
+		opts.Spin = SpinFor(n, runtime.NumCPU())
 	}
 	srv, token := newStore(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

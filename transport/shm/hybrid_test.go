@@ -5,6 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"math"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -63,7 +64,7 @@ func hybridMesh(t testing.TB, hosts []int) []transport.Transport {
 					local = append(local, q)
 				}
 			}
-			far, err := tcp.Connect(ctx, store, r, n, token, tcp.Options{Spin: tcp.SpinFor(n)})
+			far, err := tcp.Connect(ctx, store, r, n, token, tcp.Options{Spin: tcp.SpinFor(n, runtime.NumCPU())})
 			if err != nil {
 				errs[r] = err
 				return
@@ -73,7 +74,7 @@ func hybridMesh(t testing.TB, hosts []int) []transport.Transport {
 				idx++
 			}
 			near, err := shm.Connect(ctx, store, idx, len(local), token,
-				shm.Options{Spin: shm.SpinFor(n), Namespace: "host" + strconv.Itoa(hosts[r]) + "/"})
+				shm.Options{Spin: shm.SpinFor(n, runtime.NumCPU()), Namespace: "host" + strconv.Itoa(hosts[r]) + "/"})
 			if err != nil {
 				far.Close()
 				errs[r] = err

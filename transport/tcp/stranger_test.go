@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"net"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -80,7 +81,7 @@ func TestStrangers(t *testing.T) {
 				return
 			}
 			defer store.Close()
-			ts[r], errs[r] = tcp.Connect(ctx, store, r, n, token, tcp.Options{Spin: tcp.SpinFor(n)})
+			ts[r], errs[r] = tcp.Connect(ctx, store, r, n, token, tcp.Options{Spin: tcp.SpinFor(n, runtime.NumCPU())})
 		}(r)
 	}
 	// The test itself knows the token, so it can read where the data

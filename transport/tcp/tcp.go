@@ -34,7 +34,6 @@ import (
 	"hash/fnv"
 	"io"
 	"net"
-	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -126,10 +125,13 @@ const DefaultSpin = time.Millisecond
 const crowdedSpin = 20 * time.Microsecond
 
 // SpinFor is the Spin for a rank sharing this host with ranksHere-1 others
-// (in other processes or, for in-process jobs, in this one): DefaultSpin
-// while every rank can have a core, a short spin once they cannot.
-func SpinFor(ranksHere int) time.Duration {
-	if ranksHere > runtime.NumCPU() {
+// (in other processes or, for in-process jobs, in this one) on cpusHere
+// CPUs: DefaultSpin while every rank can have a core, a short spin once
+// they cannot. cpusHere is the CPUs those ranks may run on together, not
+// this process's share: a launcher that binds each rank to a core of its
+// own leaves every rank one CPU, and they are not crowded.
+func SpinFor(ranksHere, cpusHere int) time.Duration {
+	if ranksHere > cpusHere {
 		return crowdedSpin
 	}
 	return DefaultSpin
