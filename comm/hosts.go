@@ -139,6 +139,7 @@ func (c *Communicator) connectTransport(ctx context.Context, store *bootstrap.Cl
 	if s.tcp.Spin == 0 {
 		s.tcp.Spin = tcp.SpinFor(j.ranksHere, j.cpusHere)
 	}
+	s.tcp.Crowded = s.tcp.Crowded || crowded
 	if s.rdma.Spin == 0 {
 		s.rdma.Spin = rdma.SpinFor(j.ranksHere, j.cpusHere)
 	}

@@ -353,6 +353,10 @@ func (t *Transport) drive(ctx context.Context, p *peer, ready func() bool) error
 		if ready() || p.failed() != nil {
 			return nil
 		}
+		if timeout == 0 && t.opts.Crowded {
+			// The peer we wait for is likely queued behind us on this CPU.
+			unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+		}
 		if err := ctx.Err(); err != nil {
 			return err
 		}

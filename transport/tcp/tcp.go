@@ -68,6 +68,10 @@ type Options struct {
 	// blocks in poll(2) (default DefaultSpin; negative: never spin). See
 	// SpinFor for choosing it by how crowded the host is.
 	Spin time.Duration
+	// Crowded says the ranks of this host outnumber its CPUs: a spinning
+	// call then gives its CPU away (sched_yield) after each empty poll,
+	// since the peer it waits for is likely queued behind it.
+	Crowded bool
 	// CloseLinger bounds how long Close waits for peers to close their ends
 	// in order, so that no data in flight is cut off by a reset.
 	CloseLinger time.Duration
