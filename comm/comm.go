@@ -392,7 +392,7 @@ func (c *Communicator) admit(ctx context.Context, tk ticket, what string) (hadTu
 // runs: a number no other collective of this communicator has (the
 // watchdog times a collective by seeing the same number on its ticks),
 // and in the low bit whether its ctx has no deadline.
-func runningMark(tk ticket, ctx context.Context) uint64 {
+func runningMark(ctx context.Context, tk ticket) uint64 {
 	_, bounded := ctx.Deadline()
 	m := (tk.n + 1) << 1
 	if !bounded {
@@ -426,7 +426,7 @@ func (c *Communicator) runAt(ctx context.Context, tk ticket, what string, f func
 		c.setBroken(err)
 		return fmt.Errorf("comm: rank %d: %s: %w", c.cfg.Rank, what, err)
 	}
-	c.running.Store(runningMark(tk, ctx))
+	c.running.Store(runningMark(ctx, tk))
 	err = f(ctx)
 	c.running.Store(0)
 	if err == nil {

@@ -40,13 +40,25 @@ func hostID() string {
 	return name + "/" + strings.TrimSpace(string(boot)) + "/" + netns
 }
 
+// machineID names the kernel this process runs on, whose CPUs every
+// process on it shares, whatever its network namespace or container:
+// the boot id, else the hostname.
+func machineID() string {
+	if boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id"); err == nil {
+		return strings.TrimSpace(string(boot))
+	}
+	name, _ := os.Hostname()
+	return name
+}
+
 // jobHosts is what the ranks told each other of where they run.
 type jobHosts struct {
 	hosts  []int    // each rank's host, numbered by first appearance
 	names  []string // the hosts
 	noRDMA string   // the first rank's reason RDMA cannot serve the job ("" if it can)
-	// The ranks on this machine (a real one, even with fake hosts) and
-	// the CPUs they may run on together: whether they are crowded.
+	// The ranks on this machine (one kernel, whatever their hosts for
+	// shared memory, fake or network namespaces) and the CPUs they may run
+	// on together: whether they are crowded.
 	ranksHere, cpusHere int
 }
 
@@ -56,8 +68,8 @@ type jobHosts struct {
 // that wait on different transports, and tells apart ranks that share a
 // few cores from ranks bound to a core each (each sees one CPU).
 func exchangeHosts(ctx context.Context, store *bootstrap.Client, cfg Config, fake int, rdmaErr error) (jobHosts, error) {
-	real := hostID()
-	host := real
+	host := hostID()
+	machine := machineID()
 	if fake > 0 {
 		host = "fake-host-" + strconv.Itoa(cfg.Rank*fake/cfg.Size)
 	}
@@ -66,7 +78,7 @@ func exchangeHosts(ctx context.Context, store *bootstrap.Client, cfg Config, fak
 		why = strings.ReplaceAll(rdmaErr.Error(), "\n", " ")
 	}
 	key := func(r int) string { return "comm/host/" + strconv.Itoa(r) }
-	if err := store.Put(ctx, key(cfg.Rank), []byte(host+"\n"+why+"\n"+real+"\n"+cpuList())); err != nil {
+	if err := store.Put(ctx, key(cfg.Rank), []byte(host+"\n"+why+"\n"+machine+"\n"+cpuList())); err != nil {
 		return jobHosts{}, fmt.Errorf("publish host: %w", err)
 	}
 	j := jobHosts{hosts: make([]int, cfg.Size)}
@@ -82,7 +94,7 @@ func exchangeHosts(ctx context.Context, store *bootstrap.Client, cfg Config, fak
 		if len(f) != 4 {
 			return jobHosts{}, fmt.Errorf("host of rank %d: %d fields, want 4 (a rank of another gocoll version?): %w", r, len(f), ErrInvalid)
 		}
-		h, why, theirReal, theirCPUs := f[0], f[1], f[2], f[3]
+		h, why, theirMachine, theirCPUs := f[0], f[1], f[2], f[3]
 		if why != "" && j.noRDMA == "" {
 			j.noRDMA = fmt.Sprintf("rank %d: %s", r, why)
 		}
@@ -93,7 +105,7 @@ func exchangeHosts(ctx context.Context, store *bootstrap.Client, cfg Config, fak
 			j.names = append(j.names, h)
 		}
 		j.hosts[r] = id
-		if theirReal == real {
+		if theirMachine == machine {
 			j.ranksHere++
 			if theirCPUs == "" {
 				cpusKnown = false

@@ -22,10 +22,10 @@ func TestExchangeHostsCPUs(t *testing.T) {
 	if mine == "" {
 		t.Fatal("cpuList: the kernel did not report this process's CPUs")
 	}
-	here := hostID()
+	here := machineID()
 	cases := []struct {
 		name   string
-		others []string // real host, CPUs: of ranks 1, 2, ...
+		others []string // machine, CPUs: of ranks 1, 2, ...
 		ranks  int
 		cpus   int
 		err    bool
