@@ -78,6 +78,11 @@ type Communicator struct {
 	broken  atomic.Pointer[error]
 	closed  chan struct{}
 	timeout time.Duration // bound of a collective whose ctx has no deadline
+	// stopping is set, before closed or aborted closes, by Close or Abort:
+	// every collective checks it, twice, and an atomic load costs less
+	// than a look at two channels.
+	stopping atomic.Bool
+	closing  atomic.Bool // Close was called
 
 	abortOnce sync.Once
 	aborted   chan struct{} // closed by Abort, after abortErr is set
@@ -334,11 +339,10 @@ func (c *Communicator) Close() error {
 	if c == nil {
 		return nil
 	}
-	select {
-	case <-c.closed:
+	if !c.closing.CompareAndSwap(false, true) {
 		return nil
-	default:
 	}
+	c.stopping.Store(true)
 	close(c.closed)
 	return c.shutdown()
 }
@@ -365,7 +369,8 @@ func (c *Communicator) run(ctx context.Context, what string, f func(context.Cont
 	if c == nil {
 		return errNil(what)
 	}
-	return c.runAt(ctx, c.issue(), what, f)
+	tk, mine := c.issueNow()
+	return c.runTurn(ctx, tk, mine, what, f)
 }
 
 // admit waits for the collectives issued before tk to be done. The turn
@@ -404,13 +409,21 @@ func runningMark(ctx context.Context, tk ticket) uint64 {
 // runAt is run for the collective issued with ticket tk: it waits for the
 // collectives issued before it on this rank (see async.go).
 func (c *Communicator) runAt(ctx context.Context, tk ticket, what string, f func(context.Context) error) (err error) {
-	admitted := false
+	return c.runTurn(ctx, tk, false, what, f)
+}
+
+// runTurn is runAt for a ticket whose turn is known to have come (mine)
+// or not yet.
+func (c *Communicator) runTurn(ctx context.Context, tk ticket, mine bool, what string, f func(context.Context) error) (err error) {
+	admitted := mine
 	defer func() { c.pass(tk, admitted, err) }()
 	if err := c.unusable(); err != nil {
 		return fmt.Errorf("comm: %s: %w", what, err)
 	}
-	if admitted, err = c.admit(ctx, tk, what); err != nil {
-		return err
+	if !admitted {
+		if admitted, err = c.admit(ctx, tk, what); err != nil {
+			return err
+		}
 	}
 	if b := c.broken.Load(); b != nil {
 		return fmt.Errorf("comm: %s: %w (cause: %w)", what, ErrBroken, *b)
@@ -663,6 +676,9 @@ func (c *Communicator) faultErr() error {
 
 // unusable is ErrClosed after Close, the abort error after Abort, else nil.
 func (c *Communicator) unusable() error {
+	if !c.stopping.Load() {
+		return nil
+	}
 	select {
 	case <-c.closed:
 		return ErrClosed
@@ -692,6 +708,7 @@ func (c *Communicator) Abort(reason error) {
 			reason = errors.New("no reason given")
 		}
 		c.abortErr = fmt.Errorf("%w: %w", ErrAborted, reason)
+		c.stopping.Store(true)
 		close(c.aborted)
 		c.log.Info("communicator aborted; dropping its connections", "rank", c.cfg.Rank, "reason", reason)
 		c.drop(c.abortErr)
