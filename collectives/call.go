@@ -105,8 +105,9 @@ func (g *Group) newCall(ctx context.Context, h header) *call {
 	g.seq++
 	h.seq = g.seq
 	// Calls on a group run one at a time, so one call value is reused
-	// rather than allocated for every collective.
-	g.cur = call{g: g, ctx: ctx, t: g.t, hdr: h, segMax: (g.t.MaxMessage() - hdrLen) &^ 63}
+	// rather than allocated for every collective; NewGroup set the fields
+	// that never change.
+	g.cur.ctx, g.cur.hdr = ctx, h
 	return &g.cur
 }
 

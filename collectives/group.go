@@ -214,7 +214,15 @@ type Group struct {
 	logged map[decision]bool
 
 	hier bool // Options.Hosts calls for the hierarchical allreduce
+	// Read once at NewGroup, as every call needs them: a map lookup and
+	// the logger's level cost a small allreduce more than its arithmetic.
+	forced  [kindLimit]Algo // Options.Algos by kind
+	logInfo bool            // Logger is on at info level
+	segMax  int             // see call.segMax
 }
+
+// kindLimit bounds the Kind values, for arrays indexed by kind.
+const kindLimit = 16
 
 // NewGroup builds a Group over t.
 func NewGroup(t transport.Transport, opts Options) *Group {
@@ -225,7 +233,7 @@ func NewGroup(t transport.Transport, opts Options) *Group {
 		opts.SmallBroadcast = 64 << 10
 	}
 	_, _, hier := hierarchical(opts.Hosts, t.Size())
-	return &Group{
+	g := &Group{
 		hier:    hier,
 		t:       t,
 		opts:    opts,
@@ -233,7 +241,16 @@ func NewGroup(t transport.Transport, opts Options) *Group {
 		gotSeq:  make([]uint64, t.Size()),
 		small:   make([]byte, hdrLen+combineMax),
 		logged:  make(map[decision]bool),
+		logInfo: opts.Logger != nil && opts.Logger.Enabled(context.Background(), slog.LevelInfo),
+		segMax:  (t.MaxMessage() - hdrLen) &^ 63,
 	}
+	g.cur = call{g: g, t: t, segMax: g.segMax}
+	for k, a := range opts.Algos {
+		if k < kindLimit {
+			g.forced[k] = a
+		}
+	}
+	return g
 }
 
 // Rank is this rank. Size is the number of ranks.
@@ -249,7 +266,11 @@ func (g *Group) choose(kind Kind, bytes int) Algo {
 	// why is only formatted when the decision is logged: choose runs on
 	// every call, and a latency-bound allreduce cannot afford allocations.
 	var why func() string
-	switch forced := g.opts.Algos[kind]; {
+	var forced Algo
+	if kind < kindLimit {
+		forced = g.forced[kind]
+	}
+	switch {
 	case n == 1:
 		a, why = Local, func() string { return "one rank" }
 	case forced != Auto:
@@ -274,7 +295,8 @@ func (g *Group) choose(kind Kind, bytes int) Algo {
 			a, why = algos[kind][0], func() string { return "only algorithm" }
 		}
 	}
-	if l := g.opts.Logger; l != nil && l.Enabled(context.Background(), slog.LevelInfo) {
+	if g.logInfo {
+		l := g.opts.Logger
 		// Sizes vary per call; each (collective, algorithm) decision is
 		// logged once, with the reason of the first call that made it.
 		key := decision{kind, a}

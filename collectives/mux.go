@@ -35,6 +35,10 @@ type Mux struct {
 	t       transport.Transport
 	credits transport.CreditReporter // t's, or nil
 	peers   []*muxPeer
+	// t's rank and largest message, asked once: every message needs
+	// them, and an interface call each time is a measurable share of a
+	// small message's cost.
+	rank, maxMessage int
 }
 
 // MuxHeader is the bytes the mux adds to every message; a multiple of 8 so
@@ -75,7 +79,7 @@ type muxPeer struct {
 
 // NewMux shares t. Every rank must use a mux on t, or none.
 func NewMux(t transport.Transport) *Mux {
-	m := &Mux{t: t, peers: make([]*muxPeer, t.Size())}
+	m := &Mux{t: t, peers: make([]*muxPeer, t.Size()), rank: t.Rank(), maxMessage: t.MaxMessage()}
 	m.credits, _ = t.(transport.CreditReporter)
 	for i := range m.peers {
 		m.peers[i] = &muxPeer{queues: map[lane][][]byte{}, gone: map[uint64]bool{}}
@@ -90,11 +94,11 @@ func (m *Mux) sendTo(ctx context.Context, peer int, l lane, p []byte) error {
 	if peer < 0 || peer >= len(m.peers) {
 		return fmt.Errorf("mux: send to rank %d of %d: %w", peer, len(m.peers), ErrInvalid)
 	}
-	if len(p) > m.t.MaxMessage()-MuxHeader {
-		return fmt.Errorf("mux: message of %d bytes exceeds %d: %w", len(p), m.t.MaxMessage()-MuxHeader, ErrInvalid)
+	if len(p) > m.maxMessage-MuxHeader {
+		return fmt.Errorf("mux: message of %d bytes exceeds %d: %w", len(p), m.maxMessage-MuxHeader, ErrInvalid)
 	}
 	ps := m.peers[peer]
-	if peer == m.t.Rank() {
+	if peer == m.rank {
 		// To itself (point-to-point only): no stream, straight to the queue.
 		d := append([]byte(nil), p...)
 		ps.mu.Lock()
@@ -109,7 +113,7 @@ func (m *Mux) sendTo(ctx context.Context, peer int, l lane, p []byte) error {
 	}
 	defer m.unlockSend(peer)
 	if ps.sendBuf == nil {
-		ps.sendBuf = make([]byte, m.t.MaxMessage())
+		ps.sendBuf = make([]byte, m.maxMessage)
 	}
 	b := ps.sendBuf[:MuxHeader+len(p)]
 	binary.LittleEndian.PutUint32(b[0:], muxMagic)
@@ -272,7 +276,7 @@ func (m *Mux) recvFrom(ctx context.Context, peer int, l lane) (transport.Message
 		return transport.Message{}, fmt.Errorf("mux: receive from rank %d of %d: %w", peer, len(m.peers), ErrInvalid)
 	}
 	p := m.peers[peer]
-	self := peer == m.t.Rank()
+	self := peer == m.rank
 	// The usual case: nothing queued, nobody else reading. While this
 	// goroutine holds busy nobody else queues, so a count of 0 read after
 	// taking it means there is nothing queued for l to overtake.
@@ -392,12 +396,12 @@ func (m *Mux) Channel(id uint64, ranks []int) (*Channel, error) {
 		if r < 0 || r >= len(m.peers) {
 			return nil, fmt.Errorf("mux: member %d is job rank %d, outside [0, %d): %w", i, r, len(m.peers), ErrInvalid)
 		}
-		if r == m.t.Rank() {
+		if r == m.rank {
 			me = i
 		}
 	}
 	if me < 0 {
-		return nil, fmt.Errorf("mux: job rank %d is not among the members %v: %w", m.t.Rank(), ranks, ErrInvalid)
+		return nil, fmt.Errorf("mux: job rank %d is not among the members %v: %w", m.rank, ranks, ErrInvalid)
 	}
 	return &Channel{m: m, id: id, ranks: append([]int(nil), ranks...), rank: me}, nil
 }
@@ -416,7 +420,7 @@ func (c *Channel) Size() int { return len(c.ranks) }
 
 // MaxMessage implements transport.Transport: the shared transport's, less
 // the lane header.
-func (c *Channel) MaxMessage() int { return c.m.t.MaxMessage() - MuxHeader }
+func (c *Channel) MaxMessage() int { return c.m.maxMessage - MuxHeader }
 
 func (c *Channel) peer(r int, op string) (int, error) {
 	if r < 0 || r >= len(c.ranks) {
