@@ -31,8 +31,9 @@
 // Credits: a sender starts with one credit per slot and spends one per
 // message. When the receiver releases slots it returns their credits in a
 // SEND_WITH_IMM with no payload (the immediate holds the count), once half
-// the slots are released, or before its engine goes to sleep, whichever is
-// first. So per direction at most Slots data writes and Slots credit
+// the slots are released, or as soon as its progress engine finds the
+// completion queue empty (the rank is waiting then, and the peer may be
+// waiting for exactly those credits), whichever is first. So per direction at most Slots data writes and Slots credit
 // messages are in flight, and the receive and send queues are sized from
 // that; nothing can overrun a slot still being read.
 //

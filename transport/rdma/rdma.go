@@ -614,7 +614,15 @@ func (t *Transport) drive(ctx context.Context, p *peer, ready func() bool) error
 			return transport.ErrClosed
 		default:
 		}
-		if n > 0 || time.Now().Before(spinUntil) {
+		if n > 0 {
+			continue
+		}
+		// Nothing arrived, so this rank waits; credits it still owes (fewer
+		// than a batch) go back now, not only before it sleeps: the peer
+		// may be waiting for exactly those, and an engine that never
+		// sleeps (a long Spin) would otherwise keep them for good.
+		t.returnCredits()
+		if time.Now().Before(spinUntil) {
 			continue
 		}
 		t.idle()
@@ -623,6 +631,17 @@ func (t *Transport) drive(ctx context.Context, p *peer, ready func() bool) error
 		}
 		if err := t.sleep(pollSliceMs); err != nil {
 			return err
+		}
+	}
+}
+
+// returnCredits returns the credits owed to every peer whose send lock
+// is free.
+func (t *Transport) returnCredits() {
+	for _, p := range t.list {
+		if p.pending.Load() > 0 && p.smu.TryLock() {
+			p.flushCreditsLocked()
+			p.smu.Unlock()
 		}
 	}
 }
