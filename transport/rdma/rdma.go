@@ -588,8 +588,9 @@ func (t *Transport) await(ctx context.Context, p *peer, note chan struct{}, read
 
 // drive polls the CQ until ready() holds, p fails, ctx ends or the
 // transport closes: busy for Options.Spin, then sleeping on the
-// completion channel a slice at a time. Before it sleeps it returns any
-// credits still owed and, now and then, probes silent peers.
+// completion channel a slice at a time. Each pass that finds nothing
+// returns the credits owed; before it sleeps it probes the peers, now
+// and then.
 func (t *Transport) drive(ctx context.Context, p *peer, ready func() bool) error {
 	spinUntil := time.Now().Add(t.opts.Spin)
 	var stop func() bool
@@ -625,7 +626,7 @@ func (t *Transport) drive(ctx context.Context, p *peer, ready func() bool) error
 		if time.Now().Before(spinUntil) {
 			continue
 		}
-		t.idle()
+		t.probe()
 		if stop == nil && ctx.Done() != nil {
 			stop = context.AfterFunc(ctx, t.wake)
 		}
@@ -646,23 +647,20 @@ func (t *Transport) returnCredits() {
 	}
 }
 
-// idle returns owed credits and probes the peers once per ProbeInterval.
-// A probe is an empty RDMA write: it touches no memory and raises no
-// completion at the peer, but a dead peer acknowledges nothing, and the
-// queue pair fails with IBV_WC_RETRY_EXC_ERR once the retries run out.
-func (t *Transport) idle() {
-	probe := time.Since(t.lastProbe) >= t.opts.ProbeInterval
-	if probe {
-		t.lastProbe = time.Now()
+// probe sends every peer an empty RDMA write, once per ProbeInterval:
+// it touches no memory and raises no completion at the peer, but a dead
+// peer acknowledges nothing, and the queue pair fails with
+// IBV_WC_RETRY_EXC_ERR once the retries run out.
+func (t *Transport) probe() {
+	if time.Since(t.lastProbe) < t.opts.ProbeInterval {
+		return
 	}
+	t.lastProbe = time.Now()
 	for _, p := range t.list {
 		if p.failed() != nil || !p.smu.TryLock() {
 			continue
 		}
-		if p.pending.Load() > 0 {
-			p.flushCreditsLocked()
-		}
-		if probe && !p.gone && !t.closing.Load() && p.roomLocked() {
+		if !p.gone && !t.closing.Load() && p.roomLocked() {
 			p.postLocked(opRDMAWrite, true, false, nil, 0, 0, p.remoteAddr, 0)
 		}
 		p.smu.Unlock()
