@@ -34,20 +34,11 @@ type ticket struct {
 	then func(error)
 }
 
-// issue takes the next ticket.
-func (c *Communicator) issue() ticket {
-	o := &c.turns
-	o.mu.Lock()
-	tk := ticket{n: o.issued}
-	o.issued++
-	o.mu.Unlock()
-	return tk
-}
-
-// issueNow takes the next ticket for a collective that runs now, and says
-// whether its turn has come already, as it nearly always has: one lock
-// for what issue and waitTurn would take two for.
-func (c *Communicator) issueNow() (tk ticket, mine bool) {
+// issue takes the next ticket, and says whether its turn has come
+// already, as it nearly always has for a blocking collective: one lock for
+// what taking the ticket and then waiting for the turn would take two for.
+// A turn that has come stays this ticket's until it passes it on.
+func (c *Communicator) issue() (tk ticket, mine bool) {
 	o := &c.turns
 	o.mu.Lock()
 	tk = ticket{n: o.issued}
@@ -135,12 +126,12 @@ func (c *Communicator) start(ctx context.Context, j job) *Request {
 		close(r.done)
 		return r
 	}
-	tk := c.issue()
+	tk, mine := c.issue()
 	tk.then = func(err error) {
 		r.err = err
 		close(r.done)
 	}
-	go c.runAt(ctx, tk, j.what, j.f)
+	go c.runAt(ctx, tk, mine, j.what, j.f)
 	return r
 }
 

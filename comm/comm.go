@@ -369,8 +369,8 @@ func (c *Communicator) run(ctx context.Context, what string, f func(context.Cont
 	if c == nil {
 		return errNil(what)
 	}
-	tk, mine := c.issueNow()
-	return c.runTurn(ctx, tk, mine, what, f)
+	tk, mine := c.issue()
+	return c.runAt(ctx, tk, mine, what, f)
 }
 
 // admit waits for the collectives issued before tk to be done. The turn
@@ -406,15 +406,10 @@ func runningMark(ctx context.Context, tk ticket) uint64 {
 	return m
 }
 
-// runAt is run for the collective issued with ticket tk: it waits for the
-// collectives issued before it on this rank (see async.go).
-func (c *Communicator) runAt(ctx context.Context, tk ticket, what string, f func(context.Context) error) (err error) {
-	return c.runTurn(ctx, tk, false, what, f)
-}
-
-// runTurn is runAt for a ticket whose turn is known to have come (mine)
-// or not yet.
-func (c *Communicator) runTurn(ctx context.Context, tk ticket, mine bool, what string, f func(context.Context) error) (err error) {
+// runAt is run for the collective issued with ticket tk: unless its turn
+// had come when it was issued (mine), it waits for the collectives issued
+// before it on this rank (see async.go).
+func (c *Communicator) runAt(ctx context.Context, tk ticket, mine bool, what string, f func(context.Context) error) (err error) {
 	admitted := mine
 	defer func() { c.pass(tk, admitted, err) }()
 	if err := c.unusable(); err != nil {
