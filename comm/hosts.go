@@ -35,17 +35,22 @@ func WithFakeHosts(k int) Option { return func(s *settings) { s.fakeHosts = k } 
 // hosts, must talk over the network.
 func hostID() string {
 	name, _ := os.Hostname()
-	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
 	netns, _ := os.Readlink("/proc/self/ns/net")
-	return name + "/" + strings.TrimSpace(string(boot)) + "/" + netns
+	return name + "/" + bootID() + "/" + netns
+}
+
+// bootID is the running kernel's boot id, or "" if it cannot be read.
+func bootID() string {
+	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	return strings.TrimSpace(string(boot))
 }
 
 // machineID names the kernel this process runs on, whose CPUs every
 // process on it shares, whatever its network namespace or container:
 // the boot id, else the hostname.
 func machineID() string {
-	if boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id"); err == nil {
-		return strings.TrimSpace(string(boot))
+	if boot := bootID(); boot != "" {
+		return boot
 	}
 	name, _ := os.Hostname()
 	return name
