@@ -152,16 +152,13 @@ func (c *Communicator) connectTransport(ctx context.Context, store *bootstrap.Cl
 		return nil, nil, "", err
 	}
 	hosts, names, noRDMA := j.hosts, j.names, j.noRDMA
+	// Each transport derives its busy-poll budget and yielding from this.
 	crowded := j.ranksHere > j.cpusHere
-	if s.tcp.Spin == 0 {
-		s.tcp.Spin = tcp.SpinFor(j.ranksHere, j.cpusHere)
-	}
 	s.tcp.Crowded = s.tcp.Crowded || crowded
-	if s.rdma.Spin == 0 {
-		s.rdma.Spin = rdma.SpinFor(j.ranksHere, j.cpusHere)
-	}
-	c.log.Info("busy-poll budget chosen", "spin", s.tcp.Spin, "ranks_on_machine", j.ranksHere, "cpus_they_share", j.cpusHere,
-		"crowded", crowded, "this_rank_cpus", runtime.NumCPU())
+	s.rdma.Crowded = s.rdma.Crowded || crowded
+	s.shm.Crowded = s.shm.Crowded || crowded
+	c.log.Info("crowding judged", "crowded", crowded, "ranks_on_machine", j.ranksHere, "cpus_they_share", j.cpusHere,
+		"this_rank_cpus", runtime.NumCPU())
 	// The network between hosts: RDMA when every rank has a usable device.
 	network := "rdma"
 	if noRDMA != "" {
@@ -193,10 +190,6 @@ func (c *Communicator) connectTransport(ctx context.Context, store *bootstrap.Cl
 		c.log.Info("transport chosen", "transport", name, "why", "auto: shared memory to the ranks on this host, "+network+" to the others",
 			"hosts", len(names), "ranks_on_host", len(local), "no_rdma", noRDMA)
 	}
-	if s.shm.Spin == 0 {
-		s.shm.Spin = shm.SpinFor(j.ranksHere, j.cpusHere)
-	}
-	s.shm.Crowded = s.shm.Crowded || crowded
 	switch name {
 	case "shm":
 		t, err := shm.Connect(ctx, store, cfg.Rank, cfg.Size, cfg.Token, s.shm)

@@ -48,7 +48,7 @@
 // becomes the progress engine and polls the completion queue in batches
 // of 32, handing slots, credits and failures to whoever waits for them.
 // It busy-polls for Options.Spin (short when ranks outnumber cores: see
-// SpinFor), then arms the completion channel and sleeps in poll(2) on it,
+// Options.Crowded), then arms the completion channel and sleeps in poll(2) on it,
 // 20 ms at a time, so that 8 ranks on 2 cores still finish.
 //
 // # Failures

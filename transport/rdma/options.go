@@ -60,9 +60,13 @@ type Options struct {
 	// device grants; negative: never inline).
 	MaxInline int
 	// Spin is how long a waiting call busy-polls the completion queue
-	// before it sleeps on the completion channel (default DefaultSpin;
-	// negative: never spin). See SpinFor.
+	// before it sleeps on the completion channel (default DefaultSpin, or
+	// 20 µs when Crowded; negative: never spin).
 	Spin time.Duration
+	// Crowded says the ranks of this host outnumber the CPUs they may run
+	// on together (see tcp.Options.Crowded): a spinning rank would take
+	// the core from the very peer it waits for.
+	Crowded bool
 	// ProbeInterval is how often a waiting call checks that silent peers
 	// are alive, with an empty RDMA write: receiving alone never notices
 	// a dead sender (default 1 s).
@@ -89,15 +93,6 @@ const (
 const DefaultSpin = time.Millisecond
 
 const crowdedSpin = 20 * time.Microsecond
-
-// SpinFor is the Spin for a rank sharing this host with ranksHere-1 others
-// on cpusHere CPUs (see tcp.SpinFor).
-func SpinFor(ranksHere, cpusHere int) time.Duration {
-	if ranksHere > cpusHere {
-		return crowdedSpin
-	}
-	return DefaultSpin
-}
 
 func (o *Options) fill() error {
 	if o.Slots == 0 {
@@ -147,6 +142,9 @@ func (o *Options) fill() error {
 	}
 	if o.Spin == 0 {
 		o.Spin = DefaultSpin
+		if o.Crowded {
+			o.Spin = crowdedSpin
+		}
 	}
 	if o.Spin < 0 {
 		o.Spin = 0

@@ -60,7 +60,7 @@ func tryMesh(t testing.TB, n int, opts Options) ([]*Transport, error) {
 		opts.Device = testDevice()
 	}
 	if opts.Spin == 0 {
-		opts.Spin = SpinFor(n, runtime.NumCPU())
+		opts.Crowded = opts.Crowded || n > runtime.NumCPU()
 	}
 	srv, token := newStore(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -64,7 +64,7 @@ func hybridMesh(t testing.TB, hosts []int) []transport.Transport {
 					local = append(local, q)
 				}
 			}
-			far, err := tcp.Connect(ctx, store, r, n, token, tcp.Options{Spin: tcp.SpinFor(n, runtime.NumCPU())})
+			far, err := tcp.Connect(ctx, store, r, n, token, tcp.Options{Crowded: n > runtime.NumCPU()})
 			if err != nil {
 				errs[r] = err
 				return
@@ -74,7 +74,7 @@ func hybridMesh(t testing.TB, hosts []int) []transport.Transport {
 				idx++
 			}
 			near, err := shm.Connect(ctx, store, idx, len(local), token,
-				shm.Options{Spin: shm.SpinFor(n, runtime.NumCPU()), Namespace: "host" + strconv.Itoa(hosts[r]) + "/"})
+				shm.Options{Crowded: n > runtime.NumCPU(), Namespace: "host" + strconv.Itoa(hosts[r]) + "/"})
 			if err != nil {
 				far.Close()
 				errs[r] = err

@@ -45,10 +45,12 @@ type Options struct {
 	// HandshakeTimeout bounds a single connection's setup.
 	HandshakeTimeout time.Duration
 	// Spin is how long a waiting call polls its ring before it parks in a
-	// futex (default DefaultSpin; negative: never spin). See SpinFor.
+	// futex (default DefaultSpin, or 20 µs when Crowded; negative: never
+	// spin).
 	Spin time.Duration
-	// Crowded says the ranks of this host outnumber its CPUs: a waiting
-	// call then gives its CPU away (sched_yield) every few polls, since
+	// Crowded says the ranks of this host outnumber the CPUs they may run
+	// on together (see tcp.Options.Crowded): a waiting call then spins
+	// briefly and gives its CPU away (sched_yield) every few polls, since
 	// the peer it waits for is likely queued behind it. Four ranks on two
 	// cores, 8-byte allreduce: 22-46 us yielding every 256 polls, 7-15 us
 	// every 4.
@@ -76,15 +78,6 @@ const (
 	parkSlice = 50 * time.Millisecond
 )
 
-// SpinFor is the Spin for a rank sharing this host with ranksHere-1 others
-// on cpusHere CPUs (see tcp.SpinFor).
-func SpinFor(ranksHere, cpusHere int) time.Duration {
-	if ranksHere > cpusHere {
-		return crowdedSpin
-	}
-	return DefaultSpin
-}
-
 var errProtocol = errors.New("protocol violation")
 
 func (o *Options) fill() error {
@@ -105,6 +98,9 @@ func (o *Options) fill() error {
 	}
 	if o.Spin == 0 {
 		o.Spin = DefaultSpin
+		if o.Crowded {
+			o.Spin = crowdedSpin
+		}
 	}
 	if o.Spin < 0 {
 		o.Spin = 0

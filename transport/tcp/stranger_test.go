@@ -81,7 +81,7 @@ func TestStrangers(t *testing.T) {
 				return
 			}
 			defer store.Close()
-			ts[r], errs[r] = tcp.Connect(ctx, store, r, n, token, tcp.Options{Spin: tcp.SpinFor(n, runtime.NumCPU())})
+			ts[r], errs[r] = tcp.Connect(ctx, store, r, n, token, tcp.Options{Crowded: n > runtime.NumCPU()})
 		}(r)
 	}
 	// The test itself knows the token, so it can read where the data

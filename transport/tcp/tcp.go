@@ -65,12 +65,15 @@ type Options struct {
 	// HandshakeTimeout bounds a single connection's authentication.
 	HandshakeTimeout time.Duration
 	// Spin is how long a waiting call busy-polls its sockets before it
-	// blocks in poll(2) (default DefaultSpin; negative: never spin). See
-	// SpinFor for choosing it by how crowded the host is.
+	// blocks in poll(2) (default DefaultSpin, or 20 µs when Crowded;
+	// negative: never spin).
 	Spin time.Duration
-	// Crowded says the ranks of this host outnumber its CPUs: a spinning
-	// call then gives its CPU away (sched_yield) after each empty poll,
-	// since the peer it waits for is likely queued behind it.
+	// Crowded says the ranks of this host outnumber the CPUs they may run
+	// on together (not this process's share: a launcher that binds each
+	// rank to a core of its own leaves every rank one CPU, and they are
+	// not crowded). A spinning call then spins briefly and gives its CPU
+	// away (sched_yield) after each empty poll, since the peer it waits
+	// for is likely queued behind it.
 	Crowded bool
 	// CloseLinger bounds how long Close waits for peers to close their ends
 	// in order, so that no data in flight is cut off by a reset.
@@ -128,19 +131,6 @@ const DefaultSpin = time.Millisecond
 // spinning rank then takes the core from the very peer it waits for.
 const crowdedSpin = 20 * time.Microsecond
 
-// SpinFor is the Spin for a rank sharing this host with ranksHere-1 others
-// (in other processes or, for in-process jobs, in this one) on cpusHere
-// CPUs: DefaultSpin while every rank can have a core, a short spin once
-// they cannot. cpusHere is the CPUs those ranks may run on together, not
-// this process's share: a launcher that binds each rank to a core of its
-// own leaves every rank one CPU, and they are not crowded.
-func SpinFor(ranksHere, cpusHere int) time.Duration {
-	if ranksHere > cpusHere {
-		return crowdedSpin
-	}
-	return DefaultSpin
-}
-
 var (
 	errProtocol = errors.New("protocol violation")
 )
@@ -163,6 +153,9 @@ func (o *Options) fill() error {
 	}
 	if o.Spin == 0 {
 		o.Spin = DefaultSpin
+		if o.Crowded {
+			o.Spin = crowdedSpin
+		}
 	}
 	if o.Spin < 0 {
 		o.Spin = 0
