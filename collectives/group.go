@@ -218,7 +218,6 @@ type Group struct {
 	// the logger's level cost a small allreduce more than its arithmetic.
 	forced  [kindLimit]Algo // Options.Algos by kind
 	logInfo bool            // Logger is on at info level
-	segMax  int             // see call.segMax
 }
 
 // kindLimit bounds the Kind values, for arrays indexed by kind.
@@ -242,9 +241,8 @@ func NewGroup(t transport.Transport, opts Options) *Group {
 		small:   make([]byte, hdrLen+combineMax),
 		logged:  make(map[decision]bool),
 		logInfo: opts.Logger != nil && opts.Logger.Enabled(context.Background(), slog.LevelInfo),
-		segMax:  (t.MaxMessage() - hdrLen) &^ 63,
 	}
-	g.cur = call{g: g, t: t, segMax: g.segMax}
+	g.cur = call{g: g, t: t, segMax: (t.MaxMessage() - hdrLen) &^ 63}
 	for k, a := range opts.Algos {
 		if k < kindLimit {
 			g.forced[k] = a
