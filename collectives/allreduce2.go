@@ -70,11 +70,11 @@ func (c *call) spreadDown(buf []byte, parent int, children []int) error {
 	for k := 0; k < c.segments(len(buf)); k++ {
 		seg := c.seg(buf, k)
 		if parent >= 0 {
-			msg, data, err := c.recv(parent, len(seg))
+			msg, err := c.recv(parent, len(seg))
 			if err != nil {
 				return err
 			}
-			copy(seg, data)
+			copy(seg, msg.Data)
 			c.t.Release(msg)
 		}
 		for _, ch := range children {

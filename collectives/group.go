@@ -315,12 +315,15 @@ type decision struct {
 	algo Algo
 }
 
-func checkLen(what string, b []byte, dt reduce.DType) error {
-	if dt.Size() == 0 {
-		return fmt.Errorf("%s: invalid element type %v", what, dt)
+// checkLen returns the number of dt elements in b, or an error if b does
+// not hold a whole number of them.
+func checkLen(what string, b []byte, dt reduce.DType) (int, error) {
+	if !dt.Valid() {
+		return 0, fmt.Errorf("%s: invalid element type %v", what, dt)
 	}
-	if len(b)%dt.Size() != 0 {
-		return fmt.Errorf("%s: %d bytes is not a whole number of %v elements", what, len(b), dt)
+	count, whole := dt.Count(len(b))
+	if !whole {
+		return 0, fmt.Errorf("%s: %d bytes is not a whole number of %v elements", what, len(b), dt)
 	}
-	return nil
+	return count, nil
 }

@@ -67,11 +67,11 @@ func (c *call) hierAllReduce(buf []byte, count int, dt reduce.DType, op reduce.O
 	for k := 0; k < c.segments(len(buf)); k++ {
 		seg := c.seg(buf, k)
 		for _, ch := range children {
-			msg, data, err := c.recv(ch, len(seg))
+			msg, err := c.recv(ch, len(seg))
 			if err != nil {
 				return err
 			}
-			reduce.Reduce(dt, op, seg, seg, data)
+			reduce.Reduce(dt, op, seg, seg, msg.Data)
 			c.t.Release(msg)
 		}
 		if parent >= 0 {
@@ -89,11 +89,11 @@ func (c *call) hierAllReduce(buf []byte, count int, dt reduce.DType, op reduce.O
 	for k := 0; k < c.segments(len(buf)); k++ {
 		seg := c.seg(buf, k)
 		if parent >= 0 {
-			msg, data, err := c.recv(parent, len(seg))
+			msg, err := c.recv(parent, len(seg))
 			if err != nil {
 				return err
 			}
-			copy(seg, data)
+			copy(seg, msg.Data)
 			c.t.Release(msg)
 		}
 		for _, ch := range children {

@@ -148,7 +148,8 @@ func (g *Group) Reduce(ctx context.Context, send, recv []byte, dt reduce.DType, 
 	if err := g.checkRoot("reduce", root); err != nil {
 		return err
 	}
-	if err := checkLen("reduce", send, dt); err != nil {
+	count, err := checkLen("reduce", send, dt)
+	if err != nil {
 		return err
 	}
 	atRoot := g.t.Rank() == root
@@ -156,7 +157,7 @@ func (g *Group) Reduce(ctx context.Context, send, recv []byte, dt reduce.DType, 
 		return invalid("reduce: receive buffer of %d bytes at the root, want %d like send", len(recv), len(send))
 	}
 	algo := g.choose(Reduce, len(send))
-	c := g.newCall(ctx, header{kind: Reduce, algo: algo, dtype: dt, op: op, count: uint64(len(send) / dt.Size()), root: uint32(root)})
+	c := g.newCall(ctx, header{kind: Reduce, algo: algo, dtype: dt, op: op, count: uint64(count), root: uint32(root)})
 	acc := send
 	parent, children := g.tree(root)
 	switch {
@@ -186,11 +187,11 @@ func (c *call) reduceUp(acc []byte, dt reduce.DType, op reduce.Op, parent int, c
 	for k := 0; k < c.segments(len(acc)); k++ {
 		seg := c.seg(acc, k)
 		for _, ch := range children {
-			msg, data, err := c.recv(ch, len(seg))
+			msg, err := c.recv(ch, len(seg))
 			if err != nil {
 				return err
 			}
-			reduce.Reduce(dt, op, seg, seg, data)
+			reduce.Reduce(dt, op, seg, seg, msg.Data)
 			c.t.Release(msg)
 		}
 		if parent >= 0 {
@@ -209,7 +210,8 @@ func (g *Group) Gather(ctx context.Context, send, recv []byte, dt reduce.DType, 
 	if err := g.checkRoot("gather", root); err != nil {
 		return err
 	}
-	if err := checkLen("gather", send, dt); err != nil {
+	count, err := checkLen("gather", send, dt)
+	if err != nil {
 		return err
 	}
 	n := g.t.Size()
@@ -217,7 +219,7 @@ func (g *Group) Gather(ctx context.Context, send, recv []byte, dt reduce.DType, 
 		return invalid("gather: receive buffer of %d bytes at the root, want %d ranks x %d bytes = %d", len(recv), n, len(send), n*len(send))
 	}
 	algo := g.choose(Gather, len(send)*n)
-	c := g.newCall(ctx, header{kind: Gather, algo: algo, dtype: dt, count: uint64(len(send) / dt.Size()), root: uint32(root)})
+	c := g.newCall(ctx, header{kind: Gather, algo: algo, dtype: dt, count: uint64(count), root: uint32(root)})
 	if g.t.Rank() != root {
 		return c.sendAll(root, send)
 	}
@@ -240,7 +242,8 @@ func (g *Group) Scatter(ctx context.Context, send, recv []byte, dt reduce.DType,
 	if err := g.checkRoot("scatter", root); err != nil {
 		return err
 	}
-	if err := checkLen("scatter", recv, dt); err != nil {
+	count, err := checkLen("scatter", recv, dt)
+	if err != nil {
 		return err
 	}
 	n := g.t.Size()
@@ -248,7 +251,7 @@ func (g *Group) Scatter(ctx context.Context, send, recv []byte, dt reduce.DType,
 		return invalid("scatter: send buffer of %d bytes at the root, want %d ranks x %d bytes = %d", len(send), n, len(recv), n*len(recv))
 	}
 	algo := g.choose(Scatter, len(recv)*n)
-	c := g.newCall(ctx, header{kind: Scatter, algo: algo, dtype: dt, count: uint64(len(recv) / dt.Size()), root: uint32(root)})
+	c := g.newCall(ctx, header{kind: Scatter, algo: algo, dtype: dt, count: uint64(count), root: uint32(root)})
 	if g.t.Rank() != root {
 		return c.recvAll(root, recv, func(dst, src []byte) { copy(dst, src) })
 	}
@@ -269,7 +272,7 @@ func (g *Group) Scatter(ctx context.Context, send, recv []byte, dt reduce.DType,
 // counts[Rank()] elements and len(recv) their sum. Every rank passes the
 // same counts.
 func (g *Group) AllGatherV(ctx context.Context, send, recv []byte, counts []int, dt reduce.DType) error {
-	if err := checkLen("allgatherv", send, dt); err != nil {
+	if _, err := checkLen("allgatherv", send, dt); err != nil {
 		return err
 	}
 	es, r := dt.Size(), g.t.Rank()
@@ -314,7 +317,7 @@ func (g *Group) ReduceScatterV(ctx context.Context, send, recv []byte, counts []
 	if err := reduce.Check(dt, op); err != nil {
 		return err
 	}
-	if err := checkLen("reducescatterv", send, dt); err != nil {
+	if _, err := checkLen("reducescatterv", send, dt); err != nil {
 		return err
 	}
 	n, r, es := g.t.Size(), g.t.Rank(), dt.Size()
@@ -374,7 +377,7 @@ func (g *Group) ReduceScatterV(ctx context.Context, send, recv []byte, counts []
 // AllToAll sends block q of send to rank q, which puts it in block
 // Rank() of its recv: send and recv hold Size() blocks of equal length.
 func (g *Group) AllToAll(ctx context.Context, send, recv []byte, dt reduce.DType) error {
-	if err := checkLen("alltoall", send, dt); err != nil {
+	if _, err := checkLen("alltoall", send, dt); err != nil {
 		return err
 	}
 	n, es := g.t.Size(), dt.Size()
@@ -398,7 +401,7 @@ func (g *Group) AllToAll(ctx context.Context, send, recv []byte, dt reduce.DType
 // recvCounts[q] from it; blocks lie in rank order in send and recv. What
 // rank p sends to q must be what q expects from p.
 func (g *Group) AllToAllV(ctx context.Context, send []byte, sendCounts []int, recv []byte, recvCounts []int, dt reduce.DType) error {
-	if err := checkLen("alltoallv", send, dt); err != nil {
+	if _, err := checkLen("alltoallv", send, dt); err != nil {
 		return err
 	}
 	es := dt.Size()

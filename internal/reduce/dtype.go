@@ -2,6 +2,7 @@ package reduce
 
 import (
 	"errors"
+	"math/bits"
 	"strconv"
 )
 
@@ -48,6 +49,18 @@ var dtypeInfo = [maxDType + 1]struct {
 
 // Valid reports whether d is one of the defined element types.
 func (d DType) Valid() bool { return d >= Float32 && d <= maxDType }
+
+// Count is the number of d elements in n bytes, and whether n bytes are a
+// whole number of them (never for an invalid DType). It shifts where a
+// plain n/Size() would divide: every size is a power of two, and an
+// integer division costs a small collective more than its arithmetic.
+func (d DType) Count(n int) (int, bool) {
+	if !d.Valid() || n < 0 {
+		return 0, false
+	}
+	shift := bits.TrailingZeros(uint(dtypeInfo[d].size))
+	return n >> shift, n&(1<<shift-1) == 0
+}
 
 // Size returns the number of bytes per element, or 0 for an invalid DType.
 func (d DType) Size() int {
