@@ -171,6 +171,7 @@ func (c *Communicator) connectTransport(ctx context.Context, store *bootstrap.Cl
 		}
 	}
 	name := s.transport
+	noSHM := shm.Probe() // nil on Linux; elsewhere shared memory is not built
 	switch {
 	case name == "shm" && len(names) > 1:
 		other := 0
@@ -179,6 +180,10 @@ func (c *Communicator) connectTransport(ctx context.Context, store *bootstrap.Cl
 		}
 		return nil, nil, "", fmt.Errorf("GOCOLL_TRANSPORT=shm needs every rank on one host, but the job spans %d hosts (rank %d is on %s, rank %d on %s): %w",
 			len(names), cfg.Rank, names[hosts[cfg.Rank]], other, names[hosts[other]], ErrInvalid)
+	case name == "auto" && noSHM != nil:
+		name = network
+		c.log.Info("transport chosen", "transport", name, "why", "auto: no shared memory on this system ("+noSHM.Error()+")",
+			"hosts", len(names), "no_rdma", noRDMA)
 	case name == "auto" && len(names) == 1:
 		name = "shm"
 		c.log.Info("transport chosen", "transport", name, "why", "auto: every rank on this host")
@@ -193,6 +198,9 @@ func (c *Communicator) connectTransport(ctx context.Context, store *bootstrap.Cl
 	switch name {
 	case "shm":
 		t, err := shm.Connect(ctx, store, cfg.Rank, cfg.Size, cfg.Token, s.shm)
+		if errors.Is(err, shm.ErrUnsupported) {
+			return nil, nil, "", fmt.Errorf("GOCOLL_TRANSPORT=shm: %w: %w", ErrUnsupported, err)
+		}
 		return t, hosts, name, err
 	case "shm+tcp", "shm+rdma":
 		far, err := c.connectNetwork(ctx, store, strings.TrimPrefix(name, "shm+"), s)

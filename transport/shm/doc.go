@@ -31,4 +31,10 @@
 // Goodbye then end of stream is an orderly close (ErrPeerClosed), end of
 // stream alone is a lost peer (ErrPeerLost), which is also how Abort
 // looks from the other side.
+//
+// All of this is Linux's (memfd seals, abstract Unix sockets, futexes).
+// On other systems the package compiles, so that programs importing gocoll
+// build anywhere, but Connect and Probe fail with an error wrapping
+// ErrUnsupported ("... needs Linux (memfd, futex); this is darwin"), and
+// comm's "auto" transport uses the network instead.
 package shm

@@ -1,3 +1,5 @@
+//go:build linux
+
 package shm
 
 import (
@@ -25,88 +27,6 @@ import (
 	"github.com/gocoll/gocoll/internal/safetext"
 	"github.com/gocoll/gocoll/transport"
 )
-
-// Store is the part of the rendezvous client the mesh needs.
-type Store interface {
-	Put(ctx context.Context, key string, value []byte) error
-	Get(ctx context.Context, key string) ([]byte, error)
-}
-
-// Options tune the mesh. The zero value picks the defaults.
-type Options struct {
-	// Slots is the number of slots per ring (default 8, at least 2).
-	Slots int
-	// SlotSize is the bytes per slot, the largest message (default 256 KiB,
-	// a multiple of 64).
-	SlotSize int
-	// Namespace separates meshes built through the same store (one per
-	// communicator); it prefixes the store keys and is checked at connect.
-	Namespace string
-	// HandshakeTimeout bounds a single connection's setup.
-	HandshakeTimeout time.Duration
-	// Spin is how long a waiting call polls its ring before it parks in a
-	// futex (default DefaultSpin, or 20 µs when Crowded; negative: never
-	// spin).
-	Spin time.Duration
-	// Crowded says the ranks of this host outnumber the CPUs they may run
-	// on together (see tcp.Options.Crowded): a waiting call then spins
-	// briefly and gives its CPU away (sched_yield) every few polls, since
-	// the peer it waits for is likely queued behind it. Four ranks on two
-	// cores, 8-byte allreduce: 22-46 us yielding every 256 polls, 7-15 us
-	// every 4.
-	Crowded bool
-}
-
-const (
-	DefaultSlots    = 8
-	DefaultSlotSize = 256 << 10
-	MaxSlotSize     = 64 << 20
-	maxSlots        = 1 << 12
-
-	// DefaultSpin is the polling budget of a rank that has a core to
-	// itself: longer than a reply takes when the peer polls too, and
-	// longer than a wake-up from a futex, so that a ping-pong does not
-	// settle into both sides parking every round.
-	DefaultSpin = time.Millisecond
-	// crowdedSpin is the budget when ranks outnumber cores: a spinning
-	// rank then takes the core from the very peer it waits for.
-	crowdedSpin = 20 * time.Microsecond
-
-	// parkSlice bounds one futex wait, so that a wake lost to a bug, or a
-	// peer that died in a way the socket does not show, costs latency and
-	// not a hang.
-	parkSlice = 50 * time.Millisecond
-)
-
-var errProtocol = errors.New("protocol violation")
-
-func (o *Options) fill() error {
-	if o.Slots == 0 {
-		o.Slots = DefaultSlots
-	}
-	if o.SlotSize == 0 {
-		o.SlotSize = DefaultSlotSize
-	}
-	if o.Slots < 2 || o.Slots > maxSlots {
-		return fmt.Errorf("shm: %d slots per peer, want 2..%d", o.Slots, maxSlots)
-	}
-	if o.SlotSize < 4<<10 || o.SlotSize > MaxSlotSize || o.SlotSize%64 != 0 {
-		return fmt.Errorf("shm: slot size %d, want a multiple of 64 in [4 KiB, %d MiB]", o.SlotSize, MaxSlotSize>>20)
-	}
-	if o.HandshakeTimeout == 0 {
-		o.HandshakeTimeout = 10 * time.Second
-	}
-	if o.Spin == 0 {
-		o.Spin = DefaultSpin
-		if o.Crowded {
-			o.Spin = crowdedSpin
-		}
-	}
-	if o.Spin < 0 {
-		o.Spin = 0
-	}
-	return nil
-}
 
 // Transport is the shared-memory mesh of one rank. See package transport
 // for the contract and the package doc for the design.

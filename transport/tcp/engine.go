@@ -1,3 +1,5 @@
+//go:build unix
+
 package tcp
 
 import (
@@ -16,6 +18,10 @@ import (
 	"github.com/gocoll/gocoll/internal/safetext"
 	"github.com/gocoll/gocoll/transport"
 )
+
+// errNoEngine says why Connect cannot build a mesh on this system: nil
+// here, on Unix (see engine_stub.go for the rest).
+var errNoEngine error
 
 const (
 	// pollSliceMs bounds one blocking poll, so cancellation and Close are
@@ -36,7 +42,8 @@ type Transport struct {
 	peers      []*peer // indexed by rank; nil at our own
 	list       []*peer // the peers, in poll order
 	pfds       []unix.PollFd
-	wakefd     int // eventfd that interrupts a blocking poll (Close)
+	wakefd     int // polled: a write to wakewr interrupts a blocking poll (Close)
+	wakewr     int // the same eventfd on Linux, a pipe's write end elsewhere
 
 	// progress is held (a value sent in) by the one goroutine currently
 	// driving the sockets; the others wait for their message or credit, or
@@ -114,34 +121,6 @@ func (t *Transport) newPeer(r int, c *net.TCPConn) (*peer, error) {
 	return t.peerOnFd(r, fd), nil
 }
 
-// watchSilence has the kernel declare the connection dead once the peer's
-// host has been silent for d: unacknowledged data for d
-// (TCP_USER_TIMEOUT), or, on an idle link, keepalive probes from d/3 on,
-// every d/6, unanswered (TCP_USER_TIMEOUT then also bounds the probing).
-// The engine then sees ETIMEDOUT on the socket like any other loss.
-func watchSilence(fd int, d time.Duration) error {
-	if d <= 0 {
-		return nil
-	}
-	idle := max(int(d/3/time.Second), 1)
-	intvl := max(int(d/6/time.Second), 1)
-	for _, o := range []struct {
-		level, name, value int
-		what               string
-	}{
-		{unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1, "SO_KEEPALIVE"},
-		{unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, idle, "TCP_KEEPIDLE"},
-		{unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, intvl, "TCP_KEEPINTVL"},
-		{unix.IPPROTO_TCP, unix.TCP_KEEPCNT, 4, "TCP_KEEPCNT"},
-		{unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, int(d / time.Millisecond), "TCP_USER_TIMEOUT"},
-	} {
-		if err := unix.SetsockoptInt(fd, o.level, o.name, o.value); err != nil {
-			return fmt.Errorf("tcp: setsockopt %s=%d: %w", o.what, o.value, err)
-		}
-	}
-	return nil
-}
-
 // peerOnFd sets up the state of peer r around an open, non-blocking
 // stream socket.
 func (t *Transport) peerOnFd(r, fd int) *peer {
@@ -170,11 +149,11 @@ func (p *peer) closeFd() {
 
 // start readies the progress engine once the mesh is connected.
 func (t *Transport) start() error {
-	fd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	r, w, err := wakePair()
 	if err != nil {
-		return fmt.Errorf("tcp: eventfd: %w", err)
+		return err
 	}
-	t.wakefd = fd
+	t.wakefd, t.wakewr = r, w
 	for _, p := range t.peers {
 		if p != nil {
 			t.list = append(t.list, p)
@@ -355,7 +334,7 @@ func (t *Transport) drive(ctx context.Context, p *peer, ready func() bool) error
 		}
 		if timeout == 0 && t.opts.Crowded {
 			// The peer we wait for is likely queued behind us on this CPU.
-			unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+			yieldCPU()
 		}
 		if err := ctx.Err(); err != nil {
 			return err
@@ -368,11 +347,19 @@ func (t *Transport) drive(ctx context.Context, p *peer, ready func() bool) error
 	}
 }
 
+// closeWake closes the descriptors of wake.
+func (t *Transport) closeWake() {
+	unix.Close(t.wakefd)
+	if t.wakewr != t.wakefd {
+		unix.Close(t.wakewr)
+	}
+}
+
 // wake interrupts a blocking poll.
 func (t *Transport) wake() {
 	var one [8]byte
 	one[0] = 1
-	unix.Write(t.wakefd, one[:])
+	unix.Write(t.wakewr, one[:])
 }
 
 // pass polls every live peer once (waiting up to timeoutMs for something
@@ -867,7 +854,7 @@ func (t *Transport) Close() error {
 			p.fail(transport.ErrClosed)
 			p.closeFd()
 		}
-		unix.Close(t.wakefd)
+		t.closeWake()
 	})
 	return nil
 }
@@ -908,7 +895,7 @@ func (t *Transport) Abort(cause error) error {
 			p.closeFd()
 		}
 		if t.wakefd >= 0 {
-			unix.Close(t.wakefd)
+			t.closeWake()
 		}
 	})
 	return nil

@@ -24,6 +24,17 @@
 // reported. Compared with a reader goroutine per peer, this saves two
 // goroutine hand-offs per message, which is most of a small message's
 // latency.
+//
+// The engine is written for Linux and runs on the other Unix systems
+// (macOS, the BSDs) with portable stand-ins for Linux's calls: a pipe
+// instead of an eventfd to wake a blocking poll, x/sys/unix's read, write
+// (one per buffer: there is no writev wrapper) and poll instead of raw
+// system calls, runtime.Gosched instead of sched_yield, and the keepalive
+// options each system has. Without TCP_USER_TIMEOUT, SilentPeer bounds
+// the silence of an idle link only, except on macOS, which bounds
+// retransmission with TCP_RXT_CONNDROPTIME instead. On Windows there is
+// no engine: Connect builds a job of one rank and fails for more with an
+// error wrapping ErrUnsupported.
 package tcp
 
 import (
@@ -133,6 +144,12 @@ const crowdedSpin = 20 * time.Microsecond
 
 var (
 	errProtocol = errors.New("protocol violation")
+
+	// ErrUnsupported is wrapped by Connect's error on systems where the
+	// mesh cannot run: the engine drives raw non-blocking sockets with
+	// poll(2), which it does on Linux and the other Unix systems but not
+	// on Windows, where only a job of one rank (no peers) connects.
+	ErrUnsupported = errors.New("tcp: transport not supported on this system")
 )
 
 func (o *Options) fill() error {
@@ -192,6 +209,9 @@ func Connect(ctx context.Context, store Store, rank, size int, token []byte, opt
 	}
 	if size == 1 {
 		return t, nil
+	}
+	if errNoEngine != nil {
+		return nil, errNoEngine
 	}
 	if err := t.connect(ctx, store, token); err != nil {
 		t.Close()
