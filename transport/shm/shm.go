@@ -666,9 +666,9 @@ func (t *Transport) Release(m transport.Message) {
 // parks on counter, having raised flag so that the other side wakes it.
 func (t *Transport) wait(ctx context.Context, p *peer, counter *atomic.Uint64, flag *atomic.Uint32, ready func() bool) error {
 	if t.opts.Spin > 0 {
-		yieldEvery := 256
+		yieldEvery, clockEvery := 256, 1024
 		if t.opts.Crowded {
-			yieldEvery = 4
+			yieldEvery, clockEvery = 4, 64
 		}
 		// The clock is read only once the first polls found nothing: a
 		// small message is usually there within them.
@@ -677,7 +677,7 @@ func (t *Transport) wait(ctx context.Context, p *peer, counter *atomic.Uint64, f
 			if ready() || p.failed() != nil {
 				return nil
 			}
-			if i%64 == 0 {
+			if i%clockEvery == 0 {
 				if err := t.stopped(ctx); err != nil {
 					return err
 				}
