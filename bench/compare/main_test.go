@@ -112,6 +112,28 @@ func TestParseOptions(t *testing.T) {
 	}
 }
 
+func TestPeerMin(t *testing.T) {
+	for _, tc := range []struct {
+		min, want string
+		warm      bool
+	}{
+		{"8", "4", true}, // the usual sweep: a 4-byte warm-up row
+		{"1024", "512", true},
+		{"4", "4", false},   // half would be 2 bytes, not a float32
+		{"12", "12", false}, // half would be 6 bytes
+		{"x", "x", false},
+	} {
+		got, warm := peerMin(tc.min)
+		if got != tc.want || warm != tc.warm {
+			t.Errorf("peerMin(%q) = %q, %v; want %q, %v", tc.min, got, warm, tc.want, tc.warm)
+		}
+	}
+	rows := dropBelow([]report.Row{{Size: 4}, {Size: 8}, {Size: 16}}, "8")
+	if len(rows) != 2 || rows[0].Size != 8 || rows[1].Size != 16 {
+		t.Errorf("dropBelow kept %+v, want the 8- and 16-byte rows", rows)
+	}
+}
+
 func TestShellQuote(t *testing.T) {
 	for in, want := range map[string]string{"-min": "-min", "a b": "'a b'", "it's": `'it'\''s'`, "": "''", "/x/y.json": "/x/y.json"} {
 		if got := shellQuote(in); got != want {
