@@ -121,6 +121,40 @@ func (t *Transport) newPeer(r int, c *net.TCPConn) (*peer, error) {
 	return t.peerOnFd(r, fd), nil
 }
 
+// sockopt is one socket option watchSilence sets.
+type sockopt struct {
+	level, name, value int
+	what               string
+	// bestEffort options are skipped where the system refuses them:
+	// keepalive alone still catches a silent host on an idle link.
+	bestEffort bool
+}
+
+// watchSilence has the kernel declare the connection dead once the peer's
+// host has been silent for d: keepalive probes from d/3 on, every d/6,
+// four of them unanswered, and, where a socket can have one, a limit of d
+// on retransmitting unacknowledged data (TCP_USER_TIMEOUT on Linux). Which
+// of these a socket may set is the system's (keepaliveTuning, one per
+// system; elsewhere its own timers apply). Without a retransmission limit
+// (FreeBSD, for one), data a silent host never acknowledges is given up
+// only at the kernel's own limit, and keepalive covers an idle link only.
+// The engine then sees ETIMEDOUT on the socket like any other loss.
+func watchSilence(fd int, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	idle := max(int(d/3/time.Second), 1)
+	intvl := max(int(d/6/time.Second), 1)
+	opts := append([]sockopt{{level: unix.SOL_SOCKET, name: unix.SO_KEEPALIVE, value: 1, what: "SO_KEEPALIVE"}},
+		keepaliveTuning(idle, intvl, d)...)
+	for _, o := range opts {
+		if err := unix.SetsockoptInt(fd, o.level, o.name, o.value); err != nil && !o.bestEffort {
+			return fmt.Errorf("tcp: setsockopt %s=%d: %w", o.what, o.value, err)
+		}
+	}
+	return nil
+}
+
 // peerOnFd sets up the state of peer r around an open, non-blocking
 // stream socket.
 func (t *Transport) peerOnFd(r, fd int) *peer {

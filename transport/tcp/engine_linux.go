@@ -7,36 +7,20 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The Linux side of the engine: the kernel's per-socket silence limits,
-// an eventfd to wake a blocking poll, and sched_yield. The other Unix
+// The Linux side of the engine: the per-socket silence limits
+// watchSilence sets, an eventfd to wake a blocking poll, and sched_yield. The other Unix
 // systems have theirs in engine_other.go.
 
-// watchSilence has the kernel declare the connection dead once the peer's
-// host has been silent for d: unacknowledged data for d
-// (TCP_USER_TIMEOUT), or, on an idle link, keepalive probes from d/3 on,
-// every d/6, unanswered (TCP_USER_TIMEOUT then also bounds the probing).
-// The engine then sees ETIMEDOUT on the socket like any other loss.
-func watchSilence(fd int, d time.Duration) error {
-	if d <= 0 {
-		return nil
+// keepaliveTuning: Linux sets all three keepalive timers per socket, and
+// TCP_USER_TIMEOUT declares the connection dead once data has gone
+// unacknowledged for d (and then also bounds the probing).
+func keepaliveTuning(idle, intvl int, d time.Duration) []sockopt {
+	return []sockopt{
+		{level: unix.IPPROTO_TCP, name: unix.TCP_KEEPIDLE, value: idle, what: "TCP_KEEPIDLE"},
+		{level: unix.IPPROTO_TCP, name: unix.TCP_KEEPINTVL, value: intvl, what: "TCP_KEEPINTVL"},
+		{level: unix.IPPROTO_TCP, name: unix.TCP_KEEPCNT, value: 4, what: "TCP_KEEPCNT"},
+		{level: unix.IPPROTO_TCP, name: unix.TCP_USER_TIMEOUT, value: int(d / time.Millisecond), what: "TCP_USER_TIMEOUT"},
 	}
-	idle := max(int(d/3/time.Second), 1)
-	intvl := max(int(d/6/time.Second), 1)
-	for _, o := range []struct {
-		level, name, value int
-		what               string
-	}{
-		{unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1, "SO_KEEPALIVE"},
-		{unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, idle, "TCP_KEEPIDLE"},
-		{unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, intvl, "TCP_KEEPINTVL"},
-		{unix.IPPROTO_TCP, unix.TCP_KEEPCNT, 4, "TCP_KEEPCNT"},
-		{unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, int(d / time.Millisecond), "TCP_USER_TIMEOUT"},
-	} {
-		if err := unix.SetsockoptInt(fd, o.level, o.name, o.value); err != nil {
-			return fmt.Errorf("tcp: setsockopt %s=%d: %w", o.what, o.value, err)
-		}
-	}
-	return nil
 }
 
 // wakePair returns the descriptor wake writes to and pass polls: one
