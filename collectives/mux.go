@@ -302,7 +302,7 @@ func (m *Mux) recvFrom(ctx context.Context, peer int, l lane, out *transport.Mes
 			}
 			p.queued.Add(-1)
 			p.mu.Unlock()
-			*out = transport.Message{Data: d, Peer: peer, Slot: queuedSlot}
+			*out = transport.Message{Data: d, Peer: int32(peer), Slot: queuedSlot}
 			return nil
 		}
 		w := p.waitChan()
@@ -460,14 +460,14 @@ func (c *Channel) recv(ctx context.Context, peer int, ln uint32) (transport.Mess
 	}
 	var msg transport.Message
 	err = c.m.recvFrom(ctx, jr, lane{c.id, ln}, &msg)
-	msg.Peer = peer
+	msg.Peer = int32(peer)
 	return msg, err
 }
 
 // Release implements transport.Transport.
 func (c *Channel) Release(m transport.Message) {
-	if m.Peer >= 0 && m.Peer < len(c.ranks) {
-		m.Peer = c.ranks[m.Peer]
+	if m.Peer >= 0 && int(m.Peer) < len(c.ranks) {
+		m.Peer = int32(c.ranks[m.Peer])
 		c.m.release(m)
 	}
 }

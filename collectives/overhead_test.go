@@ -36,7 +36,7 @@ func (m *mirror) HasCredit(int) bool { return !m.full }
 
 func (m *mirror) Recv(_ context.Context, peer int) (transport.Message, error) {
 	m.full = false
-	return transport.Message{Data: m.slot[:m.n], Peer: peer}, nil
+	return transport.Message{Data: m.slot[:m.n], Peer: int32(peer)}, nil
 }
 
 func (m *mirror) Release(transport.Message) {}

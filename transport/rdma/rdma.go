@@ -537,7 +537,7 @@ func (t *Transport) HasCredit(to int) bool {
 
 // Release implements transport.Transport.
 func (t *Transport) Release(m transport.Message) {
-	if m.Peer < 0 || m.Peer >= t.size {
+	if m.Peer < 0 || int(m.Peer) >= t.size {
 		return
 	}
 	p := t.peers[m.Peer]
@@ -780,7 +780,7 @@ func (t *Transport) arrived(p *peer, imm uint32) {
 	}
 	off := slot * t.opts.SlotSize
 	select {
-	case p.ready <- transport.Message{Data: p.slab[off : off+n : off+n], Peer: p.rank, Slot: slot}:
+	case p.ready <- transport.Message{Data: p.slab[off : off+n : off+n], Peer: int32(p.rank), Slot: int32(slot)}:
 		notify(p.recvNote)
 	default:
 		p.protocolError("peer wrote into a slot it held no credit for")

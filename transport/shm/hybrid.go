@@ -126,7 +126,7 @@ func (h *Hybrid) Recv(ctx context.Context, peer int) (transport.Message, error) 
 		if err != nil {
 			return m, h.global(err)
 		}
-		m.Peer = peer
+		m.Peer = int32(peer)
 		return m, nil
 	}
 	return h.far.Recv(ctx, peer)
@@ -134,8 +134,8 @@ func (h *Hybrid) Recv(ctx context.Context, peer int) (transport.Message, error) 
 
 // Release implements transport.Transport.
 func (h *Hybrid) Release(m transport.Message) {
-	if m.Peer >= 0 && m.Peer < h.size && m.Peer != h.rank && h.index[m.Peer] >= 0 {
-		m.Peer = h.index[m.Peer]
+	if p := int(m.Peer); p >= 0 && p < h.size && p != h.rank && h.index[p] >= 0 {
+		m.Peer = int32(h.index[p])
 		h.near.Release(m)
 		return
 	}

@@ -629,7 +629,7 @@ func (t *Transport) Recv(ctx context.Context, from int) (transport.Message, erro
 			p.recvSeq = seq + 1
 			// The reference taken by enter now belongs to the message:
 			// Release returns it.
-			return transport.Message{Data: r.payload(slot, n), Peer: from, Slot: int(slot)}, nil
+			return transport.Message{Data: r.payload(slot, n), Peer: int32(from), Slot: int32(slot)}, nil
 		}
 		if v != before {
 			p.fail(fmt.Errorf("%w: slot %d holds message %d, expected %d or %d: %w", transport.ErrPeerLost, slot, v, before, seq+1, errProtocol))
@@ -650,7 +650,7 @@ func (t *Transport) Recv(ctx context.Context, from int) (transport.Message, erro
 
 // Release implements transport.Transport.
 func (t *Transport) Release(m transport.Message) {
-	if m.Peer < 0 || m.Peer >= t.size || m.Peer == t.rank || t.peers[m.Peer] == nil {
+	if p := int(m.Peer); p < 0 || p >= t.size || p == t.rank || t.peers[p] == nil {
 		return
 	}
 	r := t.peers[m.Peer].in

@@ -609,7 +609,7 @@ func (p *peer) protocolError(format string, args ...any) {
 
 // deliver hands the completed slot to Recv.
 func (p *peer) deliver() {
-	m := transport.Message{Data: p.body, Peer: p.rank, Slot: p.bodySlot}
+	m := transport.Message{Data: p.body, Peer: int32(p.rank), Slot: int32(p.bodySlot)}
 	p.body = nil
 	if p.t.closing.Load() {
 		return // nobody will receive it
