@@ -596,7 +596,13 @@ func (t *Transport) HasCredit(to int) bool {
 		return true
 	}
 	seq := p.sendSeq
-	return seq-p.headSeen < p.out.slots || seq-p.out.head.Load() < p.out.slots
+	if seq-p.headSeen < p.out.slots {
+		return true
+	}
+	// Kept, so that the Send that follows does not read the receiver's
+	// cache line again: only this goroutine sends to p.
+	p.headSeen = p.out.head.Load()
+	return seq-p.headSeen < p.out.slots
 }
 
 // Recv implements transport.Transport.
