@@ -63,7 +63,9 @@
 // ProbeInterval + (RetryCount+1) × 4.096 µs × 2^Timeout (1.5 s by default).
 // Close sends each peer a goodbye (ErrPeerClosed on its side) and waits
 // for theirs; Abort sends an abort (ErrPeerLost on theirs) and waits for
-// nothing.
+// nothing. The abort's cause travels with it, written into the slot the
+// peer reads next when one is free, so the peer's error says why this rank
+// gave up.
 //
 // Queue pair timeouts are documented on Options: Timeout (default 14:
 // 67 ms), RetryCount (default 6, not 7, which Soft-RoCE takes as

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gocoll/gocoll/internal/logging"
+	"github.com/gocoll/gocoll/internal/safetext"
 	"github.com/gocoll/gocoll/transport"
 )
 
@@ -73,7 +74,7 @@ type peer struct {
 	recvNote chan struct{}
 
 	// Outbound.
-	sendSeq  int // only the one sending goroutine touches it
+	sendSeq  int // data writes posted, under smu
 	cmu      sync.Mutex
 	cr       credits // under cmu
 	sendNote chan struct{}
@@ -426,18 +427,22 @@ func (t *Transport) Send(ctx context.Context, to int, b []byte) error {
 			return &transport.PeerError{Peer: to, Op: "send to", Err: err}
 		}
 	}
-	if err := p.writeData(ctx, p.sendSeq%t.opts.Slots, b); err != nil {
+	if err := p.writeData(ctx, b); err != nil {
 		p.refundCredit() // nothing was posted
 		return err
 	}
-	p.sendSeq++
 	return nil
 }
 
-func (p *peer) writeData(ctx context.Context, slot int, b []byte) error {
+// writeData writes b into the peer's next slot; the caller holds its
+// credit.
+func (p *peer) writeData(ctx context.Context, b []byte) error {
 	t := p.t
 	p.smu.Lock()
 	defer p.smu.Unlock()
+	// The slot is chosen under smu, so that an abort notice (see shut)
+	// can take a slot while a send is in flight.
+	slot := p.sendSeq % t.opts.Slots
 	inline := len(b) <= p.inline
 	if !inline {
 		// The staging slot is read by the NIC until the write that last
@@ -458,6 +463,9 @@ func (p *peer) writeData(ctx context.Context, slot int, b []byte) error {
 			data = unsafe.Pointer(&b[0])
 		}
 		_, err := p.postLocked(opWriteImm, false, true, data, len(b), 0, raddr, imm)
+		if err == nil {
+			p.sendSeq++
+		}
 		return err
 	}
 	off := slot * t.opts.SlotSize
@@ -465,8 +473,35 @@ func (p *peer) writeData(ctx context.Context, slot int, b []byte) error {
 	seq, err := p.postLocked(opWriteImm, true, false, unsafe.Pointer(&p.stage[off]), len(b), t.sendLKey, raddr, imm)
 	if err == nil {
 		p.stageWR[slot] = seq
+		p.sendSeq++
 	}
 	return err
+}
+
+// noticeLocked writes why, the text of an abort notice, into the slot the
+// peer reads next, and says how many bytes it wrote: none unless a credit,
+// the staging slot and two send requests are free at once, for an abort
+// never waits.
+func (p *peer) noticeLocked(why []byte) int {
+	t := p.t
+	slot := p.sendSeq % t.opts.Slots
+	if len(why) == 0 || p.wrSeq+2-p.sqDone.Load() > uint64(t.sqDepth) ||
+		p.sqDone.Load() < p.stageWR[slot] || !p.takeCredit() {
+		return 0
+	}
+	off := slot * t.opts.SlotSize
+	n := copy(p.stage[off:off+min(len(why), t.opts.SlotSize)], why)
+	raddr := p.remoteAddr + uint64(off)
+	// A plain write, no immediate: the control message after it says
+	// where the text is, and the queue pair's order puts the text in the
+	// slot before the peer sees that message.
+	seq, err := p.postLocked(opRDMAWrite, false, false, unsafe.Pointer(&p.stage[off]), n, t.sendLKey, raddr, 0)
+	if err != nil {
+		return 0
+	}
+	p.stageWR[slot] = seq
+	p.sendSeq++
+	return n
 }
 
 // waitLocked waits, holding smu, until ready holds. Only the progress
@@ -804,7 +839,18 @@ func (t *Transport) control(p *peer, imm uint32) {
 		p.fail(transport.ErrPeerClosed)
 	case ctlAbort:
 		p.ended = true
-		p.fail(fmt.Errorf("%w: the peer aborted", transport.ErrPeerLost))
+		if arg == 0 {
+			p.fail(fmt.Errorf("%w: the peer aborted", transport.ErrPeerLost))
+			return
+		}
+		// The notice's text is in the slot this rank reads next (see
+		// noticeLocked).
+		if arg > min(maxAbortText, t.opts.SlotSize) {
+			p.protocolError("abort notice of %d bytes (at most %d)", arg, maxAbortText)
+			return
+		}
+		off := p.recvSeq % t.opts.Slots * t.opts.SlotSize
+		p.fail(fmt.Errorf("%w: rank %d gave up: %s", transport.ErrPeerLost, p.rank, safetext.Printable(p.slab[off:off+arg])))
 	default:
 		p.protocolError("unknown control message %#x", imm)
 	}
@@ -879,7 +925,7 @@ func (p *peer) error(op string) error {
 // that no peer's write meets a queue pair already gone; then it releases
 // everything.
 func (t *Transport) Close() error {
-	t.shut(ctlBye, t.opts.CloseLinger)
+	t.shut(ctlBye, t.opts.CloseLinger, nil)
 	return nil
 }
 
@@ -887,14 +933,25 @@ func (t *Transport) Close() error {
 // aborted, so their pending and later calls fail with ErrPeerLost naming
 // it, and tears the mesh down without waiting for anyone's goodbye. A
 // peer the message does not reach learns when its next write or probe
-// goes unanswered. The notice is a bare immediate: cause does not travel,
-// and the peers learn only that this rank aborted.
+// goes unanswered. The notice carries cause's text (at most maxAbortText
+// bytes) when the peer has a slot free for it, as it nearly always has;
+// otherwise the peer learns only that this rank aborted.
 func (t *Transport) Abort(cause error) error {
-	t.shut(ctlAbort, 200*time.Millisecond)
+	var why []byte
+	if cause != nil {
+		why = []byte(cause.Error())
+		if len(why) > maxAbortText {
+			why = append(why[:maxAbortText-3:maxAbortText-3], "..."...)
+		}
+	}
+	t.shut(ctlAbort, 200*time.Millisecond, why)
 	return nil
 }
 
-func (t *Transport) shut(kind int, linger time.Duration) {
+// maxAbortText bounds the text of an abort notice.
+const maxAbortText = 512
+
+func (t *Transport) shut(kind int, linger time.Duration, why []byte) {
 	t.closeOnce.Do(func() {
 		close(t.closed)
 		if t.wakefd < 0 {
@@ -916,7 +973,11 @@ func (t *Transport) shut(kind int, linger time.Duration) {
 				}
 			}
 			if p.roomLocked() {
-				p.byeSeq, _ = p.postLocked(opSendImm, true, false, nil, 0, 0, 0, encodeCtl(kind, 0))
+				arg := 0
+				if kind == ctlAbort {
+					arg = p.noticeLocked(why)
+				}
+				p.byeSeq, _ = p.postLocked(opSendImm, true, false, nil, 0, 0, 0, encodeCtl(kind, arg))
 			}
 			p.smu.Unlock()
 		}

@@ -309,6 +309,11 @@ func TestAbort(t *testing.T) {
 	if !errors.Is(err, transport.ErrPeerLost) || errors.Is(err, transport.ErrPeerClosed) || !errors.As(err, &pe) || pe.Peer != 2 {
 		t.Fatalf("recv from an aborted peer: %v, want ErrPeerLost naming rank 2", err)
 	}
+	// The notice carries the cause, so that the peers can tell a rank
+	// that gave up from the one that died.
+	if !strings.Contains(err.Error(), "rank 2 gave up: test abort") {
+		t.Fatalf("recv from an aborted peer: %v, want the abort's cause", err)
+	}
 	select {
 	case <-ts[1].(transport.LossNotifier).Lost():
 	case <-time.After(10 * time.Second):
