@@ -1,7 +1,9 @@
-// Package mesh builds the all-to-all pattern of connections the socket
-// transports (tcp, shm) set up at Connect: every rank dials every lower
-// rank and accepts every higher one, all at once, so that a job of n ranks
-// connects in the time of its slowest link, not of n-1 links in a row.
+// Package mesh holds what the transports share at Connect. Build is the
+// all-to-all pattern of connections the socket transports (tcp, shm) set
+// up: every rank dials every lower rank and accepts every higher one, all
+// at once, so that a job of n ranks connects in the time of its slowest
+// link, not of n-1 links in a row. Rings and Spin are the defaults and
+// checks of the options every transport (rdma too) takes.
 package mesh
 
 import (

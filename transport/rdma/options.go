@@ -8,6 +8,7 @@ import (
 	"hash/fnv"
 	"time"
 
+	"github.com/gocoll/gocoll/internal/mesh"
 	"github.com/gocoll/gocoll/transport"
 )
 
@@ -88,24 +89,15 @@ const (
 	defaultInline     = 256
 )
 
-// DefaultSpin is the busy-poll budget of a rank with a core to itself; see
-// tcp.DefaultSpin for why it is this long.
-const DefaultSpin = time.Millisecond
+// DefaultSpin is the busy-poll budget of a rank with a core to itself;
+// see mesh.DefaultSpin for why it is this long.
+const DefaultSpin = mesh.DefaultSpin
 
-const crowdedSpin = 20 * time.Microsecond
+var rings = mesh.Rings{Slots: DefaultSlots, MaxSlots: maxSlots, SlotSize: DefaultSlotSize, MaxSlotSize: MaxSlotSize}
 
 func (o *Options) fill() error {
-	if o.Slots == 0 {
-		o.Slots = DefaultSlots
-	}
-	if o.SlotSize == 0 {
-		o.SlotSize = DefaultSlotSize
-	}
-	if o.Slots < 2 || o.Slots > maxSlots {
-		return fmt.Errorf("rdma: %d slots per peer, want 2..%d: %w", o.Slots, maxSlots, ErrInvalid)
-	}
-	if o.SlotSize < 4<<10 || o.SlotSize > MaxSlotSize || o.SlotSize%64 != 0 {
-		return fmt.Errorf("rdma: slot size %d, want a multiple of 64 in [4 KiB, %d MiB]: %w", o.SlotSize, MaxSlotSize>>20, ErrInvalid)
+	if err := rings.Fill("rdma", &o.Slots, &o.SlotSize); err != nil {
+		return fmt.Errorf("%w: %w", err, ErrInvalid)
 	}
 	if o.Port < 0 || o.Port > 255 {
 		return fmt.Errorf("rdma: port %d: %w", o.Port, ErrInvalid)
@@ -140,15 +132,7 @@ func (o *Options) fill() error {
 	if o.MaxInline < 0 {
 		o.MaxInline = 0
 	}
-	if o.Spin == 0 {
-		o.Spin = DefaultSpin
-		if o.Crowded {
-			o.Spin = crowdedSpin
-		}
-	}
-	if o.Spin < 0 {
-		o.Spin = 0
-	}
+	o.Spin = mesh.Spin(o.Spin, o.Crowded)
 	if o.ProbeInterval <= 0 {
 		o.ProbeInterval = time.Second
 	}

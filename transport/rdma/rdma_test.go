@@ -103,7 +103,7 @@ func tryMesh(t testing.TB, n int, opts Options) ([]*Transport, error) {
 	return ts, errors.Join(errs...)
 }
 
-func mesh(t testing.TB, n int, opts Options) []transport.Transport {
+func newMesh(t testing.TB, n int, opts Options) []transport.Transport {
 	t.Helper()
 	ts, err := tryMesh(t, n, opts)
 	if err != nil {
@@ -170,7 +170,7 @@ func TestConformance(t *testing.T) {
 	if !haveDevice(t) {
 		return
 	}
-	conformance.Run(t, func(t testing.TB, n int) []transport.Transport { return mesh(t, n, Options{}) })
+	conformance.Run(t, func(t testing.TB, n int) []transport.Transport { return newMesh(t, n, Options{}) })
 }
 
 // TestConformanceSmallSlots makes every size span many messages and
@@ -180,7 +180,7 @@ func TestConformanceSmallSlots(t *testing.T) {
 		return
 	}
 	conformance.Run(t, func(t testing.TB, n int) []transport.Transport {
-		return mesh(t, n, Options{Slots: 2, SlotSize: 4 << 10, MaxInline: -1})
+		return newMesh(t, n, Options{Slots: 2, SlotSize: 4 << 10, MaxInline: -1})
 	})
 }
 
@@ -206,7 +206,7 @@ func TestStream(t *testing.T) {
 }
 
 func stream(t *testing.T, opts Options) {
-	ts := mesh(t, 2, opts)
+	ts := newMesh(t, 2, opts)
 	const count = 300
 	msg := func(from, i int) []byte {
 		n := []int{0, 1, 7, 64, 255, 256, 257, 4096, 64 << 10}[i%9]
@@ -258,7 +258,7 @@ func TestPeerClosed(t *testing.T) {
 	if !haveDevice(t) {
 		return
 	}
-	ts := mesh(t, 2, Options{CloseLinger: 200 * time.Millisecond})
+	ts := newMesh(t, 2, Options{CloseLinger: 200 * time.Millisecond})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := ts[1].Send(ctx, 0, []byte("last words")); err != nil {
@@ -284,7 +284,7 @@ func TestAbort(t *testing.T) {
 	if !haveDevice(t) {
 		return
 	}
-	ts := mesh(t, 3, Options{})
+	ts := newMesh(t, 3, Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	start := time.Now()

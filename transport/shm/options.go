@@ -3,8 +3,9 @@ package shm
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
+
+	"github.com/gocoll/gocoll/internal/mesh"
 )
 
 // Store is the part of the rendezvous client the mesh needs.
@@ -45,13 +46,8 @@ const (
 	maxSlots        = 1 << 12
 
 	// DefaultSpin is the polling budget of a rank that has a core to
-	// itself: longer than a reply takes when the peer polls too, and
-	// longer than a wake-up from a futex, so that a ping-pong does not
-	// settle into both sides parking every round.
-	DefaultSpin = time.Millisecond
-	// crowdedSpin is the budget when ranks outnumber cores: a spinning
-	// rank then takes the core from the very peer it waits for.
-	crowdedSpin = 20 * time.Microsecond
+	// itself; see mesh.DefaultSpin for why it is this long.
+	DefaultSpin = mesh.DefaultSpin
 
 	// parkSlice bounds one futex wait, so that a wake lost to a bug, or a
 	// peer that died in a way the socket does not show, costs latency and
@@ -59,33 +55,18 @@ const (
 	parkSlice = 50 * time.Millisecond
 )
 
+var rings = mesh.Rings{Slots: DefaultSlots, MaxSlots: maxSlots, SlotSize: DefaultSlotSize, MaxSlotSize: MaxSlotSize}
+
 var errProtocol = errors.New("protocol violation")
 
 func (o *Options) fill() error {
-	if o.Slots == 0 {
-		o.Slots = DefaultSlots
-	}
-	if o.SlotSize == 0 {
-		o.SlotSize = DefaultSlotSize
-	}
-	if o.Slots < 2 || o.Slots > maxSlots {
-		return fmt.Errorf("shm: %d slots per peer, want 2..%d", o.Slots, maxSlots)
-	}
-	if o.SlotSize < 4<<10 || o.SlotSize > MaxSlotSize || o.SlotSize%64 != 0 {
-		return fmt.Errorf("shm: slot size %d, want a multiple of 64 in [4 KiB, %d MiB]", o.SlotSize, MaxSlotSize>>20)
+	if err := rings.Fill("shm", &o.Slots, &o.SlotSize); err != nil {
+		return err
 	}
 	if o.HandshakeTimeout == 0 {
-		o.HandshakeTimeout = 10 * time.Second
+		o.HandshakeTimeout = mesh.DefaultHandshake
 	}
-	if o.Spin == 0 {
-		o.Spin = DefaultSpin
-		if o.Crowded {
-			o.Spin = crowdedSpin
-		}
-	}
-	if o.Spin < 0 {
-		o.Spin = 0
-	}
+	o.Spin = mesh.Spin(o.Spin, o.Crowded)
 	return nil
 }
 

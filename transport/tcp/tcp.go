@@ -129,18 +129,11 @@ const (
 	smallSend = 4 << 10
 )
 
-// DefaultSpin is the busy-poll budget of a rank that has a core to itself.
-// It must outlast the time a reply takes when the peer is also spinning
-// (a few µs on loopback) and, more to the point, the scheduler's wake-up
-// latency: with a spin shorter than a wake-up (tens of µs on a VM), two
-// ranks in a ping-pong settle into both blocking every round, and an 8-byte
-// allreduce measured ~70 µs instead of ~8 µs. MPI and NCCL spin without limit;
-// the limit here keeps an idle job from burning its cores forever.
-const DefaultSpin = time.Millisecond
+// DefaultSpin is the busy-poll budget of a rank that has a core to itself;
+// see mesh.DefaultSpin for why it is this long.
+const DefaultSpin = mesh.DefaultSpin
 
-// crowdedSpin is the budget when there are more ranks than cores: a
-// spinning rank then takes the core from the very peer it waits for.
-const crowdedSpin = 20 * time.Microsecond
+var rings = mesh.Rings{Slots: DefaultSlots, MaxSlots: maxSlots, SlotSize: DefaultSlotSize, MaxSlotSize: MaxSlotSize}
 
 var (
 	errProtocol = errors.New("protocol violation")
@@ -153,30 +146,13 @@ var (
 )
 
 func (o *Options) fill() error {
-	if o.Slots == 0 {
-		o.Slots = DefaultSlots
-	}
-	if o.SlotSize == 0 {
-		o.SlotSize = DefaultSlotSize
-	}
-	if o.Slots < 2 || o.Slots > maxSlots {
-		return fmt.Errorf("tcp: %d slots per peer, want 2..%d", o.Slots, maxSlots)
-	}
-	if o.SlotSize < 4<<10 || o.SlotSize > MaxSlotSize || o.SlotSize%64 != 0 {
-		return fmt.Errorf("tcp: slot size %d, want a multiple of 64 in [4 KiB, %d MiB]", o.SlotSize, MaxSlotSize>>20)
+	if err := rings.Fill("tcp", &o.Slots, &o.SlotSize); err != nil {
+		return err
 	}
 	if o.HandshakeTimeout == 0 {
-		o.HandshakeTimeout = 10 * time.Second
+		o.HandshakeTimeout = mesh.DefaultHandshake
 	}
-	if o.Spin == 0 {
-		o.Spin = DefaultSpin
-		if o.Crowded {
-			o.Spin = crowdedSpin
-		}
-	}
-	if o.Spin < 0 {
-		o.Spin = 0
-	}
+	o.Spin = mesh.Spin(o.Spin, o.Crowded)
 	if o.CloseLinger == 0 {
 		o.CloseLinger = 2 * time.Second
 	}

@@ -1,0 +1,57 @@
+package mesh
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestSpin(t *testing.T) {
+	for _, c := range []struct {
+		spin    time.Duration
+		crowded bool
+		want    time.Duration
+	}{
+		{0, false, DefaultSpin},
+		{0, true, CrowdedSpin},
+		{-1, false, 0},
+		{-time.Second, true, 0},
+		{5 * time.Microsecond, false, 5 * time.Microsecond},
+		{5 * time.Microsecond, true, 5 * time.Microsecond},
+	} {
+		if got := Spin(c.spin, c.crowded); got != c.want {
+			t.Errorf("Spin(%v, crowded=%v) = %v, want %v", c.spin, c.crowded, got, c.want)
+		}
+	}
+}
+
+func TestRingsFill(t *testing.T) {
+	r := Rings{Slots: 8, MaxSlots: 64, SlotSize: 256 << 10, MaxSlotSize: 16 << 20}
+	for _, c := range []struct {
+		slots, size         int
+		wantSlots, wantSize int
+		wantErr             string
+	}{
+		{0, 0, 8, 256 << 10, ""},
+		{2, 4 << 10, 2, 4 << 10, ""},
+		{64, 16 << 20, 64, 16 << 20, ""},
+		{1, 0, 0, 0, "x: 1 slots per peer, want 2..64"},
+		{65, 0, 0, 0, "x: 65 slots per peer, want 2..64"},
+		{-3, 0, 0, 0, "x: -3 slots per peer"},
+		{0, 4<<10 - 64, 0, 0, "x: slot size 4032, want a multiple of 64 in [4 KiB, 16 MiB]"},
+		{0, 16<<20 + 64, 0, 0, "x: slot size 16777280"},
+		{0, 4<<10 + 1, 0, 0, "x: slot size 4097"},
+		{0, -64, 0, 0, "x: slot size -64"},
+	} {
+		slots, size := c.slots, c.size
+		err := r.Fill("x", &slots, &size)
+		switch {
+		case c.wantErr == "" && err != nil:
+			t.Errorf("Fill(%d, %d): %v", c.slots, c.size, err)
+		case c.wantErr == "" && (slots != c.wantSlots || size != c.wantSize):
+			t.Errorf("Fill(%d, %d) = %d, %d, want %d, %d", c.slots, c.size, slots, size, c.wantSlots, c.wantSize)
+		case c.wantErr != "" && (err == nil || !strings.HasPrefix(err.Error(), c.wantErr)):
+			t.Errorf("Fill(%d, %d) = %v, want an error starting %q", c.slots, c.size, err, c.wantErr)
+		}
+	}
+}
