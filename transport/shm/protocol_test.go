@@ -143,3 +143,45 @@ func TestControlMessages(t *testing.T) {
 		}
 	}
 }
+
+// TestSequenceWrap runs a stream across the point where message numbers
+// pass 2^32 and the 32-bit sequence words in the slots wrap to zero, both
+// inline messages and ones in the slot body: nothing may mistake the
+// wrapped word for an empty slot or a protocol violation.
+func TestSequenceWrap(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ts := pair(t)
+	start := uint64(1)<<32 - 5
+	tx, rx := ts[1].peers[0], ts[0].peers[1]
+	r := tx.out
+	// Put the ring where it would be after start messages, all released:
+	// each slot holds the last message a lap before.
+	for i := uint64(0); i < r.slots; i++ {
+		m := start - r.slots + (i-start%r.slots+r.slots)%r.slots
+		r.seq(i).Store(uint32(m + 1))
+	}
+	r.head.Store(start)
+	tx.sendSeq, tx.headSeen, rx.recvSeq = start, start, start
+	for n := 0; n < 12; n++ {
+		size := 1 + n%2*(inlineMax+1) // inline, then in the slot body
+		msg := make([]byte, size)
+		for i := range msg {
+			msg[i] = byte(n + i)
+		}
+		if err := ts[1].Send(ctx, 0, msg); err != nil {
+			t.Fatalf("send %d (message number %#x): %v", n, start+uint64(n), err)
+		}
+		got, err := ts[0].Recv(ctx, 1)
+		if err != nil {
+			t.Fatalf("recv %d (message number %#x): %v", n, start+uint64(n), err)
+		}
+		if string(got.Data) != string(msg) {
+			t.Fatalf("message %d: got %d bytes %x, want %x", n, len(got.Data), got.Data, msg)
+		}
+		ts[0].Release(got)
+	}
+	if rx.recvSeq != start+12 || r.head.Load() != start+12 {
+		t.Fatalf("after 12 messages: received %#x, released %#x, want %#x", rx.recvSeq, r.head.Load(), start+12)
+	}
+}

@@ -17,26 +17,25 @@ import (
 // slots, each behind a 128-byte slot header holding its sequence number
 // and length. The sender publishes a message by storing the sequence
 // number last; the receiver polls that word, which is also its futex word.
-// A small message (the 8-byte allreduce's 56 bytes with the collective's
-// and the mux's headers) travels inline, in the slot header next to the
-// sequence number: the header is one 128-byte pair of cache lines, which
-// the adjacent-line prefetcher moves as one, rather than the header and a
-// payload line 128 bytes further. On this project's VM the difference is
-// within the noise: six alternating runs of
-// `grun -n 2 collbench -transport shm -min 8 -max 8 -iters 50000` gave
-// 0.54-0.69 us inlining up to 48 bytes, 0.53-0.63 up to 112.
+// A small message travels inline, right behind the 8-byte sequence and
+// length words, so that up to 56 bytes (the 8-byte allreduce's payload
+// with the collective's and the mux's headers) share one cache line with
+// the word the receiver polls: the line that brings the news brings the
+// data. With a 64-bit sequence word in front of the length, the payload
+// started at byte 16 and the 8 bytes of data fell into the next line,
+// which the receiver then waited for on its first load of them.
 const (
 	offHead    = 0   // uint64, messages released; written by the receiver
 	offRxSleep = 128 // uint32, the receiver is (about to be) parked on a slot
 	offTxSleep = 256 // uint32, the sender is (about to be) parked on head
 	offMagic   = 384 // uint64, set by the creator
 	pageSize   = 4096
-	ringMagic  = 0x324d4853 // "SHM2"
+	ringMagic  = 0x334d4853 // "SHM3": the layout's version
 
 	slotHdr    = 128 // bytes before each slot's payload
-	offSeq     = 0   // uint64 in the slot header: message number + 1
-	offLen     = 8   // uint32 in the slot header: payload length
-	offInline  = 16  // payloads of up to inlineMax bytes start here
+	offSeq     = 0   // uint32 in the slot header: message number + 1, mod 2^32
+	offLen     = 4   // uint32 in the slot header: payload length
+	offInline  = 8   // payloads of up to inlineMax bytes start here
 	inlineMax  = slotHdr - offInline
 	slotsStart = pageSize
 )
@@ -76,9 +75,11 @@ func (r *ring) magic() *atomic.Uint64 {
 
 func (r *ring) base(i uint64) int { return slotsStart + int(i)*slotStride(r.slotSize) }
 
-// seq is slot i's sequence word.
-func (r *ring) seq(i uint64) *atomic.Uint64 {
-	return (*atomic.Uint64)(unsafe.Pointer(&r.mem[r.base(i)+offSeq]))
+// seq is slot i's sequence word: the low 32 bits of the number of the
+// message it holds, plus one. Message numbers a lap apart differ in it as
+// long as a ring has fewer than 2^32 slots.
+func (r *ring) seq(i uint64) *atomic.Uint32 {
+	return (*atomic.Uint32)(unsafe.Pointer(&r.mem[r.base(i)+offSeq]))
 }
 
 func (r *ring) len(i uint64) *uint32 {
@@ -157,10 +158,10 @@ func (r *ring) unmap() {
 	}
 }
 
-// The futex word of a counter is its low half (little-endian): it changes
-// with every increment, and a wrap of exactly 2^32 messages between a check
-// and the wait cannot happen.
-func word(c *atomic.Uint64) *uint32 { return (*uint32)(unsafe.Pointer(c)) }
+// low is the futex word of a 64-bit counter, its low half (little-endian):
+// it changes with every increment, and a wrap of exactly 2^32 messages
+// between a check and the wait cannot happen.
+func low(c *atomic.Uint64) *atomic.Uint32 { return (*atomic.Uint32)(unsafe.Pointer(c)) }
 
 const (
 	futexWait = 0 // FUTEX_WAIT, shared (the word is in memory shared between processes)
@@ -168,12 +169,12 @@ const (
 )
 
 // park blocks until *addr != val, a wake, or d passes.
-func park(addr *uint32, val uint32, d time.Duration) {
+func park(addr *atomic.Uint32, val uint32, d time.Duration) {
 	ts := unix.NsecToTimespec(int64(d))
 	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWait, uintptr(val), uintptr(unsafe.Pointer(&ts)), 0, 0)
 }
 
 // wake wakes every thread parked on addr, in any process.
-func wake(addr *uint32) {
+func wake(addr *atomic.Uint32) {
 	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWake, uintptr(math.MaxInt32), 0, 0, 0)
 }

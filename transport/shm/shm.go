@@ -436,9 +436,9 @@ func (p *peer) wakeAll() {
 	// of the slot it expects next; which one is its own business, so every
 	// slot is woken (this happens once per peer, at loss or close).
 	for i := uint64(0); i < p.in.slots; i++ {
-		wake(word(p.in.seq(i)))
+		wake(p.in.seq(i))
 	}
-	wake(word(p.out.head))
+	wake(low(p.out.head))
 }
 
 func (p *peer) failed() error {
@@ -566,7 +566,7 @@ func (t *Transport) Send(ctx context.Context, to int, b []byte) error {
 		if seq-head < r.slots {
 			break
 		}
-		err := t.wait(ctx, p, r.head, r.txSleep, func() bool { return seq-r.head.Load() < r.slots })
+		err := t.wait(ctx, p, low(r.head), r.txSleep, func() bool { return seq-r.head.Load() < r.slots })
 		if err != nil {
 			return &transport.PeerError{Peer: to, Op: "send to", Err: err}
 		}
@@ -581,10 +581,10 @@ func (t *Transport) Send(ctx context.Context, to int, b []byte) error {
 	// sequentially consistent, and on amd64 stores are not reordered
 	// with older stores anyway.
 	w := r.seq(slot)
-	w.Store(seq + 1)
+	w.Store(uint32(seq + 1))
 	p.sendSeq = seq + 1
 	if r.rxSleep.Load() != 0 {
-		wake(word(w))
+		wake(w)
 	}
 	return nil
 }
@@ -620,13 +620,13 @@ func (t *Transport) Recv(ctx context.Context, from int) (transport.Message, erro
 	w := r.seq(slot)
 	// Before message seq lands, its slot still holds the one a lap
 	// earlier (or nothing yet).
-	var before uint64
+	var before uint32
 	if seq >= r.slots {
-		before = seq + 1 - r.slots
+		before = uint32(seq + 1 - r.slots)
 	}
 	for {
 		v := w.Load()
-		if v == seq+1 {
+		if v == uint32(seq+1) {
 			n := int(*r.len(slot))
 			if n > r.slotSize {
 				p.fail(fmt.Errorf("%w: message of %d bytes in a %d-byte slot: %w", transport.ErrPeerLost, n, r.slotSize, errProtocol))
@@ -638,7 +638,7 @@ func (t *Transport) Recv(ctx context.Context, from int) (transport.Message, erro
 			return transport.Message{Data: r.payload(slot, n), Peer: int32(from), Slot: int32(slot)}, nil
 		}
 		if v != before {
-			p.fail(fmt.Errorf("%w: slot %d holds message %d, expected %d or %d: %w", transport.ErrPeerLost, slot, v, before, seq+1, errProtocol))
+			p.fail(fmt.Errorf("%w: slot %d holds message %d, expected %d or %d: %w", transport.ErrPeerLost, slot, v, before, uint32(seq+1), errProtocol))
 			break
 		}
 		if p.failed() != nil {
@@ -662,15 +662,16 @@ func (t *Transport) Release(m transport.Message) {
 	r := t.peers[m.Peer].in
 	r.head.Add(1)
 	if r.txSleep.Load() != 0 {
-		wake(word(r.head))
+		wake(low(r.head))
 	}
 	t.exit()
 }
 
 // wait returns once ready() holds, or p failed (the caller looks), or with
 // an error once ctx ends or the transport closes. It polls for Spin, then
-// parks on counter, having raised flag so that the other side wakes it.
-func (t *Transport) wait(ctx context.Context, p *peer, counter *atomic.Uint64, flag *atomic.Uint32, ready func() bool) error {
+// parks on the futex word counter, having raised flag so that the other
+// side wakes it.
+func (t *Transport) wait(ctx context.Context, p *peer, counter, flag *atomic.Uint32, ready func() bool) error {
 	if t.opts.Spin > 0 {
 		yieldEvery, clockEvery := 256, 1024
 		if t.opts.Crowded {
@@ -706,20 +707,20 @@ func (t *Transport) wait(ctx context.Context, p *peer, counter *atomic.Uint64, f
 	}
 	var stop func() bool
 	if ctx.Done() != nil {
-		stop = context.AfterFunc(ctx, func() { wake(word(counter)) })
+		stop = context.AfterFunc(ctx, func() { wake(counter) })
 		defer stop()
 	}
 	defer flag.Store(0)
 	for {
 		flag.Store(1)
-		v := uint32(counter.Load())
+		v := counter.Load()
 		if ready() || p.failed() != nil {
 			return nil
 		}
 		if err := t.stopped(ctx); err != nil {
 			return err
 		}
-		park(word(counter), v, parkSlice)
+		park(counter, v, parkSlice)
 	}
 }
 
