@@ -32,7 +32,7 @@ func (g *Group) AllReduce(ctx context.Context, buf []byte, dt reduce.DType, op r
 		return err
 	}
 	algo := g.choose(AllReduce, len(buf))
-	c := g.newCall(ctx, header{kind: AllReduce, algo: algo, dtype: dt, op: op, count: uint64(count)})
+	c := g.newCall(ctx, spec{what: tag(AllReduce, algo, dt, op), count: uint64(count)})
 	switch algo {
 	case Local:
 	case Ring:
@@ -240,7 +240,7 @@ func (g *Group) Broadcast(ctx context.Context, buf []byte, dt reduce.DType, root
 		return err
 	}
 	algo := g.choose(Broadcast, len(buf))
-	c := g.newCall(ctx, header{kind: Broadcast, algo: algo, dtype: dt, count: uint64(count), root: uint32(root)})
+	c := g.newCall(ctx, spec{what: tag(Broadcast, algo, dt, 0), count: uint64(count), root: uint32(root)})
 	vr := mod(g.t.Rank()-root, n)
 	real := func(v int) int { return mod(v+root, n) }
 	parent := -1
@@ -296,7 +296,7 @@ func (g *Group) Broadcast(ctx context.Context, buf []byte, dt reduce.DType, root
 func (g *Group) Barrier(ctx context.Context) error {
 	n, r := g.t.Size(), g.t.Rank()
 	algo := g.choose(Barrier, 0)
-	c := g.newCall(ctx, header{kind: Barrier, algo: algo})
+	c := g.newCall(ctx, spec{what: tag(Barrier, algo, 0, 0)})
 	if algo == Local {
 		return nil
 	}
@@ -325,7 +325,7 @@ func (g *Group) AllGather(ctx context.Context, send, recv []byte, dt reduce.DTyp
 		return fmt.Errorf("allgather: receive buffer of %d bytes, want %d ranks x %d bytes = %d", len(recv), n, len(send), n*len(send))
 	}
 	algo := g.choose(AllGather, len(recv))
-	c := g.newCall(ctx, header{kind: AllGather, algo: algo, dtype: dt, count: uint64(count)})
+	c := g.newCall(ctx, spec{what: tag(AllGather, algo, dt, 0), count: uint64(count)})
 	copy(recv[r*len(send):], send)
 	if algo == Local {
 		return nil
@@ -348,7 +348,7 @@ func (g *Group) ReduceScatter(ctx context.Context, send, recv []byte, dt reduce.
 		return fmt.Errorf("reducescatter: send buffer of %d bytes, want %d ranks x %d bytes = %d", len(send), n, len(recv), n*len(recv))
 	}
 	algo := g.choose(ReduceScatter, len(send))
-	c := g.newCall(ctx, header{kind: ReduceScatter, algo: algo, dtype: dt, op: op, count: uint64(count)})
+	c := g.newCall(ctx, spec{what: tag(ReduceScatter, algo, dt, op), count: uint64(count)})
 	block := func(b []byte, i int) []byte { return b[i*len(recv) : (i+1)*len(recv)] }
 	if algo == Local {
 		copy(recv, send)

@@ -157,7 +157,7 @@ func (g *Group) Reduce(ctx context.Context, send, recv []byte, dt reduce.DType, 
 		return invalid("reduce: receive buffer of %d bytes at the root, want %d like send", len(recv), len(send))
 	}
 	algo := g.choose(Reduce, len(send))
-	c := g.newCall(ctx, header{kind: Reduce, algo: algo, dtype: dt, op: op, count: uint64(count), root: uint32(root)})
+	c := g.newCall(ctx, spec{what: tag(Reduce, algo, dt, op), count: uint64(count), root: uint32(root)})
 	acc := send
 	parent, children := g.tree(root)
 	switch {
@@ -219,7 +219,7 @@ func (g *Group) Gather(ctx context.Context, send, recv []byte, dt reduce.DType, 
 		return invalid("gather: receive buffer of %d bytes at the root, want %d ranks x %d bytes = %d", len(recv), n, len(send), n*len(send))
 	}
 	algo := g.choose(Gather, len(send)*n)
-	c := g.newCall(ctx, header{kind: Gather, algo: algo, dtype: dt, count: uint64(count), root: uint32(root)})
+	c := g.newCall(ctx, spec{what: tag(Gather, algo, dt, 0), count: uint64(count), root: uint32(root)})
 	if g.t.Rank() != root {
 		return c.sendAll(root, send)
 	}
@@ -251,7 +251,7 @@ func (g *Group) Scatter(ctx context.Context, send, recv []byte, dt reduce.DType,
 		return invalid("scatter: send buffer of %d bytes at the root, want %d ranks x %d bytes = %d", len(send), n, len(recv), n*len(recv))
 	}
 	algo := g.choose(Scatter, len(recv)*n)
-	c := g.newCall(ctx, header{kind: Scatter, algo: algo, dtype: dt, count: uint64(count), root: uint32(root)})
+	c := g.newCall(ctx, spec{what: tag(Scatter, algo, dt, 0), count: uint64(count), root: uint32(root)})
 	if g.t.Rank() != root {
 		return c.recvAll(root, recv, func(dst, src []byte) { copy(dst, src) })
 	}
@@ -287,7 +287,7 @@ func (g *Group) AllGatherV(ctx context.Context, send, recv []byte, counts []int,
 		return invalid("allgatherv: receive buffer of %d elements, want the sum of counts, %d", len(recv)/max(es, 1), total(counts))
 	}
 	algo := g.choose(AllGatherV, len(recv))
-	c := g.newCall(ctx, header{kind: AllGatherV, algo: algo, dtype: dt, count: uint64(total(counts)), extra: countsSum(counts)})
+	c := g.newCall(ctx, spec{what: tag(AllGatherV, algo, dt, 0), count: uint64(total(counts)), extra: countsSum(counts)})
 	copy(recv[offs[r]:], send)
 	if algo == Local {
 		return nil
@@ -332,7 +332,7 @@ func (g *Group) ReduceScatterV(ctx context.Context, send, recv []byte, counts []
 		return invalid("reducescatterv: receive buffer of %d elements, but counts[%d] = %d", len(recv)/es, r, counts[r])
 	}
 	algo := g.choose(ReduceScatterV, len(send))
-	c := g.newCall(ctx, header{kind: ReduceScatterV, algo: algo, dtype: dt, op: op, count: uint64(total(counts)), extra: countsSum(counts)})
+	c := g.newCall(ctx, spec{what: tag(ReduceScatterV, algo, dt, op), count: uint64(total(counts)), extra: countsSum(counts)})
 	block := func(b []byte, q int) []byte { return b[offs[q]:offs[q+1]] }
 	if algo == Local {
 		copy(recv, send)
@@ -393,7 +393,7 @@ func (g *Group) AllToAll(ctx context.Context, send, recv []byte, dt reduce.DType
 		offs[q] = q * b
 	}
 	algo := g.choose(AllToAll, len(send))
-	c := g.newCall(ctx, header{kind: AllToAll, algo: algo, dtype: dt, count: uint64(b / es)})
+	c := g.newCall(ctx, spec{what: tag(AllToAll, algo, dt, 0), count: uint64(b / es)})
 	return c.pairwise(send, recv, offs, offs)
 }
 
@@ -427,7 +427,7 @@ func (g *Group) AllToAllV(ctx context.Context, send []byte, sendCounts []int, re
 	algo := g.choose(AllToAllV, len(send))
 	// Counts differ between ranks, so only the kind and type are compared
 	// up front; each block's length is checked as it arrives.
-	c := g.newCall(ctx, header{kind: AllToAllV, algo: algo, dtype: dt})
+	c := g.newCall(ctx, spec{what: tag(AllToAllV, algo, dt, 0)})
 	return c.pairwise(send, recv, so, ro)
 }
 

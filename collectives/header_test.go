@@ -1,0 +1,48 @@
+package collectives
+
+import (
+	"testing"
+
+	"github.com/gocoll/gocoll/internal/reduce"
+)
+
+// TestHeaderWire: a header survives the trip through its wire form, every
+// field lands in the bytes the format gives it, and a header that differs
+// in any field is told apart.
+func TestHeaderWire(t *testing.T) {
+	h := header{spec{what: tag(ReduceScatterV, Ring, reduce.BFloat16, reduce.Max), root: 0x01020304, count: 0x1122334455667788, extra: 0xa1b2c3d4}, 0x99aabbccddeeff00}
+	b := make([]byte, hdrLen+3)
+	h.put(b)
+	want := []byte{
+		0x43, 0x47, hdrVer, byte(ReduceScatterV), byte(Ring), byte(reduce.BFloat16), byte(reduce.Max), 0,
+		0x00, 0xff, 0xee, 0xdd, 0xcc, 0xbb, 0xaa, 0x99,
+		0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11,
+		0x04, 0x03, 0x02, 0x01, 0xd4, 0xc3, 0xb2, 0xa1,
+	}
+	if string(b[:hdrLen]) != string(want) {
+		t.Fatalf("wire form\n got % x\nwant % x", b[:hdrLen], want)
+	}
+	got, ok := parseHeader(b)
+	if !ok || got != h {
+		t.Fatalf("parsed %+v (ok %v), want %+v", got, ok, h)
+	}
+	if h.kind() != ReduceScatterV || h.algo() != Ring || h.dtype() != reduce.BFloat16 || h.op() != reduce.Max {
+		t.Fatalf("fields %v %v %v %v", h.kind(), h.algo(), h.dtype(), h.op())
+	}
+	if !h.sentBy(b) {
+		t.Fatal("sentBy refuses the header's own bytes")
+	}
+	for i := 0; i < hdrLen; i++ {
+		c := append([]byte(nil), b...)
+		c[i] ^= 0x10
+		if h.sentBy(c) {
+			t.Errorf("sentBy accepts the header with byte %d changed", i)
+		}
+	}
+	if h.sentBy(b[:hdrLen-1]) {
+		t.Error("sentBy accepts a short message")
+	}
+	if _, ok := parseHeader(b[:hdrLen-1]); ok {
+		t.Error("parseHeader accepts a short message")
+	}
+}
