@@ -19,23 +19,27 @@
 // the system has them reserved, else transparent huge pages), registered
 // once, and cut into Options.Slots slots of Options.SlotSize bytes per
 // peer. A Send is one RDMA WRITE_WITH_IMM into the peer's next slot; its
-// 32-bit immediate carries the slot (7 bits, checked against the expected
-// one) and the length (25 bits, hence slots of at most 16 MiB). Messages up
-// to the inline size (256 bytes by default, as far as the device grants)
-// are written inline from the caller's buffer; larger ones are copied into
+// 32-bit immediate carries the length (25 bits, hence slots of at most 16
+// MiB) and credits going back (7 bits; see below). Slots fill in order,
+// so which one a write filled goes without saying. Messages up to the
+// inline size (256 bytes by default, as far as the device grants) are
+// written inline from the caller's buffer; larger ones are copied into
 // this rank's staging slot and written from there, which lets Send return
 // at once without waiting for the write to complete. The receiver learns
 // of the write from the completion of one of the zero-length receives it
 // keeps posted, replaced as they are consumed.
 //
 // Credits: a sender starts with one credit per slot and spends one per
-// message. When the receiver releases slots it returns their credits in a
-// SEND_WITH_IMM with no payload (the immediate holds the count), once half
-// the slots are released, or as soon as its progress engine finds the
-// completion queue empty (the rank is waiting then, and the peer may be
-// waiting for exactly those credits), whichever is first. So per direction at most Slots data writes and Slots credit
-// messages are in flight, and the receive and send queues are sized from
-// that; nothing can overrun a slot still being read.
+// message. The receiver returns the credits of the slots it released in
+// the immediate of its next data write to that peer, so ranks that talk
+// both ways (every exchange of a collective) send no other message for
+// them. Credits still owed go back in a SEND_WITH_IMM with no payload (the
+// immediate holds the count) once half the slots are released, or as soon
+// as the progress engine finds the completion queue empty (the rank is
+// waiting then, and the peer may be waiting for exactly those credits),
+// whichever is first. So per direction at most Slots data writes and
+// Slots credit messages are in flight, and the receive and send queues
+// are sized from that; nothing can overrun a slot still being read.
 //
 // Sends are signalled selectively: a staged write is always signalled
 // (its staging slot may be reused only after it completes); inline writes

@@ -81,7 +81,7 @@ const (
 	DefaultSlotSize = 512 << 10
 	// MaxSlotSize is what the 25-bit length of the immediate can carry.
 	MaxSlotSize = 16 << 20
-	maxSlots    = 1 << immSlotBits
+	maxSlots    = 128
 
 	DefaultTimeout    = 14
 	DefaultRetryCount = 6
@@ -174,19 +174,23 @@ var (
 	errProtocol = errors.New("protocol violation")
 )
 
-// The 32-bit immediate of a data write says which slot was filled and
-// with how many bytes: slot in the top 7 bits, length in the low 25. The
-// slot is redundant (slots fill in order) and is checked, so that a
-// confused peer is caught rather than believed.
+// The 32-bit immediate of a data write says how many bytes it wrote, in
+// the low 25 bits, and in the top 7 returns credits to the peer: slots of
+// the peer's that this rank has released since it last said so, up to
+// maxPiggyback. Slots fill in order, so the receiver knows which one a
+// write filled without being told. A rank that sends to a peer as often as
+// it receives from it (every exchange of a collective) so never spends a
+// separate message on credits.
 const (
-	immLenBits  = 25
-	immSlotBits = 7
-	immLenMask  = 1<<immLenBits - 1
+	immLenBits    = 25
+	immCreditBits = 7
+	immLenMask    = 1<<immLenBits - 1
+	maxPiggyback  = 1<<immCreditBits - 1
 )
 
-func encodeData(slot, n int) uint32 { return uint32(slot)<<immLenBits | uint32(n) }
+func encodeData(credits, n int) uint32 { return uint32(credits)<<immLenBits | uint32(n) }
 
-func decodeData(imm uint32) (slot, n int) {
+func decodeData(imm uint32) (credits, n int) {
 	return int(imm >> immLenBits), int(imm & immLenMask)
 }
 

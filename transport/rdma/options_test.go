@@ -9,10 +9,10 @@ import (
 )
 
 func TestImmediateData(t *testing.T) {
-	for _, c := range []struct{ slot, n int }{{0, 0}, {0, 1}, {1, 4096}, {maxSlots - 1, MaxSlotSize}, {77, MaxSlotSize - 1}, {3, 12345}} {
-		imm := encodeData(c.slot, c.n)
-		if s, n := decodeData(imm); s != c.slot || n != c.n {
-			t.Errorf("slot %d, %d bytes: encoded %#x, decoded slot %d, %d bytes", c.slot, c.n, imm, s, n)
+	for _, c := range []struct{ credits, n int }{{0, 0}, {0, 1}, {1, 4096}, {maxPiggyback, MaxSlotSize}, {77, MaxSlotSize - 1}, {3, 12345}} {
+		imm := encodeData(c.credits, c.n)
+		if cr, n := decodeData(imm); cr != c.credits || n != c.n {
+			t.Errorf("%d credits, %d bytes: encoded %#x, decoded %d credits, %d bytes", c.credits, c.n, imm, cr, n)
 		}
 	}
 	// The largest slot size must fit the length field with room for
@@ -20,8 +20,8 @@ func TestImmediateData(t *testing.T) {
 	if MaxSlotSize > immLenMask {
 		t.Fatalf("MaxSlotSize %d does not fit %d bits", MaxSlotSize, immLenBits)
 	}
-	if maxSlots != 1<<(32-immLenBits) {
-		t.Fatalf("slot and length fields do not fill the 32-bit immediate")
+	if immLenBits+immCreditBits != 32 || maxPiggyback != 1<<immCreditBits-1 {
+		t.Fatalf("credit and length fields do not fill the 32-bit immediate")
 	}
 }
 
