@@ -13,12 +13,13 @@
 // rereads head only when the credits it last saw run out); it copies the
 // payload into slot sent%Slots and publishes it by storing the slot's
 // sequence number; the receiver polls that word, hands out a view of the
-// slot, and advances head on Release. Small messages sit next to the
-// sequence number, so one cache line carries them. Single producer, single
+// slot, and advances head on Release. Messages of up to 56 bytes sit
+// right after the 32-bit sequence number and length, so the cache line
+// the receiver polls carries them. Single producer, single
 // consumer, no locks and no system calls while both sides are busy.
 //
 // A waiting call spins on its word for Options.Spin and then parks in a
-// futex on the word's low 32 bits, after raising a flag that tells the
+// futex on the word (on head, its low 32 bits), after raising a flag that tells the
 // other side to issue a FUTEX_WAKE when it changes the word. So a host
 // with more ranks than cores (8 on 2) does not burn its cores, while two
 // ranks that each own a core pay no system call per message.
