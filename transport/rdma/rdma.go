@@ -467,27 +467,30 @@ func (p *peer) writeData(ctx context.Context, b []byte) error {
 	}
 	imm := encodeData(credits, len(b))
 	raddr := p.remoteAddr + uint64(slot*t.opts.SlotSize)
+	// Inline, the device copies b into the request; otherwise it reads
+	// the staging slot, whose write is signalled so that the slot is known
+	// free again once it completes.
+	var data unsafe.Pointer
+	lkey := uint32(0)
 	if inline {
-		var data unsafe.Pointer
 		if len(b) > 0 {
 			data = unsafe.Pointer(&b[0])
 		}
-		_, err := p.postLocked(opWriteImm, false, true, data, len(b), 0, raddr, imm)
-		if err == nil {
-			p.sendSeq++
-			p.pending.Add(int32(-credits))
-		}
+	} else {
+		off := slot * t.opts.SlotSize
+		copy(p.stage[off:], b)
+		data, lkey = unsafe.Pointer(&p.stage[off]), t.sendLKey
+	}
+	seq, err := p.postLocked(opWriteImm, !inline, inline, data, len(b), lkey, raddr, imm)
+	if err != nil {
 		return err
 	}
-	off := slot * t.opts.SlotSize
-	copy(p.stage[off:], b)
-	seq, err := p.postLocked(opWriteImm, true, false, unsafe.Pointer(&p.stage[off]), len(b), t.sendLKey, raddr, imm)
-	if err == nil {
+	if !inline {
 		p.stageWR[slot] = seq
-		p.sendSeq++
-		p.pending.Add(int32(-credits))
 	}
-	return err
+	p.sendSeq++
+	p.pending.Add(int32(-credits))
+	return nil
 }
 
 // noticeLocked writes why, the text of an abort notice, into the slot the
