@@ -38,7 +38,12 @@ type Transport struct {
 	sendLKey         uint32
 	sqDepth, rqDepth int
 	sigEvery         uint64
-	wakefd           int
+	// wakefd is the eventfd that interrupts a sleeping engine. wakeMu
+	// keeps wake, which a cancelled context's AfterFunc may run at any
+	// time, from writing to it while destroy closes it: the number could
+	// by then name another file of the process.
+	wakeMu sync.Mutex
+	wakefd int
 
 	// progress is held by the one goroutine driving the CQ.
 	progress  chan struct{}
@@ -331,10 +336,12 @@ func (t *Transport) destroy() {
 			*m = nil
 		}
 	}
+	t.wakeMu.Lock()
 	if t.wakefd >= 0 {
 		unix.Close(t.wakefd)
 		t.wakefd = -1
 	}
+	t.wakeMu.Unlock()
 }
 
 // Rank implements transport.Transport.
@@ -741,11 +748,15 @@ func (t *Transport) sleep(ms int) error {
 	return nil
 }
 
-// wake interrupts a sleep.
+// wake interrupts a sleep; after destroy it does nothing.
 func (t *Transport) wake() {
 	var one [8]byte
 	one[0] = 1
-	unix.Write(t.wakefd, one[:])
+	t.wakeMu.Lock()
+	defer t.wakeMu.Unlock()
+	if t.wakefd >= 0 {
+		unix.Write(t.wakefd, one[:])
+	}
 }
 
 // pass takes what the CQ holds and acts on it: slots filled, credits
