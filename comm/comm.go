@@ -89,11 +89,14 @@ type Communicator struct {
 	abortErr  error
 
 	// The watchdog's view of the running collective: which one runs
-	// (running), and what the watchdog found wrong with it: a peer lost
+	// (the turn, in turns; and bounded), and what the watchdog found wrong with it: a peer lost
 	// elsewhere in the job, or the timeout. A fault closes the transport,
 	// which wakes the collective; run then reports the fault rather than
 	// the ErrClosed the transport saw.
-	running atomic.Uint64 // see runningMark; 0 while none runs
+	// bounded is 1 + the ticket of the last collective whose ctx had a
+	// deadline: the watchdog leaves that one to its deadline. Contexts
+	// without one, the usual case, store nothing.
+	bounded atomic.Uint64
 	faultMu sync.Mutex
 	faulted atomic.Bool // fault or lostErr is set
 	fault   error
@@ -373,73 +376,68 @@ func (c *Communicator) run(ctx context.Context, what string, f func(context.Cont
 	return c.runAt(ctx, tk, mine, what, f)
 }
 
-// admit waits for the collectives issued before tk to be done. The turn
-// is almost always free, and then admit costs one uncontended lock.
-func (c *Communicator) admit(ctx context.Context, tk ticket, what string) (hadTurn bool, err error) {
-	for {
-		mine, moved := c.turns.waitTurn(tk)
-		if mine {
-			return true, nil
-		}
-		select {
-		case <-moved:
-		case <-ctx.Done():
-			return false, fmt.Errorf("comm: %s: waiting for the previous collective: %w", what, ctx.Err())
-		case <-c.closed:
-			return false, fmt.Errorf("comm: %s: %w", what, ErrClosed)
-		case <-c.aborted:
-			return false, fmt.Errorf("comm: %s: %w", what, c.abortErr)
-		}
+// admit waits for the collectives issued before tk to be done.
+func (c *Communicator) admit(ctx context.Context, tk ticket, what string) error {
+	if c.turns.waitTurn(ctx, tk, c.closed, c.aborted) {
+		return nil
 	}
-}
-
-// runningMark is what running holds while the collective with ticket tk
-// runs: a number no other collective of this communicator has (the
-// watchdog times a collective by seeing the same number on its ticks),
-// and in the low bit whether its ctx has no deadline.
-func runningMark(ctx context.Context, tk ticket) uint64 {
-	_, bounded := ctx.Deadline()
-	m := (tk.n + 1) << 1
-	if !bounded {
-		m |= 1
+	if err := c.unusable(); err != nil {
+		return fmt.Errorf("comm: %s: %w", what, err)
 	}
-	return m
+	return fmt.Errorf("comm: %s: waiting for the previous collective: %w", what, ctx.Err())
 }
 
 // runAt is run for the collective issued with ticket tk: unless its turn
 // had come when it was issued (mine), it waits for the collectives issued
 // before it on this rank (see async.go).
-func (c *Communicator) runAt(ctx context.Context, tk ticket, mine bool, what string, f func(context.Context) error) (err error) {
-	admitted := mine
-	defer func() { c.pass(tk, admitted, err) }()
-	if err := c.unusable(); err != nil {
-		return fmt.Errorf("comm: %s: %w", what, err)
-	}
-	if !admitted {
-		if admitted, err = c.admit(ctx, tk, what); err != nil {
+func (c *Communicator) runAt(ctx context.Context, tk ticket, mine bool, what string, f func(context.Context) error) error {
+	if !mine {
+		if err := c.admit(ctx, tk, what); err != nil {
+			c.pass(tk, false, err)
 			return err
 		}
+	}
+	err := c.runTurn(ctx, tk, what, f)
+	c.pass(tk, true, err)
+	return err
+}
+
+// runTurn runs f, whose turn it is, and turns its failure into the
+// communicator's state. The checks before f are loads of flags that are
+// almost never set; what they guard is out of line, in why.
+func (c *Communicator) runTurn(ctx context.Context, tk ticket, what string, f func(context.Context) error) error {
+	if c.stopping.Load() || c.broken.Load() != nil || c.faulted.Load() || ctx.Err() != nil {
+		return c.why(ctx, what)
+	}
+	if _, bounded := ctx.Deadline(); bounded {
+		// The watchdog's timeout is for contexts without a deadline.
+		c.bounded.Store(tk.n + 1)
+	}
+	if err := f(ctx); err != nil {
+		return c.failed(what, err)
+	}
+	return nil
+}
+
+// why is the error of a collective that may not run.
+func (c *Communicator) why(ctx context.Context, what string) error {
+	if err := c.unusable(); err != nil {
+		return fmt.Errorf("comm: %s: %w", what, err)
 	}
 	if b := c.broken.Load(); b != nil {
 		return fmt.Errorf("comm: %s: %w (cause: %w)", what, ErrBroken, *b)
 	}
-	if err := c.unusable(); err != nil {
-		return fmt.Errorf("comm: %s: %w", what, err)
-	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("comm: %s: %w", what, err)
 	}
-	if c.faulted.Load() {
-		err := c.faultErr()
-		c.setBroken(err)
-		return fmt.Errorf("comm: rank %d: %s: %w", c.cfg.Rank, what, err)
-	}
-	c.running.Store(runningMark(ctx, tk))
-	err = f(ctx)
-	c.running.Store(0)
-	if err == nil {
-		return nil
-	}
+	err := c.faultErr()
+	c.setBroken(err)
+	return fmt.Errorf("comm: rank %d: %s: %w", c.cfg.Rank, what, err)
+}
+
+// failed is the error of a collective that failed with err, and breaks
+// the communicator unless the ranks are still in step.
+func (c *Communicator) failed(what string, err error) error {
 	if errors.Is(err, ErrInvalid) {
 		// The collectives refuse bad arguments before sending anything,
 		// so the ranks are still in step.
@@ -599,9 +597,10 @@ func (c *Communicator) watch() {
 		defer t.Stop()
 		tick = t.C
 	}
-	// The collective seen running on the last tick, and since when: the
-	// collectives store only which one runs, as reading the clock would
-	// cost them more than the rest of a small one's bookkeeping.
+	// The collective seen running on the last tick (1 + its ticket; 0
+	// for none), and since when: the collectives store nothing for this,
+	// as reading the clock would cost them more than the rest of a small
+	// one's bookkeeping.
 	var seen uint64
 	var since time.Time
 	for {
@@ -624,7 +623,7 @@ func (c *Communicator) watch() {
 			case <-time.After(lossSettle):
 			}
 			err := ln.LostErr()
-			if c.running.Load() != 0 {
+			if _, running := c.turns.inFlight(); running {
 				c.setFault(err)
 				return
 			}
@@ -634,11 +633,13 @@ func (c *Communicator) watch() {
 			c.faulted.Store(true)
 			c.faultMu.Unlock()
 		case now := <-tick:
-			r := c.running.Load()
-			if r != seen {
-				seen, since = r, now
+			turn, running := c.turns.inFlight()
+			if !running {
+				seen = 0
+			} else if turn+1 != seen {
+				seen, since = turn+1, now
 			}
-			if r&1 != 0 && now.Sub(since) > c.timeout {
+			if running && c.bounded.Load() != turn+1 && now.Sub(since) > c.timeout {
 				c.setFault(fmt.Errorf("%w: a collective ran longer than %v (GOCOLL_TIMEOUT) while its context had no deadline: %w",
 					ErrTimeout, c.timeout, context.DeadlineExceeded))
 				return
