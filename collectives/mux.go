@@ -26,14 +26,17 @@ import (
 //
 // Sending: sends to one peer are serialised message by message, so lanes
 // interleave on the wire and a large transfer on one communicator does not
-// hold the others back for more than one message. The header is copied in
-// front of the payload in a per-peer buffer, one memory copy per message.
+// hold the others back for more than one message. A transport that can try
+// a send (transport.EagerSender) gets the header and the payload apart and
+// copies both into the slot; otherwise the header is copied in front of
+// the payload in a per-peer buffer, one memory copy more per message.
 // A sender that must wait (for its turn, or for the peer to free a slot)
 // reads the peer's stream into the queues meanwhile: messages nobody is
 // receiving yet must not hold the slots that would let both sides move.
 type Mux struct {
 	t       transport.Transport
 	credits transport.CreditReporter // t's, or nil
+	eager   transport.EagerSender    // t's, or nil
 	peers   []*muxPeer
 	// t's rank and largest message, asked once: every message needs
 	// them, and an interface call each time is a measurable share of a
@@ -81,6 +84,7 @@ type muxPeer struct {
 func NewMux(t transport.Transport) *Mux {
 	m := &Mux{t: t, peers: make([]*muxPeer, t.Size()), rank: t.Rank(), maxMessage: t.MaxMessage()}
 	m.credits, _ = t.(transport.CreditReporter)
+	m.eager, _ = t.(transport.EagerSender)
 	for i := range m.peers {
 		m.peers[i] = &muxPeer{queues: map[lane][][]byte{}, gone: map[uint64]bool{}}
 	}
@@ -119,6 +123,12 @@ func (m *Mux) sendTo(ctx context.Context, peer int, l lane, p []byte) error {
 	binary.LittleEndian.PutUint32(b[0:], muxMagic)
 	binary.LittleEndian.PutUint32(b[4:], l.lane)
 	binary.LittleEndian.PutUint64(b[8:], l.comm)
+	if m.eager != nil {
+		// Straight from p into the peer's slot, if one is free.
+		if sent, err := m.eager.TrySend(ctx, peer, b[:MuxHeader], p); sent || err != nil {
+			return err
+		}
+	}
 	copy(b[MuxHeader:], p)
 	if m.credits != nil && m.credits.HasCredit(peer) {
 		return m.t.Send(ctx, peer, b)

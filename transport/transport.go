@@ -108,6 +108,18 @@ type CreditReporter interface {
 	HasCredit(peer int) bool
 }
 
+// EagerSender is implemented by transports that can try a send without
+// waiting. TrySend sends head followed by body as one message to peer if
+// a slot is free there now; otherwise it sends nothing and reports sent
+// false, as it also may for a peer it cannot try (the caller then sends
+// the usual way). Its errors are Send's, and so are its rules: one
+// goroutine sends to a peer at a time, and neither part is retained.
+// A layer that prefixes a header of its own (collectives.Mux) saves with
+// it a copy into a buffer of its own and a HasCredit call per message.
+type EagerSender interface {
+	TrySend(ctx context.Context, peer int, head, body []byte) (sent bool, err error)
+}
+
 // Abort drops t as an Aborter does, or closes it if t cannot abort: the
 // way to give up on any transport.
 func Abort(t Transport, cause error) error {

@@ -108,6 +108,24 @@ func (h *Hybrid) Send(ctx context.Context, peer int, p []byte) error {
 	return h.far.Send(ctx, peer, p)
 }
 
+// TrySend implements transport.EagerSender: over shared memory as the
+// local transport does; to the other hosts' ranks as the far transport
+// does, if it can, else not at all (false), which leaves the caller to
+// send the usual way.
+func (h *Hybrid) TrySend(ctx context.Context, peer int, head, body []byte) (bool, error) {
+	if peer >= 0 && peer < h.size && peer != h.rank && h.index[peer] >= 0 {
+		if n := len(head) + len(body); n > h.maxMsg {
+			return false, fmt.Errorf("shm: send of %d bytes to rank %d exceeds the %d-byte message limit", n, peer, h.maxMsg)
+		}
+		sent, err := h.near.TrySend(ctx, h.index[peer], head, body)
+		return sent, h.global(err)
+	}
+	if es, ok := h.far.(transport.EagerSender); ok {
+		return es.TrySend(ctx, peer, head, body)
+	}
+	return false, nil
+}
+
 // HasCredit implements transport.CreditReporter.
 func (h *Hybrid) HasCredit(peer int) bool {
 	if peer >= 0 && peer < h.size && peer != h.rank && h.index[peer] >= 0 {

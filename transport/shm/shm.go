@@ -538,45 +538,63 @@ func (t *Transport) peer(r int, op string) (*peer, error) {
 
 // Send implements transport.Transport.
 func (t *Transport) Send(ctx context.Context, to int, b []byte) error {
+	_, err := t.send(ctx, to, nil, b, true)
+	return err
+}
+
+// TrySend implements transport.EagerSender.
+func (t *Transport) TrySend(ctx context.Context, to int, head, body []byte) (bool, error) {
+	return t.send(ctx, to, head, body, false)
+}
+
+// send writes head and body, as one message, into the next slot of the
+// ring to rank to. With no credit left it waits for one, or, unless
+// wait, returns false at once.
+func (t *Transport) send(ctx context.Context, to int, head, body []byte, wait bool) (bool, error) {
 	p, err := t.peer(to, "send to")
 	if err != nil {
-		return err
+		return false, err
 	}
-	if len(b) > t.opts.SlotSize {
-		return fmt.Errorf("shm: send of %d bytes to rank %d exceeds the %d-byte slot", len(b), to, t.opts.SlotSize)
+	n := len(head) + len(body)
+	if n > t.opts.SlotSize {
+		return false, fmt.Errorf("shm: send of %d bytes to rank %d exceeds the %d-byte slot", n, to, t.opts.SlotSize)
 	}
 	if !t.enter() {
-		return &transport.PeerError{Peer: to, Op: "send to", Err: transport.ErrClosed}
+		return false, &transport.PeerError{Peer: to, Op: "send to", Err: transport.ErrClosed}
 	}
 	defer t.exit()
 	if p.failed() != nil {
-		return p.error("send to")
+		return false, p.error("send to")
 	}
 	r := p.out
 	seq := p.sendSeq
 	// The receiver's head is read only when the credits last seen run
 	// out: most sends then touch no cache line the receiver writes.
 	for seq-p.headSeen >= r.slots {
-		head := r.head.Load()
-		if head > seq || seq-head > r.slots {
-			p.fail(fmt.Errorf("%w: released %d of %d messages sent: %w", transport.ErrPeerLost, head, seq, errProtocol))
-			return p.error("send to")
+		released := r.head.Load()
+		if released > seq || seq-released > r.slots {
+			p.fail(fmt.Errorf("%w: released %d of %d messages sent: %w", transport.ErrPeerLost, released, seq, errProtocol))
+			return false, p.error("send to")
 		}
-		p.headSeen = head
-		if seq-head < r.slots {
+		p.headSeen = released
+		if seq-released < r.slots {
 			break
+		}
+		if !wait {
+			return false, nil
 		}
 		err := t.wait(ctx, p, low(r.head), r.txSleep, func() bool { return seq-r.head.Load() < r.slots })
 		if err != nil {
-			return &transport.PeerError{Peer: to, Op: "send to", Err: err}
+			return false, &transport.PeerError{Peer: to, Op: "send to", Err: err}
 		}
 		if p.failed() != nil {
-			return p.error("send to")
+			return false, p.error("send to")
 		}
 	}
 	slot := seq % r.slots
-	copy(r.payload(slot, len(b)), b)
-	*r.len(slot) = uint32(len(b))
+	dst := r.payload(slot, n)
+	copy(dst[copy(dst, head):], body)
+	*r.len(slot) = uint32(n)
 	// The store publishes the payload and its length: Go's atomics are
 	// sequentially consistent, and on amd64 stores are not reordered
 	// with older stores anyway.
@@ -586,7 +604,7 @@ func (t *Transport) Send(ctx context.Context, to int, b []byte) error {
 	if r.rxSleep.Load() != 0 {
 		wake(w)
 	}
-	return nil
+	return true, nil
 }
 
 // HasCredit implements transport.CreditReporter.

@@ -52,6 +52,11 @@ func (t *Transport) Send(ctx context.Context, to int, b []byte) error {
 	return &transport.PeerError{Peer: to, Op: "send to", Err: errNotLinux}
 }
 
+// TrySend implements transport.EagerSender.
+func (t *Transport) TrySend(ctx context.Context, to int, head, body []byte) (bool, error) {
+	return false, &transport.PeerError{Peer: to, Op: "send to", Err: errNotLinux}
+}
+
 // HasCredit implements transport.CreditReporter.
 func (t *Transport) HasCredit(to int) bool { return true }
 

@@ -5,6 +5,7 @@ package shm_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -138,5 +139,74 @@ func testMessageLengths(t *testing.T, ts []*shm.Transport) {
 	}
 	if err := <-errc; err != nil {
 		t.Fatalf("send: %v", err)
+	}
+}
+
+// TestTrySend: TrySend delivers head and body as one message while the
+// peer has free slots, says false and sends nothing once they are all
+// taken, and sends again once the receiver releases one.
+func TestTrySend(t *testing.T) {
+	ts := mesh(t, 2, shm.Options{Slots: 2, SlotSize: 4096})
+	ctx := context.Background()
+	part := func(n int, seed byte) []byte {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = seed + byte(i)
+		}
+		return b
+	}
+	for _, tc := range []struct {
+		name       string
+		head, body int
+	}{
+		{"inline", 16, 8},
+		{"in the slot body", 16, 1000},
+		{"no head", 0, 64},
+		{"full slot", 96, 4000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var want [][]byte
+			for i := 0; ; i++ {
+				head, body := part(tc.head, byte(i)), part(tc.body, byte(100+i))
+				sent, err := ts[0].TrySend(ctx, 1, head, body)
+				if err != nil {
+					t.Fatalf("TrySend %d: %v", i, err)
+				}
+				if !sent {
+					if i != 2 {
+						t.Fatalf("TrySend %d said no free slot; the ring has 2", i)
+					}
+					break
+				}
+				if i == 2 {
+					t.Fatalf("TrySend %d sent into a ring of 2 slots that are both taken", i)
+				}
+				want = append(want, append(head, body...))
+			}
+			for i := 0; i < len(want); i++ {
+				w := want[i]
+				m, err := ts[1].Recv(ctx, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(m.Data, w) {
+					t.Fatalf("message %d: got %d bytes, want head+body, %d bytes", i, len(m.Data), len(w))
+				}
+				ts[1].Release(m)
+				if i == 0 {
+					if sent, err := ts[0].TrySend(ctx, 1, nil, nil); !sent || err != nil {
+						t.Fatalf("TrySend after a release: sent %v, err %v", sent, err)
+					}
+					want = append(want, []byte{})
+				}
+			}
+		})
+	}
+	if _, err := ts[0].TrySend(ctx, 1, make([]byte, 4000), make([]byte, 97)); err == nil {
+		t.Fatal("TrySend of 4097 bytes into 4096-byte slots succeeded")
+	}
+	ts[0].Close()
+	if sent, err := ts[0].TrySend(ctx, 1, nil, []byte{1}); sent || !errors.Is(err, transport.ErrClosed) {
+		t.Fatalf("TrySend after Close: sent %v, err %v; want an error wrapping ErrClosed", sent, err)
 	}
 }
