@@ -438,10 +438,17 @@ func (c *Channel) Size() int { return len(c.ranks) }
 func (c *Channel) MaxMessage() int { return c.m.maxMessage - MuxHeader }
 
 func (c *Channel) peer(r int, op string) (int, error) {
-	if r < 0 || r >= len(c.ranks) {
-		return 0, fmt.Errorf("%s rank %d of a communicator of %d: %w", op, r, len(c.ranks), ErrInvalid)
+	if uint(r) >= uint(len(c.ranks)) {
+		return 0, c.notMember(r, op)
 	}
 	return c.ranks[r], nil
+}
+
+// notMember is peer's error, out of line so that peer is inlined.
+//
+//go:noinline
+func (c *Channel) notMember(r int, op string) error {
+	return fmt.Errorf("%s rank %d of a communicator of %d: %w", op, r, len(c.ranks), ErrInvalid)
 }
 
 // Send implements transport.Transport.
