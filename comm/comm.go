@@ -88,11 +88,11 @@ type Communicator struct {
 	aborted   chan struct{} // closed by Abort, after abortErr is set
 	abortErr  error
 
-	// The watchdog's view of the running collective: which one runs
-	// (the turn, in turns; and bounded), and what the watchdog found wrong with it: a peer lost
-	// elsewhere in the job, or the timeout. A fault closes the transport,
-	// which wakes the collective; run then reports the fault rather than
-	// the ErrClosed the transport saw.
+	// The watchdog's view of the running collective: which one runs (the
+	// turn, in turns; and bounded), and what the watchdog found wrong
+	// with it: a peer lost elsewhere in the job, or the timeout. A fault
+	// closes the transport, which wakes the collective; run then reports
+	// the fault rather than the ErrClosed the transport saw.
 	// bounded is 1 + the ticket of the last collective whose ctx had a
 	// deadline: the watchdog leaves that one to its deadline. Contexts
 	// without one, the usual case, store nothing.
@@ -390,16 +390,16 @@ func (c *Communicator) admit(ctx context.Context, tk ticket, what string) error 
 // runAt is run for the collective issued with ticket tk: unless its turn
 // had come when it was issued (mine), it waits for the collectives issued
 // before it on this rank (see async.go).
-func (c *Communicator) runAt(ctx context.Context, tk ticket, mine bool, what string, f func(context.Context) error) error {
+func (c *Communicator) runAt(ctx context.Context, tk ticket, mine bool, what string, f func(context.Context) error) (err error) {
 	if !mine {
 		if err := c.admit(ctx, tk, what); err != nil {
 			c.pass(tk, false, err)
 			return err
 		}
 	}
-	err := c.runTurn(ctx, tk, what, f)
-	c.pass(tk, true, err)
-	return err
+	// Deferred, so that the turn moves on whatever happens in f.
+	defer func() { c.pass(tk, true, err) }()
+	return c.runTurn(ctx, tk, what, f)
 }
 
 // runTurn runs f, whose turn it is, and turns its failure into the
@@ -407,7 +407,9 @@ func (c *Communicator) runAt(ctx context.Context, tk ticket, mine bool, what str
 // almost never set; what they guard is out of line, in why.
 func (c *Communicator) runTurn(ctx context.Context, tk ticket, what string, f func(context.Context) error) error {
 	if c.stopping.Load() || c.broken.Load() != nil || c.faulted.Load() || ctx.Err() != nil {
-		return c.why(ctx, what)
+		if err := c.why(ctx, what); err != nil {
+			return err
+		}
 	}
 	if _, bounded := ctx.Deadline(); bounded {
 		// The watchdog's timeout is for contexts without a deadline.
@@ -419,7 +421,9 @@ func (c *Communicator) runTurn(ctx context.Context, tk ticket, what string, f fu
 	return nil
 }
 
-// why is the error of a collective that may not run.
+// why is the error of a collective that may not run, or nil if it may
+// after all (Close or Abort has set stopping but not yet closed its
+// channel).
 func (c *Communicator) why(ctx context.Context, what string) error {
 	if err := c.unusable(); err != nil {
 		return fmt.Errorf("comm: %s: %w", what, err)
@@ -429,6 +433,9 @@ func (c *Communicator) why(ctx context.Context, what string) error {
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("comm: %s: %w", what, err)
+	}
+	if !c.faulted.Load() {
+		return nil
 	}
 	err := c.faultErr()
 	c.setBroken(err)
