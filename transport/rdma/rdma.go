@@ -651,7 +651,7 @@ func (t *Transport) await(ctx context.Context, p *peer, note chan struct{}, read
 // and then.
 //
 // The clock is read only every few empty passes, the first time to
-// start the spin budget: a clock read can cost more than a pass, 3 µs
+// start the spin budget: a clock read can cost more than a pass, as
 // under qemu TCG, whose guest reads the emulated HPET (time.Now was 29%
 // of the CPU profile of BenchmarkExchange there). A crowded rank, whose
 // budget is short and whose spinning keeps a peer off the CPU, reads it
