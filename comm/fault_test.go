@@ -80,6 +80,58 @@ func TestDefaultTimeout(t *testing.T) {
 	}
 }
 
+// TestTimeoutSparesDeadlines: the communicator's timeout bounds only
+// collectives whose ctx has no deadline. One with a deadline past the
+// timeout runs until its own deadline; and having run one does not spare
+// the next collective, which has none.
+func TestTimeoutSparesDeadlines(t *testing.T) {
+	const timeout = 200 * time.Millisecond
+	t.Run("own deadline", func(t *testing.T) {
+		cs := local(t, 2, comm.WithTimeout(timeout))
+		ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		err := cs[1].Barrier(ctx) // rank 0 never comes
+		d := time.Since(start)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("err = %v, want DeadlineExceeded", err)
+		}
+		if d < 1400*time.Millisecond {
+			t.Errorf("returned after %v: the %v timeout cut short a call whose ctx had 1.5s", d, timeout)
+		}
+	})
+	t.Run("next call", func(t *testing.T) {
+		cs := local(t, 2, comm.WithTimeout(timeout))
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		var wg sync.WaitGroup
+		for _, c := range cs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := c.Barrier(ctx); err != nil {
+					t.Errorf("rank %d: barrier with a deadline: %v", c.Rank(), err)
+				}
+			}()
+		}
+		wg.Wait()
+		done := make(chan error, 1)
+		start := time.Now()
+		go func() { done <- cs[1].Barrier(context.Background()) }() // rank 0 never comes
+		select {
+		case err := <-done:
+			if !errors.Is(err, comm.ErrTimeout) {
+				t.Fatalf("err = %v, want ErrTimeout", err)
+			}
+			if d := time.Since(start); d < timeout {
+				t.Errorf("returned after %v, before the %v timeout", d, timeout)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a collective without a deadline, after one with a deadline, outlived the timeout by 10s")
+		}
+	})
+}
+
 // TestAbortRace: Abort and Close racing with running collectives on every
 // rank, many times; under -race this checks the bookkeeping, and every
 // call must end.
