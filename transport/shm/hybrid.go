@@ -100,12 +100,21 @@ func (h *Hybrid) Local(peer int) bool { return peer >= 0 && peer < h.size && h.i
 // Send implements transport.Transport.
 func (h *Hybrid) Send(ctx context.Context, peer int, p []byte) error {
 	if peer >= 0 && peer < h.size && peer != h.rank && h.index[peer] >= 0 {
-		if len(p) > h.maxMsg {
-			return fmt.Errorf("shm: send of %d bytes to rank %d exceeds the %d-byte message limit", len(p), peer, h.maxMsg)
+		if err := h.fits(peer, len(p)); err != nil {
+			return err
 		}
 		return h.global(h.near.Send(ctx, h.index[peer], p))
 	}
 	return h.far.Send(ctx, peer, p)
+}
+
+// fits checks a message of n bytes to a local peer against the limit
+// every rank shares (MaxMessage), which may be below the ring's slot.
+func (h *Hybrid) fits(peer, n int) error {
+	if n > h.maxMsg {
+		return fmt.Errorf("shm: send of %d bytes to rank %d exceeds the %d-byte message limit", n, peer, h.maxMsg)
+	}
+	return nil
 }
 
 // TrySend implements transport.EagerSender: over shared memory as the
@@ -114,8 +123,8 @@ func (h *Hybrid) Send(ctx context.Context, peer int, p []byte) error {
 // send the usual way.
 func (h *Hybrid) TrySend(ctx context.Context, peer int, head, body []byte) (bool, error) {
 	if peer >= 0 && peer < h.size && peer != h.rank && h.index[peer] >= 0 {
-		if n := len(head) + len(body); n > h.maxMsg {
-			return false, fmt.Errorf("shm: send of %d bytes to rank %d exceeds the %d-byte message limit", n, peer, h.maxMsg)
+		if err := h.fits(peer, len(head)+len(body)); err != nil {
+			return false, err
 		}
 		sent, err := h.near.TrySend(ctx, h.index[peer], head, body)
 		return sent, h.global(err)
