@@ -25,7 +25,10 @@
 // inline size (256 bytes by default, as far as the device grants) are
 // written inline from the caller's buffer; larger ones are copied into
 // this rank's staging slot and written from there, which lets Send return
-// at once without waiting for the write to complete. The receiver learns
+// at once without waiting for the write to complete. TrySend
+// (transport.EagerSender) makes the same one copy of a header and a body
+// given apart, so the mux above does not first join them in a buffer of
+// its own: one copy of every byte sent instead of two. The receiver learns
 // of the write from the completion of one of the zero-length receives it
 // keeps posted, replaced as they are consumed.
 //

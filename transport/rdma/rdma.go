@@ -68,6 +68,7 @@ type peer struct {
 	remoteRKey uint32
 	slab       []byte // our receive slots for this peer
 	stage      []byte // our send staging slots for this peer
+	joined     []byte // a head and body joined for an inline write, under smu
 
 	// Inbound, under t.progress.
 	recvSeq  int
@@ -261,6 +262,7 @@ func (t *Transport) connect(ctx context.Context, store Store) error {
 			return err
 		}
 		p.inline = min(p.inline, o.MaxInline)
+		p.joined = make([]byte, p.inline)
 		if err := h.qpInit(p.qp); err != nil {
 			return err
 		}
@@ -422,12 +424,9 @@ func (p *peer) refundCredit() {
 // staging slot and written from there, so p is free on return without
 // waiting for the write to complete.
 func (t *Transport) Send(ctx context.Context, to int, b []byte) error {
-	p, err := t.peer(to, "send to")
+	p, err := t.sendPeer(to, nil, b)
 	if err != nil {
 		return err
-	}
-	if len(b) > t.opts.SlotSize {
-		return fmt.Errorf("rdma: send of %d bytes to rank %d exceeds the %d-byte slot: %w", len(b), to, t.opts.SlotSize, ErrInvalid)
 	}
 	for !p.takeCredit() {
 		if p.failed() != nil {
@@ -437,23 +436,70 @@ func (t *Transport) Send(ctx context.Context, to int, b []byte) error {
 			return &transport.PeerError{Peer: to, Op: "send to", Err: err}
 		}
 	}
-	if err := p.writeData(ctx, b); err != nil {
+	if err := p.writeData(ctx, nil, b); err != nil {
 		p.refundCredit() // nothing was posted
 		return err
 	}
 	return nil
 }
 
-// writeData writes b into the peer's next slot; the caller holds its
-// credit.
-func (p *peer) writeData(ctx context.Context, b []byte) error {
+// TrySend implements transport.EagerSender: with a credit in hand it
+// sends as Send does, head and body copied straight into the staging
+// slot (or the inline request), which spares a layer that prefixes a
+// header of its own (collectives.Mux) a copy of every byte into a buffer
+// of its own first. It may still wait for this rank's own device (the
+// staging slot's last write, a send queue entry), never for the peer.
+func (t *Transport) TrySend(ctx context.Context, to int, head, body []byte) (bool, error) {
+	p, err := t.sendPeer(to, head, body)
+	if err != nil {
+		return false, err
+	}
+	if !p.takeCredit() {
+		// The credit may be in the completion queue already: one pass,
+		// if no other call is driving it, without waiting.
+		select {
+		case t.progress <- struct{}{}:
+			_, err = t.pass()
+			<-t.progress
+		default:
+		}
+		if p.failed() != nil {
+			return false, p.error("send to")
+		}
+		if err != nil || !p.takeCredit() {
+			return false, nil // Send, which the caller falls back to, says what failed
+		}
+	}
+	if err := p.writeData(ctx, head, body); err != nil {
+		p.refundCredit() // nothing was posted
+		return false, err
+	}
+	return true, nil
+}
+
+// sendPeer checks a send of head and body to rank to.
+func (t *Transport) sendPeer(to int, head, body []byte) (*peer, error) {
+	p, err := t.peer(to, "send to")
+	if err != nil {
+		return nil, err
+	}
+	if n := len(head) + len(body); n > t.opts.SlotSize {
+		return nil, fmt.Errorf("rdma: send of %d bytes to rank %d exceeds the %d-byte slot: %w", n, to, t.opts.SlotSize, ErrInvalid)
+	}
+	return p, nil
+}
+
+// writeData writes head then body, as one message, into the peer's next
+// slot; the caller holds its credit.
+func (p *peer) writeData(ctx context.Context, head, body []byte) error {
 	t := p.t
 	p.smu.Lock()
 	defer p.smu.Unlock()
 	// The slot is chosen under smu, so that an abort notice (see shut)
 	// can take a slot while a send is in flight.
 	slot := p.sendSeq % t.opts.Slots
-	inline := len(b) <= p.inline
+	n := len(head) + len(body)
+	inline := n <= p.inline
 	if !inline {
 		// The staging slot is read by the NIC until the write that last
 		// used it completes.
@@ -472,23 +518,31 @@ func (p *peer) writeData(ctx context.Context, b []byte) error {
 	if !p.gone && !t.closing.Load() {
 		credits = int(min(p.pending.Load(), maxPiggyback))
 	}
-	imm := encodeData(credits, len(b))
+	imm := encodeData(credits, n)
 	raddr := p.remoteAddr + uint64(slot*t.opts.SlotSize)
-	// Inline, the device copies b into the request; otherwise it reads
-	// the staging slot, whose write is signalled so that the slot is known
-	// free again once it completes.
+	// Inline, the device copies the data into the request; otherwise it
+	// reads the staging slot, whose write is signalled so that the slot
+	// is known free again once it completes.
 	var data unsafe.Pointer
 	lkey := uint32(0)
-	if inline {
-		if len(b) > 0 {
-			data = unsafe.Pointer(&b[0])
+	switch {
+	case inline && len(head) == 0:
+		if n > 0 {
+			data = unsafe.Pointer(&body[0])
 		}
-	} else {
+	case inline:
+		// One gather element per request: the two parts are joined
+		// here, and the device copies them on before the post returns.
+		b := p.joined[:n]
+		copy(b[copy(b, head):], body)
+		data = unsafe.Pointer(&b[0])
+	default:
 		off := slot * t.opts.SlotSize
-		copy(p.stage[off:], b)
-		data, lkey = unsafe.Pointer(&p.stage[off]), t.sendLKey
+		b := p.stage[off : off+n]
+		copy(b[copy(b, head):], body)
+		data, lkey = unsafe.Pointer(&b[0]), t.sendLKey
 	}
-	seq, err := p.postLocked(opWriteImm, !inline, inline, data, len(b), lkey, raddr, imm)
+	seq, err := p.postLocked(opWriteImm, !inline, inline, data, n, lkey, raddr, imm)
 	if err != nil {
 		return err
 	}

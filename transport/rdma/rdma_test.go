@@ -311,6 +311,94 @@ func TestCreditsRideWithData(t *testing.T) {
 	}
 }
 
+// TestTrySend: head and body arrive as one message, inline or staged;
+// with every slot taken TrySend sends nothing and says so, and once the
+// receiver releases one, TrySend finds the returned credit by itself.
+func TestTrySend(t *testing.T) {
+	if !haveDevice(t) {
+		return
+	}
+	ts := newMesh(t, 2, Options{Slots: 2, SlotSize: 4096})
+	tx := ts[0].(*Transport)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	part := func(n int, seed byte) []byte {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = seed + byte(i)
+		}
+		return b
+	}
+	for _, tc := range []struct {
+		name       string
+		head, body int
+	}{
+		{"inline", 16, 8},
+		{"inline, no head", 0, 8},
+		{"staged", 16, 1000},
+		{"staged, no head", 0, 1000},
+		{"full slot", 96, 4000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var want [][]byte
+			for i := 0; i < 3; i++ {
+				head, body := part(tc.head, byte(i)), part(tc.body, byte(100+i))
+				sent, err := tx.TrySend(ctx, 1, head, body)
+				if err != nil {
+					t.Fatalf("TrySend %d: %v", i, err)
+				}
+				if i < 2 && !sent {
+					// The credits of the last subtest's messages may
+					// still be on their way back.
+					for !sent && err == nil && ctx.Err() == nil {
+						time.Sleep(time.Millisecond)
+						sent, err = tx.TrySend(ctx, 1, head, body)
+					}
+					if !sent {
+						t.Fatalf("TrySend %d into a ring of 2 free slots: sent %v, err %v", i, sent, err)
+					}
+				}
+				if i == 2 && sent {
+					t.Fatalf("TrySend %d sent into a ring of 2 slots that are both taken", i)
+				}
+				if sent {
+					want = append(want, append(head, body...))
+				}
+			}
+			for i := 0; i < len(want); i++ {
+				m, err := ts[1].Recv(ctx, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(m.Data, want[i]) {
+					t.Fatalf("message %d: got %d bytes, want head+body, %d bytes", i, len(m.Data), len(want[i]))
+				}
+				ts[1].Release(m)
+				if i == 0 {
+					// The credit travels back on its own; TrySend polls
+					// for it once per call and must find it.
+					var sent bool
+					for !sent && err == nil && ctx.Err() == nil {
+						sent, err = tx.TrySend(ctx, 1, nil, []byte{42})
+						time.Sleep(time.Millisecond)
+					}
+					if !sent || err != nil {
+						t.Fatalf("TrySend after a release: sent %v, err %v", sent, err)
+					}
+					want = append(want, []byte{42})
+				}
+			}
+		})
+	}
+	if _, err := tx.TrySend(ctx, 1, make([]byte, 4000), make([]byte, 97)); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("TrySend of 4097 bytes into 4096-byte slots: %v; want ErrInvalid", err)
+	}
+	tx.Close()
+	if sent, err := tx.TrySend(ctx, 1, nil, []byte{1}); sent || !errors.Is(err, transport.ErrClosed) {
+		t.Fatalf("TrySend after Close: sent %v, err %v; want an error wrapping ErrClosed", sent, err)
+	}
+}
+
 // TestPeerClosed: a peer that closes in order is reported as closed
 // (ErrPeerClosed), after what it sent, and is not a loss.
 func TestPeerClosed(t *testing.T) {
