@@ -31,6 +31,7 @@ type config struct {
 	iters, warmup    int
 	settle           int
 	check            bool
+	register         bool
 	transport, algo  string
 	format           string
 	plot             string
@@ -110,6 +111,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.iters, "iters", 0, "timed iterations per size (0: 200 below 1 MiB, 20 below 16 MiB, else 5, as run-mpi.sh)")
 	fs.IntVar(&cfg.warmup, "warmup", 3, "untimed iterations per size")
 	fs.IntVar(&cfg.settle, "settle", 3000, "untimed barriers before the sweep, while the ranks' runtimes settle")
+	fs.BoolVar(&cfg.register, "register", false, "register the buffers for zero-copy sends (comm.Register: over RDMA, large messages are sent straight from them)")
 	fs.BoolVar(&cfg.check, "check", true, "verify every result against known inputs (count wrong elements; exit 1 if any)")
 	fs.StringVar(&cfg.transport, "transport", "", "transport: auto, tcp, shm, rdma (default: GOCOLL_TRANSPORT, else auto)")
 	fs.StringVar(&cfg.algo, "algo", "", "force algorithms, GOCOLL_ALGO syntax: ring, or allreduce=rd,broadcast=chain (default: GOCOLL_ALGO)")

@@ -65,6 +65,18 @@ func benchSpec[T comm.Element](e env, spec opSpec[T]) error {
 	p.send, p.recv = maxSend, maxRecv
 	pt.fillInput(send, rank)
 	pt.fillPoison(recv, func(i int) origin { return spec.src(p, rank, i) })
+	if cfg.register {
+		for _, b := range [][]T{send, recv} {
+			if len(b) == 0 {
+				continue
+			}
+			reg, err := comm.Register(c, b)
+			if err != nil {
+				return err
+			}
+			defer reg.Close()
+		}
+	}
 	runtime.GC()
 	// The first tens of milliseconds after Init run slow on a small machine
 	// (every rank's fresh runtime is still busy), so the sweep starts after

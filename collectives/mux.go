@@ -26,17 +26,18 @@ import (
 //
 // Sending: sends to one peer are serialised message by message, so lanes
 // interleave on the wire and a large transfer on one communicator does not
-// hold the others back for more than one message. A transport that can try
-// a send (transport.EagerSender) gets the header and the payload apart and
-// copies both into the slot; otherwise the header is copied in front of
-// the payload in a per-peer buffer, one memory copy more per message.
+// hold the others back for more than one message. A transport that takes
+// a message in parts (transport.PartSender) gets the header and the
+// payload apart and copies both into the slot; otherwise the header is
+// copied in front of the payload in a per-peer buffer, one memory copy
+// more per message.
 // A sender that must wait (for its turn, or for the peer to free a slot)
 // reads the peer's stream into the queues meanwhile: messages nobody is
 // receiving yet must not hold the slots that would let both sides move.
 type Mux struct {
 	t       transport.Transport
 	credits transport.CreditReporter // t's, or nil
-	eager   transport.EagerSender    // t's, or nil
+	parts   transport.PartSender     // t's, or nil
 	peers   []*muxPeer
 	// t's rank and largest message, asked once: every message needs
 	// them, and an interface call each time is a measurable share of a
@@ -84,7 +85,7 @@ type muxPeer struct {
 func NewMux(t transport.Transport) *Mux {
 	m := &Mux{t: t, peers: make([]*muxPeer, t.Size()), rank: t.Rank(), maxMessage: t.MaxMessage()}
 	m.credits, _ = t.(transport.CreditReporter)
-	m.eager, _ = t.(transport.EagerSender)
+	m.parts, _ = t.(transport.PartSender)
 	for i := range m.peers {
 		m.peers[i] = &muxPeer{queues: map[lane][][]byte{}, gone: map[uint64]bool{}}
 	}
@@ -123,15 +124,14 @@ func (m *Mux) sendTo(ctx context.Context, peer int, l lane, p []byte) error {
 	binary.LittleEndian.PutUint32(b[0:], muxMagic)
 	binary.LittleEndian.PutUint32(b[4:], l.lane)
 	binary.LittleEndian.PutUint64(b[8:], l.comm)
-	if m.eager != nil {
+	if m.parts != nil {
 		// Straight from p into the peer's slot, if one is free.
-		if sent, err := m.eager.TrySend(ctx, peer, b[:MuxHeader], p); sent || err != nil {
+		if sent, err := m.parts.SendParts(ctx, peer, b[:MuxHeader], p, false); sent || err != nil {
 			return err
 		}
 	}
-	copy(b[MuxHeader:], p)
 	if m.credits != nil && m.credits.HasCredit(peer) {
-		return m.t.Send(ctx, peer, b)
+		return m.send(ctx, peer, b, p)
 	}
 	// The peer's slots are all taken. They free up only as a reader on
 	// the peer's side takes messages out, and that reader may be waiting,
@@ -140,6 +140,18 @@ func (m *Mux) sendTo(ctx context.Context, peer int, l lane, p []byte) error {
 	// So while this send waits, this rank keeps reading the peer's stream.
 	stop := m.drainWhile(ctx, peer)
 	defer stop()
+	return m.send(ctx, peer, b, p)
+}
+
+// send sends p behind the header at the start of b, waiting for a credit:
+// in two parts if the transport takes them, else joined in b.
+func (m *Mux) send(ctx context.Context, peer int, b, p []byte) error {
+	if m.parts != nil {
+		if sent, err := m.parts.SendParts(ctx, peer, b[:MuxHeader], p, true); sent || err != nil {
+			return err
+		}
+	}
+	copy(b[MuxHeader:], p)
 	return m.t.Send(ctx, peer, b)
 }
 
@@ -515,3 +527,13 @@ func (c *Channel) LostErr() error {
 // Abort drops the shared connections (see transport.Aborter), or closes
 // the shared transport if it cannot abort.
 func (c *Channel) Abort(cause error) error { return transport.Abort(c.m.t, cause) }
+
+// Register forwards the shared transport's Registrar: memory registered
+// once serves every channel. A transport that cannot send from
+// registered memory registers nothing, and deregister does nothing.
+func (c *Channel) Register(p []byte) (deregister func() error, err error) {
+	if r, ok := c.m.t.(transport.Registrar); ok {
+		return r.Register(p)
+	}
+	return func() error { return nil }, nil
+}

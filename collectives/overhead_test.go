@@ -29,8 +29,8 @@ func (m *mirror) Send(_ context.Context, _ int, p []byte) error {
 	return nil
 }
 
-// TrySend lets the mux send without its copy, as over shared memory.
-func (m *mirror) TrySend(_ context.Context, _ int, head, body []byte) (bool, error) {
+// SendParts lets the mux send without its copy, as over shared memory.
+func (m *mirror) SendParts(_ context.Context, _ int, head, body []byte, _ bool) (bool, error) {
 	if m.full {
 		return false, nil
 	}

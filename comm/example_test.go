@@ -151,3 +151,27 @@ func ExampleNewLocal() {
 	// rank 0 of 2
 	// rank 1 of 2
 }
+
+// A training loop registers its gradient buffer once: over RDMA its large
+// messages are then sent straight from it; over TCP and shared memory,
+// registering does nothing, so the same code runs everywhere.
+func ExampleRegister() {
+	ctx := context.Background()
+	c, err := comm.Init(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	grads := make([]float32, 1<<24)
+	reg, err := comm.Register(c, grads)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer reg.Close()
+	for step := 0; step < 1000; step++ {
+		// ... compute this step's gradients into grads ...
+		if err := comm.AllReduce(ctx, c, grads, comm.Avg); err != nil {
+			log.Fatalf("rank %d, step %d: %v", c.Rank(), step, err)
+		}
+	}
+}

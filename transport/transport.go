@@ -108,16 +108,38 @@ type CreditReporter interface {
 	HasCredit(peer int) bool
 }
 
-// EagerSender is implemented by transports that can try a send without
-// waiting. TrySend sends head followed by body as one message to peer if
-// a slot is free there now; otherwise it sends nothing and reports sent
-// false, as it also may for a peer it cannot try (the caller then sends
-// the usual way). Its errors are Send's, and so are its rules: one
-// goroutine sends to a peer at a time, and neither part is retained.
-// A layer that prefixes a header of its own (collectives.Mux) saves with
-// it a copy into a buffer of its own and a HasCredit call per message.
-type EagerSender interface {
-	TrySend(ctx context.Context, peer int, head, body []byte) (sent bool, err error)
+// PartSender is implemented by transports that can send a message given
+// in two parts. SendParts sends head followed by body as one message to
+// peer, copied straight into the slot (or read from registered memory;
+// see Registrar), so that a layer that prefixes a header of its own
+// (collectives.Mux) need not first join the two in a buffer of its own:
+// one copy of every byte fewer. With wait, it waits for a credit as Send
+// does; without, it sends only if a slot is free at once, and otherwise
+// sends nothing and reports sent false, which also spares the caller a
+// HasCredit call. Either way, sent false with no error may also mean the
+// transport cannot send to that peer in parts: the caller then sends the
+// usual way. Its errors are Send's, and so are its rules: one goroutine
+// sends to a peer at a time, and neither part is retained.
+type PartSender interface {
+	SendParts(ctx context.Context, peer int, head, body []byte, wait bool) (sent bool, err error)
+}
+
+// Registrar is implemented by transports that can send straight from
+// memory registered with them ahead of time, as NCCL's ncclCommRegister
+// does: a large Send whose data lies inside a registered region is read
+// by the device from there, without the copy into the transport's own
+// memory that a Send otherwise makes (over RDMA, into a staging slot).
+// Such a Send returns once the device has read the data, which is what
+// keeps p free for the caller on return.
+//
+// Register pins p (Go memory stays where it is and stays allocated until
+// deregistered, even if the caller drops it) and registers it; deregister
+// undoes that, waiting for any send still reading from p, and is safe to
+// call more than once. Close deregisters what is left. Memory that is not
+// the Go heap's (an mmap of the caller's, C memory) must stay mapped until
+// deregister returns: the device holds its pages.
+type Registrar interface {
+	Register(p []byte) (deregister func() error, err error)
 }
 
 // Abort drops t as an Aborter does, or closes it if t cannot abort: the

@@ -25,8 +25,8 @@
 // inline size (256 bytes by default, as far as the device grants) are
 // written inline from the caller's buffer; larger ones are copied into
 // this rank's staging slot and written from there, which lets Send return
-// at once without waiting for the write to complete. TrySend
-// (transport.EagerSender) makes the same one copy of a header and a body
+// at once without waiting for the write to complete. SendParts
+// (transport.PartSender) makes the same one copy of a header and a body
 // given apart, so the mux above does not first join them in a buffer of
 // its own: one copy of every byte sent instead of two. The receiver learns
 // of the write from the completion of one of the zero-length receives it
@@ -48,6 +48,26 @@
 // (its staging slot may be reused only after it completes); inline writes
 // and credits only every quarter of the send queue, which is what keeps
 // the queue accounted for.
+//
+// # Zero-copy sends
+//
+// Register (transport.Registrar; comm.Register for programs) registers a
+// caller's buffer with the device, as NCCL's ncclCommRegister does. A
+// message whose body lies inside a registered buffer and is at least
+// Options.ZeroCopyMin long (64 KiB by default) is then one write of two
+// gather elements: the header, if any, copied to the staging slot, and
+// the body read by the device straight from the caller's memory. Such a
+// send returns only once its write has completed, since the body is the
+// caller's again on return; below the minimum, the copy costs less than
+// that wait. The buffer is pinned (runtime.Pinner) while registered, so
+// the garbage collector neither moves nor frees it; deregistering waits
+// for sends reading from it. Registration is explicit, not a cache the
+// transport keeps behind the caller's back: a cached registration of
+// memory the program has since freed or unmapped would leave the device
+// reading pages that no longer back those addresses. On Soft-RoCE in the
+// VM zero-copy and the staging path measure the same (the device's own
+// software copies dominate); the copy it saves matters where the NIC,
+// not the CPU, moves the bytes.
 //
 // # Progress
 //

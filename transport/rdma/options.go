@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"math"
 	"time"
 
 	"github.com/gocoll/gocoll/internal/mesh"
@@ -60,6 +61,12 @@ type Options struct {
 	// saving the NIC a DMA read (default 256 bytes, lowered to what the
 	// device grants; negative: never inline).
 	MaxInline int
+	// ZeroCopyMin is the smallest message body sent zero-copy, straight
+	// from memory registered with Transport.Register, rather than through
+	// a staging slot (default DefaultZeroCopyMin; negative: never). Such
+	// a send waits until the device has read the body; below this size
+	// the copy costs less than that wait.
+	ZeroCopyMin int
 	// Spin is how long a waiting call busy-polls the completion queue
 	// before it sleeps on the completion channel (default DefaultSpin, or
 	// 20 µs when Crowded; negative: never spin).
@@ -77,8 +84,10 @@ type Options struct {
 }
 
 const (
-	DefaultSlots    = 4
-	DefaultSlotSize = 512 << 10
+	DefaultSlots = 4
+	// DefaultZeroCopyMin is Options.ZeroCopyMin's default.
+	DefaultZeroCopyMin = 64 << 10
+	DefaultSlotSize    = 512 << 10
 	// MaxSlotSize is what the 25-bit length of the immediate can carry.
 	MaxSlotSize = 16 << 20
 	maxSlots    = 128
@@ -131,6 +140,12 @@ func (o *Options) fill() error {
 	}
 	if o.MaxInline < 0 {
 		o.MaxInline = 0
+	}
+	switch {
+	case o.ZeroCopyMin == 0:
+		o.ZeroCopyMin = DefaultZeroCopyMin
+	case o.ZeroCopyMin < 0:
+		o.ZeroCopyMin = math.MaxInt
 	}
 	o.Spin = mesh.Spin(o.Spin, o.Crowded)
 	if o.ProbeInterval <= 0 {

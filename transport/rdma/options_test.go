@@ -2,6 +2,7 @@ package rdma
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 
@@ -151,11 +152,11 @@ func TestOptionsFill(t *testing.T) {
 		t.Fatal(err)
 	}
 	if o.Slots != DefaultSlots || o.SlotSize != DefaultSlotSize || o.Timeout != DefaultTimeout || o.RetryCount != DefaultRetryCount ||
-		o.RNRRetry != DefaultRNRRetry || o.MaxInline != defaultInline || o.Spin != DefaultSpin {
+		o.RNRRetry != DefaultRNRRetry || o.MaxInline != defaultInline || o.Spin != DefaultSpin || o.ZeroCopyMin != DefaultZeroCopyMin {
 		t.Fatalf("defaults: %+v", o)
 	}
-	o = Options{RetryCount: -1, MaxInline: -1, Spin: -1}
-	if err := o.fill(); err != nil || o.RetryCount != 0 || o.MaxInline != 0 || o.Spin != 0 {
+	o = Options{RetryCount: -1, MaxInline: -1, Spin: -1, ZeroCopyMin: -1}
+	if err := o.fill(); err != nil || o.RetryCount != 0 || o.MaxInline != 0 || o.Spin != 0 || o.ZeroCopyMin != math.MaxInt {
 		t.Fatalf("explicit zeros: %+v, %v", o, err)
 	}
 	for _, bad := range []Options{{Slots: 1}, {Slots: maxSlots + 1}, {SlotSize: 4<<10 + 1}, {SlotSize: MaxSlotSize + 64}, {Timeout: 32}, {RetryCount: 8}, {RNRRetry: 8}, {Port: 256}, {GIDIndex: 256}} {

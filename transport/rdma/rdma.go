@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -56,6 +57,8 @@ type Transport struct {
 	lostOnce sync.Once
 	lost     chan struct{}
 	lostErr  error
+
+	registry // caller memory for zero-copy sends
 }
 
 type peer struct {
@@ -64,6 +67,7 @@ type peer struct {
 	qp         unsafe.Pointer
 	qpn, psn   uint32
 	inline     int
+	sges       int // gather elements per send request: 2 allow zero-copy sends
 	remoteAddr uint64
 	remoteRKey uint32
 	slab       []byte // our receive slots for this peer
@@ -95,6 +99,9 @@ type peer struct {
 	// creditMsgs counts credit returns sent on their own, not with data
 	// (under smu); tests look at it.
 	creditMsgs int
+	// zeroCopies counts sends written straight from registered memory
+	// (under smu); tests look at it.
+	zeroCopies int
 
 	failOnce sync.Once
 	dead     chan struct{}
@@ -258,7 +265,7 @@ func (t *Transport) connect(ctx context.Context, store Store) error {
 		i++
 		t.peers[r] = p
 		t.list = append(t.list, p)
-		if p.qp, p.qpn, p.inline, err = h.createQP(t.sqDepth, t.rqDepth, o.MaxInline); err != nil {
+		if p.qp, p.qpn, p.inline, p.sges, err = h.createQP(t.sqDepth, t.rqDepth, o.MaxInline); err != nil {
 			return err
 		}
 		p.inline = min(p.inline, o.MaxInline)
@@ -327,6 +334,7 @@ func (t *Transport) destroy() {
 		p.smu.Unlock()
 	}
 	if t.h != nil {
+		t.dropRegions()
 		t.h.deregMR(t.recvMR)
 		t.h.deregMR(t.sendMR)
 		t.recvMR, t.sendMR = nil, nil
@@ -422,39 +430,35 @@ func (p *peer) refundCredit() {
 // Send implements transport.Transport. Messages up to the inline size go
 // in the work request itself; larger ones are copied to this peer's
 // staging slot and written from there, so p is free on return without
-// waiting for the write to complete.
+// waiting for the write to complete, unless p lies in registered memory
+// (see Register).
 func (t *Transport) Send(ctx context.Context, to int, b []byte) error {
-	p, err := t.sendPeer(to, nil, b)
-	if err != nil {
-		return err
-	}
-	for !p.takeCredit() {
-		if p.failed() != nil {
-			return p.error("send to")
-		}
-		if err := t.await(ctx, p, p.sendNote, p.hasCredit); err != nil {
-			return &transport.PeerError{Peer: to, Op: "send to", Err: err}
-		}
-	}
-	if err := p.writeData(ctx, nil, b); err != nil {
-		p.refundCredit() // nothing was posted
-		return err
-	}
-	return nil
+	_, err := t.SendParts(ctx, to, nil, b, true)
+	return err
 }
 
-// TrySend implements transport.EagerSender: with a credit in hand it
-// sends as Send does, head and body copied straight into the staging
-// slot (or the inline request), which spares a layer that prefixes a
-// header of its own (collectives.Mux) a copy of every byte into a buffer
-// of its own first. It may still wait for this rank's own device (the
-// staging slot's last write, a send queue entry), never for the peer.
-func (t *Transport) TrySend(ctx context.Context, to int, head, body []byte) (bool, error) {
+// SendParts implements transport.PartSender: head and body are copied
+// straight into the staging slot (or joined for an inline write), or the
+// body is read from registered memory, so a layer that prefixes a header
+// of its own (collectives.Mux) need not join them first. Without wait,
+// having no credit, it polls the completion queue once for a returned
+// one; it may still wait for this rank's own device (the staging slot's
+// last write, a send queue entry), never for the peer.
+func (t *Transport) SendParts(ctx context.Context, to int, head, body []byte, wait bool) (bool, error) {
 	p, err := t.sendPeer(to, head, body)
 	if err != nil {
 		return false, err
 	}
-	if !p.takeCredit() {
+	if wait {
+		for !p.takeCredit() {
+			if p.failed() != nil {
+				return false, p.error("send to")
+			}
+			if err := t.await(ctx, p, p.sendNote, p.hasCredit); err != nil {
+				return false, &transport.PeerError{Peer: to, Op: "send to", Err: err}
+			}
+		}
+	} else if !p.takeCredit() {
 		// The credit may be in the completion queue already: one pass,
 		// if no other call is driving it, without waiting.
 		select {
@@ -467,7 +471,7 @@ func (t *Transport) TrySend(ctx context.Context, to int, head, body []byte) (boo
 			return false, p.error("send to")
 		}
 		if err != nil || !p.takeCredit() {
-			return false, nil // Send, which the caller falls back to, says what failed
+			return false, nil // a Send, which the caller falls back to, says what failed
 		}
 	}
 	if err := p.writeData(ctx, head, body); err != nil {
@@ -500,6 +504,13 @@ func (p *peer) writeData(ctx context.Context, head, body []byte) error {
 	slot := p.sendSeq % t.opts.Slots
 	n := len(head) + len(body)
 	inline := n <= p.inline
+	var zc *region
+	if !inline && p.sges >= 2 && len(body) >= t.opts.ZeroCopyMin {
+		// Held until the device has read the body: deregistering waits.
+		t.registry.mu.RLock()
+		defer t.registry.mu.RUnlock()
+		zc = t.registered(body)
+	}
 	if !inline {
 		// The staging slot is read by the NIC until the write that last
 		// used it completes.
@@ -523,26 +534,34 @@ func (p *peer) writeData(ctx context.Context, head, body []byte) error {
 	// Inline, the device copies the data into the request; otherwise it
 	// reads the staging slot, whose write is signalled so that the slot
 	// is known free again once it completes.
-	var data unsafe.Pointer
-	lkey := uint32(0)
+	var first, second gather
 	switch {
 	case inline && len(head) == 0:
 		if n > 0 {
-			data = unsafe.Pointer(&body[0])
+			first.data = unsafe.Pointer(&body[0])
 		}
+		first.n = n
 	case inline:
 		// One gather element per request: the two parts are joined
 		// here, and the device copies them on before the post returns.
 		b := p.joined[:n]
 		copy(b[copy(b, head):], body)
-		data = unsafe.Pointer(&b[0])
+		first = gather{unsafe.Pointer(&b[0]), n, 0}
+	case zc != nil:
+		// Zero-copy: the head goes through the staging slot, the body
+		// straight from the caller's registered memory.
+		if len(head) > 0 {
+			off := slot * t.opts.SlotSize
+			first = gather{unsafe.Pointer(&p.stage[off]), copy(p.stage[off:], head), t.sendLKey}
+		}
+		second = gather{unsafe.Pointer(&body[0]), len(body), zc.lkey}
 	default:
 		off := slot * t.opts.SlotSize
 		b := p.stage[off : off+n]
 		copy(b[copy(b, head):], body)
-		data, lkey = unsafe.Pointer(&b[0]), t.sendLKey
+		first = gather{unsafe.Pointer(&b[0]), n, t.sendLKey}
 	}
-	seq, err := p.postLocked(opWriteImm, !inline, inline, data, n, lkey, raddr, imm)
+	seq, err := p.postLocked(opWriteImm, !inline, inline, first, second, raddr, imm)
 	if err != nil {
 		return err
 	}
@@ -551,6 +570,16 @@ func (p *peer) writeData(ctx context.Context, head, body []byte) error {
 	}
 	p.sendSeq++
 	p.pending.Add(int32(-credits))
+	if zc != nil {
+		// p is the caller's again only once the device has read it.
+		p.zeroCopies++
+		if err := p.waitLocked(ctx, func() bool { return p.sqDone.Load() >= seq }); err != nil {
+			// The write may still be reading the caller's memory, which
+			// is the caller's again: what the peer gets is unknown.
+			p.fail(fmt.Errorf("%w: a zero-copy send was interrupted before the device had read the data (%v)", transport.ErrPeerLost, err))
+			return err
+		}
+	}
 	return nil
 }
 
@@ -571,7 +600,7 @@ func (p *peer) noticeLocked(why []byte) int {
 	// A plain write, no immediate: the control message after it says
 	// where the text is, and the queue pair's order puts the text in the
 	// slot before the peer sees that message.
-	seq, err := p.postLocked(opRDMAWrite, false, false, unsafe.Pointer(&p.stage[off]), n, t.sendLKey, raddr, 0)
+	seq, err := p.postLocked(opRDMAWrite, false, false, gather{unsafe.Pointer(&p.stage[off]), n, t.sendLKey}, gather{}, raddr, 0)
 	if err != nil {
 		return 0
 	}
@@ -614,7 +643,7 @@ func (p *peer) roomLocked() bool {
 
 // postLocked posts one send request, signalled if asked to or if the
 // last sigEvery went unsignalled, and returns its sequence number.
-func (p *peer) postLocked(opcode int, signal, inline bool, data unsafe.Pointer, n int, lkey uint32, raddr uint64, imm uint32) (uint64, error) {
+func (p *peer) postLocked(opcode int, signal, inline bool, a, b gather, raddr uint64, imm uint32) (uint64, error) {
 	t := p.t
 	seq := p.wrSeq + 1
 	var flags uint
@@ -624,7 +653,7 @@ func (p *peer) postLocked(opcode int, signal, inline bool, data unsafe.Pointer, 
 	if signal || seq-p.lastSig >= t.sigEvery {
 		flags |= flagSignaled
 	}
-	if err := t.h.postSend(p.qp, wrID(wrSend, p.rank, seq), opcode, flags, data, n, lkey, raddr, p.remoteRKey, imm); err != nil {
+	if err := t.h.postSend(p.qp, wrID(wrSend, p.rank, seq), opcode, flags, a, b, raddr, p.remoteRKey, imm); err != nil {
 		// The send queue is sized so that it never overflows: a failed
 		// post means the queue pair is in error.
 		p.fail(fmt.Errorf("%w: %v", transport.ErrPeerLost, err))
@@ -668,7 +697,7 @@ func (p *peer) flushCreditsLocked() {
 	if c == 0 || p.gone || p.t.closing.Load() || p.failed() != nil || !p.roomLocked() {
 		return
 	}
-	if _, err := p.postLocked(opSendImm, false, false, nil, 0, 0, 0, encodeCtl(ctlCredit, int(c))); err == nil {
+	if _, err := p.postLocked(opSendImm, false, false, gather{}, gather{}, 0, encodeCtl(ctlCredit, int(c))); err == nil {
 		p.pending.Add(-c)
 		p.creditMsgs++
 	}
@@ -795,7 +824,7 @@ func (t *Transport) probe() {
 			continue
 		}
 		if !p.gone && !t.closing.Load() && p.roomLocked() {
-			p.postLocked(opRDMAWrite, true, false, nil, 0, 0, p.remoteAddr, 0)
+			p.postLocked(opRDMAWrite, true, false, gather{}, gather{}, p.remoteAddr, 0)
 		}
 		p.smu.Unlock()
 	}
@@ -1076,6 +1105,15 @@ func (t *Transport) shut(kind int, linger time.Duration, why []byte) {
 		t.progress <- struct{}{} // the engine is ours for good
 		t.closing.Store(true)
 		deadline := time.Now().Add(linger)
+		if l := logging.L(); l.Enabled(context.Background(), slog.LevelDebug) {
+			var sent, credits, zc int
+			for _, p := range t.list {
+				p.smu.Lock()
+				sent, credits, zc = sent+p.sendSeq, credits+p.creditMsgs, zc+p.zeroCopies
+				p.smu.Unlock()
+			}
+			l.Debug("rdma mesh closing", "rank", t.rank, "messages_sent", sent, "zero_copy", zc, "credit_messages", credits)
+		}
 		for _, p := range t.list {
 			if err := p.failed(); err != nil && !errors.Is(err, transport.ErrPeerClosed) {
 				continue
@@ -1091,7 +1129,7 @@ func (t *Transport) shut(kind int, linger time.Duration, why []byte) {
 				if kind == ctlAbort {
 					arg = p.noticeLocked(why)
 				}
-				p.byeSeq, _ = p.postLocked(opSendImm, true, false, nil, 0, 0, 0, encodeCtl(kind, arg))
+				p.byeSeq, _ = p.postLocked(opSendImm, true, false, gather{}, gather{}, 0, encodeCtl(kind, arg))
 			}
 			p.smu.Unlock()
 		}
@@ -1131,4 +1169,6 @@ var (
 	_ transport.Transport    = (*Transport)(nil)
 	_ transport.Aborter      = (*Transport)(nil)
 	_ transport.LossNotifier = (*Transport)(nil)
+	_ transport.PartSender   = (*Transport)(nil)
+	_ transport.Registrar    = (*Transport)(nil)
 )

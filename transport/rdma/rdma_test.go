@@ -311,10 +311,11 @@ func TestCreditsRideWithData(t *testing.T) {
 	}
 }
 
-// TestTrySend: head and body arrive as one message, inline or staged;
-// with every slot taken TrySend sends nothing and says so, and once the
-// receiver releases one, TrySend finds the returned credit by itself.
-func TestTrySend(t *testing.T) {
+// TestSendParts: head and body arrive as one message, inline or staged;
+// not waiting, with every slot taken, SendParts sends nothing and says
+// so, and once the receiver releases one it finds the returned credit by
+// itself; waiting, it sends once the credit is back.
+func TestSendParts(t *testing.T) {
 	if !haveDevice(t) {
 		return
 	}
@@ -343,23 +344,23 @@ func TestTrySend(t *testing.T) {
 			var want [][]byte
 			for i := 0; i < 3; i++ {
 				head, body := part(tc.head, byte(i)), part(tc.body, byte(100+i))
-				sent, err := tx.TrySend(ctx, 1, head, body)
+				sent, err := tx.SendParts(ctx, 1, head, body, false)
 				if err != nil {
-					t.Fatalf("TrySend %d: %v", i, err)
+					t.Fatalf("SendParts %d: %v", i, err)
 				}
 				if i < 2 && !sent {
 					// The credits of the last subtest's messages may
 					// still be on their way back.
 					for !sent && err == nil && ctx.Err() == nil {
 						time.Sleep(time.Millisecond)
-						sent, err = tx.TrySend(ctx, 1, head, body)
+						sent, err = tx.SendParts(ctx, 1, head, body, false)
 					}
 					if !sent {
-						t.Fatalf("TrySend %d into a ring of 2 free slots: sent %v, err %v", i, sent, err)
+						t.Fatalf("SendParts %d into a ring of 2 free slots: sent %v, err %v", i, sent, err)
 					}
 				}
 				if i == 2 && sent {
-					t.Fatalf("TrySend %d sent into a ring of 2 slots that are both taken", i)
+					t.Fatalf("SendParts %d sent into a ring of 2 slots that are both taken", i)
 				}
 				if sent {
 					want = append(want, append(head, body...))
@@ -375,27 +376,167 @@ func TestTrySend(t *testing.T) {
 				}
 				ts[1].Release(m)
 				if i == 0 {
-					// The credit travels back on its own; TrySend polls
+					// The credit travels back on its own; SendParts polls
 					// for it once per call and must find it.
 					var sent bool
 					for !sent && err == nil && ctx.Err() == nil {
-						sent, err = tx.TrySend(ctx, 1, nil, []byte{42})
+						sent, err = tx.SendParts(ctx, 1, nil, []byte{42}, false)
 						time.Sleep(time.Millisecond)
 					}
 					if !sent || err != nil {
-						t.Fatalf("TrySend after a release: sent %v, err %v", sent, err)
+						t.Fatalf("SendParts after a release: sent %v, err %v", sent, err)
 					}
 					want = append(want, []byte{42})
 				}
 			}
 		})
 	}
-	if _, err := tx.TrySend(ctx, 1, make([]byte, 4000), make([]byte, 97)); !errors.Is(err, ErrInvalid) {
-		t.Fatalf("TrySend of 4097 bytes into 4096-byte slots: %v; want ErrInvalid", err)
+	// Waiting, with both slots taken, it sends once a credit is back.
+	for i := 0; i < 2; i++ {
+		if err := tx.Send(ctx, 1, []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := make(chan error, 1)
+	go func() {
+		sent, err := tx.SendParts(ctx, 1, []byte{9}, bytes.Repeat([]byte{2}, 1000), true)
+		if !sent && err == nil {
+			err = errors.New("sent nothing, and no error")
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("SendParts, waiting, returned (%v) while both of the peer's slots were taken", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	for i := 0; i < 3; i++ {
+		m, err := ts[1].Recv(ctx, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i < 2 && !bytes.Equal(m.Data, []byte{byte(i)}) || i == 2 && (len(m.Data) != 1001 || m.Data[0] != 9 || m.Data[1000] != 2) {
+			t.Fatalf("message %d: %d bytes % x...", i, len(m.Data), m.Data[:min(len(m.Data), 4)])
+		}
+		ts[1].Release(m)
+		if i == 0 {
+			if err := <-done; err != nil {
+				t.Fatalf("SendParts, waiting: %v", err)
+			}
+		}
+	}
+	if _, err := tx.SendParts(ctx, 1, make([]byte, 4000), make([]byte, 97), false); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("SendParts of 4097 bytes into 4096-byte slots: %v; want ErrInvalid", err)
 	}
 	tx.Close()
-	if sent, err := tx.TrySend(ctx, 1, nil, []byte{1}); sent || !errors.Is(err, transport.ErrClosed) {
-		t.Fatalf("TrySend after Close: sent %v, err %v; want an error wrapping ErrClosed", sent, err)
+	if sent, err := tx.SendParts(ctx, 1, nil, []byte{1}, true); sent || !errors.Is(err, transport.ErrClosed) {
+		t.Fatalf("SendParts after Close: sent %v, err %v; want an error wrapping ErrClosed", sent, err)
+	}
+}
+
+// TestZeroCopy: a send whose body lies in registered memory and is at
+// least ZeroCopyMin long is written straight from it, and the caller's
+// buffer is free when the send returns; smaller bodies, bodies outside
+// every region and deregistered memory go through the staging slot; bad
+// registrations are refused.
+func TestZeroCopy(t *testing.T) {
+	if !haveDevice(t) {
+		return
+	}
+	const zcMin = 64 << 10
+	ts := newMesh(t, 2, Options{Slots: 4, SlotSize: 256 << 10, ZeroCopyMin: zcMin})
+	tx, rx := ts[0].(*Transport), ts[1].(*Transport)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	buf := make([]byte, 1<<20)
+	other := make([]byte, 1<<20)
+	fill := func(b []byte, seed byte) {
+		for i := range b {
+			b[i] = seed + byte(i*7)
+		}
+	}
+	fill(buf, 1)
+	fill(other, 2)
+	deregister, err := tx.Register(buf[4096:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	zeroCopies := func() int {
+		p := tx.peers[1]
+		p.smu.Lock()
+		defer p.smu.Unlock()
+		return p.zeroCopies
+	}
+	head := []byte("sixteen byte hdr")
+	for _, tc := range []struct {
+		name string
+		head []byte
+		body []byte
+		zero bool
+	}{
+		{"registered, with a head", head, buf[5000 : 5000+200<<10], true},
+		{"registered, no head", nil, buf[len(buf)-zcMin:], true},
+		{"registered, the whole slot", nil, buf[4096 : 4096+256<<10], true},
+		{"registered, below the minimum", head, buf[8192 : 8192+zcMin-1], false},
+		{"starts before the region", head, buf[4000 : 4000+zcMin], false},
+		{"not registered", head, other[:100<<10], false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := append(append([]byte(nil), tc.head...), tc.body...)
+			before := zeroCopies()
+			if sent, err := tx.SendParts(ctx, 1, tc.head, tc.body, true); !sent || err != nil {
+				t.Fatalf("SendParts: sent %v, err %v", sent, err)
+			}
+			// The body is the caller's again: what the peer gets must not
+			// change with it.
+			saved := append([]byte(nil), tc.body...)
+			for i := range tc.body {
+				tc.body[i] ^= 0xff
+			}
+			m, err := rx.Recv(ctx, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(m.Data, want) {
+				t.Errorf("got %d bytes, want %d: not what was sent", len(m.Data), len(want))
+			}
+			rx.Release(m)
+			copy(tc.body, saved)
+			if got := zeroCopies() - before; got != map[bool]int{true: 1, false: 0}[tc.zero] {
+				t.Errorf("%d zero-copy sends, want zero-copy %v", got, tc.zero)
+			}
+		})
+	}
+	if err := deregister(); err != nil {
+		t.Fatal(err)
+	}
+	if err := deregister(); err != nil {
+		t.Fatalf("second deregister: %v", err)
+	}
+	before := zeroCopies()
+	if err := tx.Send(ctx, 1, buf[8192:8192+zcMin]); err != nil {
+		t.Fatal(err)
+	}
+	m, err := rx.Recv(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(m.Data, buf[8192:8192+zcMin]) || zeroCopies() != before {
+		t.Errorf("send from deregistered memory: %d bytes, equal %v, %d zero-copy sends", len(m.Data), bytes.Equal(m.Data, buf[8192:8192+zcMin]), zeroCopies()-before)
+	}
+	rx.Release(m)
+	if _, err := tx.Register(nil); !errors.Is(err, ErrInvalid) {
+		t.Errorf("Register(nil): %v, want ErrInvalid", err)
+	}
+	// A registration left at Close goes with the transport.
+	if _, err := tx.Register(other); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Register(buf); !errors.Is(err, transport.ErrClosed) {
+		t.Errorf("Register after Close: %v, want ErrClosed", err)
 	}
 }
 

@@ -136,14 +136,14 @@ static int gc_req_notify(struct ibv_context *c, struct ibv_cq *cq) {
 	return c->ops.req_notify_cq(cq, 0);
 }
 
-static struct ibv_qp *gc_create_qp(struct ibv_pd *pd, struct ibv_cq *cq, int send_wr, int recv_wr, int inline_size, int *inline_out) {
+static struct ibv_qp *gc_create_qp(struct ibv_pd *pd, struct ibv_cq *cq, int send_wr, int recv_wr, int send_sge, int inline_size, int *inline_out) {
 	struct ibv_qp_init_attr a;
 	memset(&a, 0, sizeof a);
 	a.send_cq = cq;
 	a.recv_cq = cq;
 	a.cap.max_send_wr = send_wr;
 	a.cap.max_recv_wr = recv_wr;
-	a.cap.max_send_sge = 1;
+	a.cap.max_send_sge = send_sge;
 	a.cap.max_recv_sge = 1;
 	a.cap.max_inline_data = inline_size;
 	a.qp_type = GC_QPT_RC;
@@ -202,22 +202,31 @@ static int gc_qp_to_rts(struct ibv_qp *qp, uint32_t sq_psn, int timeout, int ret
 		GC_QP_RNR_RETRY | GC_QP_MAX_QP_RD_ATOMIC);
 }
 
-// gc_post_send posts one work request of at most one gather element.
-// data is either registered memory (lkey) or, with GC_SEND_INLINE, any
-// memory: the provider copies it into the work queue before returning.
+// gc_post_send posts one work request of at most two gather elements,
+// data then data2 (skipped when empty). Each is either registered memory
+// (lkey) or, with GC_SEND_INLINE, any memory: the provider copies it into
+// the work queue before returning.
 static int gc_post_send(struct ibv_context *c, struct ibv_qp *qp, uint64_t wr_id, int opcode, unsigned flags,
-		void *data, uint32_t len, uint32_t lkey, uint64_t raddr, uint32_t rkey, uint32_t imm) {
-	struct ibv_sge sge;
+		void *data, uint32_t len, uint32_t lkey, void *data2, uint32_t len2, uint32_t lkey2,
+		uint64_t raddr, uint32_t rkey, uint32_t imm) {
+	struct ibv_sge sge[2];
 	struct ibv_send_wr wr, *bad = NULL;
 	memset(&wr, 0, sizeof wr);
 	wr.wr_id = wr_id;
+	wr.sg_list = sge;
 	if (len > 0) {
-		sge.addr = (uint64_t)(uintptr_t)data;
-		sge.length = len;
-		sge.lkey = lkey;
-		wr.sg_list = &sge;
-		wr.num_sge = 1;
+		sge[wr.num_sge].addr = (uint64_t)(uintptr_t)data;
+		sge[wr.num_sge].length = len;
+		sge[wr.num_sge].lkey = lkey;
+		wr.num_sge++;
 	}
+	if (len2 > 0) {
+		sge[wr.num_sge].addr = (uint64_t)(uintptr_t)data2;
+		sge[wr.num_sge].length = len2;
+		sge[wr.num_sge].lkey = lkey2;
+		wr.num_sge++;
+	}
+	if (wr.num_sge == 0) wr.sg_list = NULL;
 	wr.opcode = opcode;
 	wr.send_flags = flags;
 	wr.imm_data = htonl(imm);
@@ -507,6 +516,18 @@ func (h *hca) regMR(mem []byte, remote bool) (mr unsafe.Pointer, lkey, rkey uint
 	if remote {
 		access |= C.GC_ACCESS_REMOTE_WRITE
 	}
+	return h.reg(mem, access)
+}
+
+// regSource registers mem for the device to read only: the source of
+// writes, which needs no access flag, and which leaves read-only or
+// copy-on-write pages as they are.
+func (h *hca) regSource(mem []byte) (mr unsafe.Pointer, lkey uint32, err error) {
+	mr, lkey, _, err = h.reg(mem, 0)
+	return mr, lkey, err
+}
+
+func (h *hca) reg(mem []byte, access C.int) (mr unsafe.Pointer, lkey, rkey uint32, err error) {
 	m, errno := C.gc_reg_mr(h.pd, unsafe.Pointer(&mem[0]), C.size_t(len(mem)), access)
 	if m == nil {
 		err = fmt.Errorf("%w: ibv_reg_mr of %d bytes on %s: %v", ErrRegister, len(mem), h.name, errno)
@@ -525,17 +546,29 @@ func (h *hca) deregMR(mr unsafe.Pointer) {
 }
 
 // createQP creates an RC queue pair on the shared CQ, asking for inline
-// room; a device that grants none gets a queue pair without.
-func (h *hca) createQP(sendWR, recvWR, inline int) (qp unsafe.Pointer, qpn uint32, gotInline int, err error) {
+// room and two gather elements per send (a header from the staging slab
+// and a body from the caller's registered memory); a device that grants
+// neither gets a queue pair without, and says how many elements it took.
+func (h *hca) createQP(sendWR, recvWR, inline int) (qp unsafe.Pointer, qpn uint32, gotInline, sges int, err error) {
 	var got C.int
-	q, errno := C.gc_create_qp(h.pd, h.cq, C.int(sendWR), C.int(recvWR), C.int(inline), &got)
-	if q == nil && inline > 0 {
-		q, errno = C.gc_create_qp(h.pd, h.cq, C.int(sendWR), C.int(recvWR), 0, &got)
+	var q *C.struct_ibv_qp
+	var errno error
+	inlines := []int{inline}
+	if inline > 0 {
+		inlines = append(inlines, 0)
+	}
+try:
+	for sges = 2; sges >= 1; sges-- {
+		for _, in := range inlines {
+			if q, errno = C.gc_create_qp(h.pd, h.cq, C.int(sendWR), C.int(recvWR), C.int(sges), C.int(in), &got); q != nil {
+				break try
+			}
+		}
 	}
 	if q == nil {
-		return nil, 0, 0, fmt.Errorf("%w: ibv_create_qp (%d send, %d receive entries): %v", ErrVerbs, sendWR, recvWR, errno)
+		return nil, 0, 0, 0, fmt.Errorf("%w: ibv_create_qp (%d send, %d receive entries): %v", ErrVerbs, sendWR, recvWR, errno)
 	}
-	return unsafe.Pointer(q), uint32(C.gc_qp_num(q)), int(got), nil
+	return unsafe.Pointer(q), uint32(C.gc_qp_num(q)), int(got), sges, nil
 }
 
 func (h *hca) destroyQP(qp unsafe.Pointer) {
@@ -572,11 +605,21 @@ func (h *hca) qpRTS(qp unsafe.Pointer, sqPSN uint32, opts Options) error {
 	return nil
 }
 
-// postSend posts one send work request; data must stay valid until the
-// call returns when inline, until its completion otherwise.
-func (h *hca) postSend(qp unsafe.Pointer, wrID uint64, opcode int, flags uint, data unsafe.Pointer, n int, lkey uint32, raddr uint64, rkey, imm uint32) error {
+// gather is one gather element of a send request: n bytes at data,
+// registered under lkey (ignored for an inline send).
+type gather struct {
+	data unsafe.Pointer
+	n    int
+	lkey uint32
+}
+
+// postSend posts one send work request of the elements a then b (either
+// may be empty); their memory must stay valid until the call returns when
+// inline, until its completion otherwise.
+func (h *hca) postSend(qp unsafe.Pointer, wrID uint64, opcode int, flags uint, a, b gather, raddr uint64, rkey, imm uint32) error {
 	rc := C.gc_post_send(h.ctx, (*C.struct_ibv_qp)(qp), C.uint64_t(wrID), C.int(opcode), C.uint(flags),
-		data, C.uint32_t(n), C.uint32_t(lkey), C.uint64_t(raddr), C.uint32_t(rkey), C.uint32_t(imm))
+		a.data, C.uint32_t(a.n), C.uint32_t(a.lkey), b.data, C.uint32_t(b.n), C.uint32_t(b.lkey),
+		C.uint64_t(raddr), C.uint32_t(rkey), C.uint32_t(imm))
 	if rc != 0 {
 		return fmt.Errorf("ibv_post_send: %v", syscall.Errno(rc))
 	}

@@ -117,22 +117,31 @@ func (h *Hybrid) fits(peer, n int) error {
 	return nil
 }
 
-// TrySend implements transport.EagerSender: over shared memory as the
+// SendParts implements transport.PartSender: over shared memory as the
 // local transport does; to the other hosts' ranks as the far transport
 // does, if it can, else not at all (false), which leaves the caller to
 // send the usual way.
-func (h *Hybrid) TrySend(ctx context.Context, peer int, head, body []byte) (bool, error) {
+func (h *Hybrid) SendParts(ctx context.Context, peer int, head, body []byte, wait bool) (bool, error) {
 	if peer >= 0 && peer < h.size && peer != h.rank && h.index[peer] >= 0 {
 		if err := h.fits(peer, len(head)+len(body)); err != nil {
 			return false, err
 		}
-		sent, err := h.near.TrySend(ctx, h.index[peer], head, body)
+		sent, err := h.near.SendParts(ctx, h.index[peer], head, body, wait)
 		return sent, h.global(err)
 	}
-	if es, ok := h.far.(transport.EagerSender); ok {
-		return es.TrySend(ctx, peer, head, body)
+	if ps, ok := h.far.(transport.PartSender); ok {
+		return ps.SendParts(ctx, peer, head, body, wait)
 	}
 	return false, nil
+}
+
+// Register implements transport.Registrar for the far transport, the one
+// that can send from registered memory; shared memory copies anyway.
+func (h *Hybrid) Register(p []byte) (deregister func() error, err error) {
+	if r, ok := h.far.(transport.Registrar); ok {
+		return r.Register(p)
+	}
+	return func() error { return nil }, nil
 }
 
 // HasCredit implements transport.CreditReporter.
@@ -207,4 +216,5 @@ var (
 	_ transport.Transport    = (*Hybrid)(nil)
 	_ transport.Aborter      = (*Hybrid)(nil)
 	_ transport.LossNotifier = (*Hybrid)(nil)
+	_ transport.Registrar    = (*Hybrid)(nil)
 )

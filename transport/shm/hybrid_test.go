@@ -241,9 +241,9 @@ func asBytes[T any](s []T) []byte {
 }
 
 // TestHybridLimit: a message to a rank on this host is held to the
-// limit every rank shares, MaxMessage, by Send and by TrySend alike, and
-// TrySend to a rank on another host, over a transport that cannot try,
-// sends nothing and leaves the caller to send the usual way.
+// limit every rank shares, MaxMessage, by Send and by SendParts alike,
+// and SendParts to a rank on another host, over a transport that cannot
+// take parts, sends nothing and leaves the caller to send the usual way.
 func TestHybridLimit(t *testing.T) {
 	ts := hybridMesh(t, []int{0, 0, 1})
 	ctx := context.Background()
@@ -252,10 +252,10 @@ func TestHybridLimit(t *testing.T) {
 	if err := h.Send(ctx, 1, big); err == nil || !strings.Contains(err.Error(), "exceeds") {
 		t.Errorf("Send of MaxMessage()+1 bytes to a local rank: %v, want an error saying it exceeds the limit", err)
 	}
-	if sent, err := h.TrySend(ctx, 1, big[:1], big[1:]); sent || err == nil || !strings.Contains(err.Error(), "exceeds") {
-		t.Errorf("TrySend of MaxMessage()+1 bytes to a local rank: sent %v, %v; want an error saying it exceeds the limit", sent, err)
+	if sent, err := h.SendParts(ctx, 1, big[:1], big[1:], false); sent || err == nil || !strings.Contains(err.Error(), "exceeds") {
+		t.Errorf("SendParts of MaxMessage()+1 bytes to a local rank: sent %v, %v; want an error saying it exceeds the limit", sent, err)
 	}
-	if sent, err := h.TrySend(ctx, 2, nil, []byte{1}); sent || err != nil {
-		t.Errorf("TrySend to a rank on another host over TCP: sent %v, %v; want false and no error", sent, err)
+	if sent, err := h.SendParts(ctx, 2, nil, []byte{1}, true); sent || err != nil {
+		t.Errorf("SendParts to a rank on another host over TCP: sent %v, %v; want false and no error", sent, err)
 	}
 }

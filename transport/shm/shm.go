@@ -542,9 +542,9 @@ func (t *Transport) Send(ctx context.Context, to int, b []byte) error {
 	return err
 }
 
-// TrySend implements transport.EagerSender.
-func (t *Transport) TrySend(ctx context.Context, to int, head, body []byte) (bool, error) {
-	return t.send(ctx, to, head, body, false)
+// SendParts implements transport.PartSender.
+func (t *Transport) SendParts(ctx context.Context, to int, head, body []byte, wait bool) (bool, error) {
+	return t.send(ctx, to, head, body, wait)
 }
 
 // send writes head and body, as one message, into the next slot of the

@@ -52,8 +52,8 @@ func (t *Transport) Send(ctx context.Context, to int, b []byte) error {
 	return &transport.PeerError{Peer: to, Op: "send to", Err: errNotLinux}
 }
 
-// TrySend implements transport.EagerSender.
-func (t *Transport) TrySend(ctx context.Context, to int, head, body []byte) (bool, error) {
+// SendParts implements transport.PartSender.
+func (t *Transport) SendParts(ctx context.Context, to int, head, body []byte, wait bool) (bool, error) {
 	return false, &transport.PeerError{Peer: to, Op: "send to", Err: errNotLinux}
 }
 

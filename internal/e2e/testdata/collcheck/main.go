@@ -94,6 +94,7 @@ func (k *checker) all() error {
 		run[uint8](k, false), run[uint16](k, false), run[uint32](k, false), run[uint64](k, false),
 		run[comm.Float16](k, true), run[comm.BFloat16](k, true),
 		k.randomFloats(),
+		k.registered(),
 		k.c.Barrier(k.ctx),
 	} {
 		if err != nil {
@@ -314,5 +315,74 @@ func (k *checker) randomFloats() error {
 		}
 	}
 	k.tick()
+	return nil
+}
+
+// registered runs allreduce, broadcast and allgather on buffers
+// registered for zero-copy sends (over RDMA, the device reads them in
+// place; elsewhere registering does nothing), large enough that their
+// messages pass the zero-copy minimum, then once more after deregistering.
+func (k *checker) registered() error {
+	c, n, me := k.c, k.c.Size(), k.c.Rank()
+	const count = 3 << 17 // 1.5 MiB of float32: several slots, odd per-rank chunks
+	buf := make([]float32, count)
+	all := make([]float32, count*n)
+	regs := make([]*comm.Registration, 0, 2)
+	for _, b := range [][]float32{buf, all} {
+		r, err := comm.Register(c, b)
+		if err != nil {
+			return fmt.Errorf("register %d float32: %w", len(b), err)
+		}
+		regs = append(regs, r)
+	}
+	for round := 0; round < 2; round++ {
+		for i := range buf {
+			buf[i] = float32(input(me, i))
+		}
+		if err := comm.AllReduce(k.ctx, c, buf, comm.Sum); err != nil {
+			return fmt.Errorf("registered allreduce (round %d): %w", round, err)
+		}
+		for i, v := range buf {
+			want := 0
+			for r := 0; r < n; r++ {
+				want += input(r, i)
+			}
+			if v != float32(want) {
+				return fmt.Errorf("registered allreduce (round %d): element %d is %v, want %v", round, i, v, want)
+			}
+		}
+		k.tick()
+		root := (round + 1) % n
+		for i := range buf {
+			buf[i] = float32(input(me, i))
+		}
+		if err := comm.Broadcast(k.ctx, c, buf, root); err != nil {
+			return fmt.Errorf("registered broadcast (round %d): %w", round, err)
+		}
+		for i, v := range buf {
+			if v != float32(input(root, i)) {
+				return fmt.Errorf("registered broadcast (round %d): element %d is %v, want %v", round, i, v, input(root, i))
+			}
+		}
+		k.tick()
+		for i := range buf {
+			buf[i] = float32(input(me, i))
+		}
+		if err := comm.AllGather(k.ctx, c, buf, all); err != nil {
+			return fmt.Errorf("registered allgather (round %d): %w", round, err)
+		}
+		for i, v := range all {
+			if r := i / count; v != float32(input(r, i%count)) {
+				return fmt.Errorf("registered allgather (round %d): element %d is %v, want %v", round, i, v, input(r, i%count))
+			}
+		}
+		k.tick()
+		// The second round runs on the same buffers, deregistered.
+		for _, r := range regs {
+			if err := r.Close(); err != nil {
+				return fmt.Errorf("deregister: %w", err)
+			}
+		}
+	}
 	return nil
 }
