@@ -311,127 +311,13 @@ func TestCreditsRideWithData(t *testing.T) {
 	}
 }
 
-// TestSendParts: head and body arrive as one message, inline or staged;
-// not waiting, with every slot taken, SendParts sends nothing and says
-// so, and once the receiver releases one it finds the returned credit by
-// itself; waiting, it sends once the credit is back.
+// TestSendParts runs the PartSender checks over RDMA, whose credits come
+// back on their own, some time after a release.
 func TestSendParts(t *testing.T) {
 	if !haveDevice(t) {
 		return
 	}
-	ts := newMesh(t, 2, Options{Slots: 2, SlotSize: 4096})
-	tx := ts[0].(*Transport)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	part := func(n int, seed byte) []byte {
-		b := make([]byte, n)
-		for i := range b {
-			b[i] = seed + byte(i)
-		}
-		return b
-	}
-	for _, tc := range []struct {
-		name       string
-		head, body int
-	}{
-		{"inline", 16, 8},
-		{"inline, no head", 0, 8},
-		{"staged", 16, 1000},
-		{"staged, no head", 0, 1000},
-		{"full slot", 96, 4000},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var want [][]byte
-			for i := 0; i < 3; i++ {
-				head, body := part(tc.head, byte(i)), part(tc.body, byte(100+i))
-				sent, err := tx.SendParts(ctx, 1, head, body, false)
-				if err != nil {
-					t.Fatalf("SendParts %d: %v", i, err)
-				}
-				if i < 2 && !sent {
-					// The credits of the last subtest's messages may
-					// still be on their way back.
-					for !sent && err == nil && ctx.Err() == nil {
-						time.Sleep(time.Millisecond)
-						sent, err = tx.SendParts(ctx, 1, head, body, false)
-					}
-					if !sent {
-						t.Fatalf("SendParts %d into a ring of 2 free slots: sent %v, err %v", i, sent, err)
-					}
-				}
-				if i == 2 && sent {
-					t.Fatalf("SendParts %d sent into a ring of 2 slots that are both taken", i)
-				}
-				if sent {
-					want = append(want, append(head, body...))
-				}
-			}
-			for i := 0; i < len(want); i++ {
-				m, err := ts[1].Recv(ctx, 0)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !bytes.Equal(m.Data, want[i]) {
-					t.Fatalf("message %d: got %d bytes, want head+body, %d bytes", i, len(m.Data), len(want[i]))
-				}
-				ts[1].Release(m)
-				if i == 0 {
-					// The credit travels back on its own; SendParts polls
-					// for it once per call and must find it.
-					var sent bool
-					for !sent && err == nil && ctx.Err() == nil {
-						sent, err = tx.SendParts(ctx, 1, nil, []byte{42}, false)
-						time.Sleep(time.Millisecond)
-					}
-					if !sent || err != nil {
-						t.Fatalf("SendParts after a release: sent %v, err %v", sent, err)
-					}
-					want = append(want, []byte{42})
-				}
-			}
-		})
-	}
-	// Waiting, with both slots taken, it sends once a credit is back.
-	for i := 0; i < 2; i++ {
-		if err := tx.Send(ctx, 1, []byte{byte(i)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	done := make(chan error, 1)
-	go func() {
-		sent, err := tx.SendParts(ctx, 1, []byte{9}, bytes.Repeat([]byte{2}, 1000), true)
-		if !sent && err == nil {
-			err = errors.New("sent nothing, and no error")
-		}
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		t.Fatalf("SendParts, waiting, returned (%v) while both of the peer's slots were taken", err)
-	case <-time.After(100 * time.Millisecond):
-	}
-	for i := 0; i < 3; i++ {
-		m, err := ts[1].Recv(ctx, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if i < 2 && !bytes.Equal(m.Data, []byte{byte(i)}) || i == 2 && (len(m.Data) != 1001 || m.Data[0] != 9 || m.Data[1000] != 2) {
-			t.Fatalf("message %d: %d bytes % x...", i, len(m.Data), m.Data[:min(len(m.Data), 4)])
-		}
-		ts[1].Release(m)
-		if i == 0 {
-			if err := <-done; err != nil {
-				t.Fatalf("SendParts, waiting: %v", err)
-			}
-		}
-	}
-	if _, err := tx.SendParts(ctx, 1, make([]byte, 4000), make([]byte, 97), false); !errors.Is(err, ErrInvalid) {
-		t.Fatalf("SendParts of 4097 bytes into 4096-byte slots: %v; want ErrInvalid", err)
-	}
-	tx.Close()
-	if sent, err := tx.SendParts(ctx, 1, nil, []byte{1}, true); sent || !errors.Is(err, transport.ErrClosed) {
-		t.Fatalf("SendParts after Close: sent %v, err %v; want an error wrapping ErrClosed", sent, err)
-	}
+	conformance.PartSender(t, newMesh(t, 2, Options{Slots: 2, SlotSize: 4096}), 4096)
 }
 
 // TestZeroCopy: a send whose body lies in registered memory and is at

@@ -5,7 +5,6 @@ package shm_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -142,106 +141,7 @@ func testMessageLengths(t *testing.T, ts []*shm.Transport) {
 	}
 }
 
-// TestSendParts: SendParts delivers head and body as one message while
-// the peer has free slots; not waiting, it says false and sends nothing
-// once they are all taken, and sends again once the receiver releases
-// one; waiting, it sends once the receiver does.
+// TestSendParts runs the PartSender checks over shared memory.
 func TestSendParts(t *testing.T) {
-	ts := mesh(t, 2, shm.Options{Slots: 2, SlotSize: 4096})
-	ctx := context.Background()
-	part := func(n int, seed byte) []byte {
-		b := make([]byte, n)
-		for i := range b {
-			b[i] = seed + byte(i)
-		}
-		return b
-	}
-	for _, tc := range []struct {
-		name       string
-		head, body int
-	}{
-		{"inline", 16, 8},
-		{"in the slot body", 16, 1000},
-		{"no head", 0, 64},
-		{"full slot", 96, 4000},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var want [][]byte
-			for i := 0; ; i++ {
-				head, body := part(tc.head, byte(i)), part(tc.body, byte(100+i))
-				sent, err := ts[0].SendParts(ctx, 1, head, body, false)
-				if err != nil {
-					t.Fatalf("SendParts %d: %v", i, err)
-				}
-				if !sent {
-					if i != 2 {
-						t.Fatalf("SendParts %d said no free slot; the ring has 2", i)
-					}
-					break
-				}
-				if i == 2 {
-					t.Fatalf("SendParts %d sent into a ring of 2 slots that are both taken", i)
-				}
-				want = append(want, append(head, body...))
-			}
-			for i := 0; i < len(want); i++ {
-				w := want[i]
-				m, err := ts[1].Recv(ctx, 0)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !bytes.Equal(m.Data, w) {
-					t.Fatalf("message %d: got %d bytes, want head+body, %d bytes", i, len(m.Data), len(w))
-				}
-				ts[1].Release(m)
-				if i == 0 {
-					if sent, err := ts[0].SendParts(ctx, 1, nil, nil, false); !sent || err != nil {
-						t.Fatalf("SendParts after a release: sent %v, err %v", sent, err)
-					}
-					want = append(want, []byte{})
-				}
-			}
-		})
-	}
-	// Waiting, it sends once the receiver releases a slot.
-	for i := 0; i < 2; i++ {
-		if sent, err := ts[0].SendParts(ctx, 1, []byte{1}, []byte{byte(i)}, false); !sent || err != nil {
-			t.Fatalf("SendParts %d into an empty ring: sent %v, err %v", i, sent, err)
-		}
-	}
-	done := make(chan error, 1)
-	go func() {
-		sent, err := ts[0].SendParts(ctx, 1, []byte{1}, []byte{2}, true)
-		if !sent && err == nil {
-			err = errors.New("sent nothing, and no error")
-		}
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		t.Fatalf("SendParts, waiting, returned (%v) before the receiver freed a slot of the full ring", err)
-	case <-time.After(50 * time.Millisecond):
-	}
-	for i := 0; i < 3; i++ {
-		m, err := ts[1].Recv(ctx, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(m.Data) != 2 || m.Data[0] != 1 || m.Data[1] != byte(i) {
-			t.Fatalf("message %d: % x, want 01 %02x", i, m.Data, i)
-		}
-		ts[1].Release(m)
-		if i == 0 {
-			if err := <-done; err != nil {
-				t.Fatalf("SendParts, waiting: %v", err)
-			}
-		}
-	}
-	if _, err := ts[0].SendParts(ctx, 1, make([]byte, 4000), make([]byte, 97), false); err == nil {
-		t.Fatal("SendParts of 4097 bytes into 4096-byte slots succeeded")
-	}
-	ts[0].Close()
-	if sent, err := ts[0].SendParts(ctx, 1, nil, []byte{1}, true); sent || !errors.Is(err, transport.ErrClosed) {
-		t.Fatalf("SendParts after Close: sent %v, err %v; want an error wrapping ErrClosed", sent, err)
-	}
+	conformance.PartSender(t, asTransports(mesh(t, 2, shm.Options{Slots: 2, SlotSize: 4096})), 4096)
 }
