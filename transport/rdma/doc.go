@@ -65,9 +65,9 @@
 // transport keeps behind the caller's back: a cached registration of
 // memory the program has since freed or unmapped would leave the device
 // reading pages that no longer back those addresses. On Soft-RoCE in the
-// VM zero-copy and the staging path measure the same (the device's own
-// software copies dominate); the copy it saves matters where the NIC,
-// not the CPU, moves the bytes.
+// VM, zero-copy and the staging path measure the same within the noise
+// (the device's own software copies dominate); what it saves, a copy of
+// every byte sent, has not been measured on a real NIC.
 //
 // # Progress
 //
