@@ -532,8 +532,5 @@ func (c *Channel) Abort(cause error) error { return transport.Abort(c.m.t, cause
 // once serves every channel. A transport that cannot send from
 // registered memory registers nothing, and deregister does nothing.
 func (c *Channel) Register(p []byte) (deregister func() error, err error) {
-	if r, ok := c.m.t.(transport.Registrar); ok {
-		return r.Register(p)
-	}
-	return func() error { return nil }, nil
+	return transport.Register(c.m.t, p)
 }

@@ -2,7 +2,6 @@ package comm
 
 import (
 	"fmt"
-	"sync"
 
 	"github.com/gocoll/gocoll/transport"
 )
@@ -10,9 +9,7 @@ import (
 // Registration is a buffer registered with a communicator's connections
 // for zero-copy sends; see Register.
 type Registration struct {
-	once       sync.Once
-	deregister func() error
-	err        error
+	deregister func() error // safe to call more than once (transport.Registrar)
 }
 
 // Register registers buf with c's connections for zero-copy sends, as
@@ -40,15 +37,12 @@ func Register[T Element](c *Communicator, buf []T) (*Registration, error) {
 	if err := c.unusable(); err != nil {
 		return nil, fmt.Errorf("comm: register: %w", err)
 	}
-	r := &Registration{deregister: func() error { return nil }}
-	if reg, ok := c.t.(transport.Registrar); ok {
-		d, err := reg.Register(bytesOf(buf))
-		if err != nil {
-			return nil, fmt.Errorf("comm: register %d bytes: %w", len(bytesOf(buf)), err)
-		}
-		r.deregister = d
+	b := bytesOf(buf)
+	d, err := transport.Register(c.t, b)
+	if err != nil {
+		return nil, fmt.Errorf("comm: register %d bytes: %w", len(b), err)
 	}
-	return r, nil
+	return &Registration{deregister: d}, nil
 }
 
 // Close deregisters the buffer, once no send reads from it any more. It
@@ -57,6 +51,5 @@ func (r *Registration) Close() error {
 	if r == nil {
 		return nil
 	}
-	r.once.Do(func() { r.err = r.deregister() })
-	return r.err
+	return r.deregister()
 }

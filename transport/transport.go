@@ -142,6 +142,15 @@ type Registrar interface {
 	Register(p []byte) (deregister func() error, err error)
 }
 
+// Register registers p with t as a Registrar does; a transport that is
+// not one registers nothing, and its deregister does nothing.
+func Register(t Transport, p []byte) (deregister func() error, err error) {
+	if r, ok := t.(Registrar); ok {
+		return r.Register(p)
+	}
+	return func() error { return nil }, nil
+}
+
 // Abort drops t as an Aborter does, or closes it if t cannot abort: the
 // way to give up on any transport.
 func Abort(t Transport, cause error) error {

@@ -3,6 +3,7 @@
 package rdma
 
 import (
+	"cmp"
 	"fmt"
 	"runtime"
 	"runtime/cgo"
@@ -67,27 +68,16 @@ func (t *Transport) Register(p []byte) (deregister func() error, err error) {
 		return nil, fmt.Errorf("rdma: register %d bytes: %w", len(p), err)
 	}
 	r.root = cgo.NewHandle(r)
-	i, _ := slices.BinarySearchFunc(t.registry.regs, r.lo, func(x *region, lo uintptr) int { return cmpUintptr(x.lo, lo) })
+	i, _ := slices.BinarySearchFunc(t.registry.regs, r.lo, func(x *region, lo uintptr) int { return cmp.Compare(x.lo, lo) })
 	t.registry.regs = slices.Insert(t.registry.regs, i, r)
-	var once sync.Once
 	return func() error {
-		once.Do(func() { t.deregister(r) })
+		t.deregister(r)
 		return nil
 	}, nil
 }
 
-func cmpUintptr(a, b uintptr) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
-// deregister drops r, once no send reads from it; destroy may have
-// dropped it already.
+// deregister drops r, once no send reads from it; a second call, or one
+// after destroy dropped every region, finds it gone and does nothing.
 func (t *Transport) deregister(r *region) {
 	t.registry.mu.Lock()
 	defer t.registry.mu.Unlock()
@@ -98,13 +88,13 @@ func (t *Transport) deregister(r *region) {
 }
 
 // registered returns a region holding all of b, or nil; the caller holds
-// regMu's read lock.
+// the registry's read lock.
 func (t *Transport) registered(b []byte) *region {
 	lo := uintptr(unsafe.Pointer(&b[0]))
 	hi := lo + uintptr(len(b))
 	// Regions may overlap: look at every one starting at or below lo,
 	// nearest first (there are few).
-	i, _ := slices.BinarySearchFunc(t.registry.regs, lo+1, func(x *region, v uintptr) int { return cmpUintptr(x.lo, v) })
+	i, _ := slices.BinarySearchFunc(t.registry.regs, lo+1, func(x *region, v uintptr) int { return cmp.Compare(x.lo, v) })
 	for i--; i >= 0; i-- {
 		if r := t.registry.regs[i]; r.hi >= hi {
 			return r

@@ -138,10 +138,7 @@ func (h *Hybrid) SendParts(ctx context.Context, peer int, head, body []byte, wai
 // Register implements transport.Registrar for the far transport, the one
 // that can send from registered memory; shared memory copies anyway.
 func (h *Hybrid) Register(p []byte) (deregister func() error, err error) {
-	if r, ok := h.far.(transport.Registrar); ok {
-		return r.Register(p)
-	}
-	return func() error { return nil }, nil
+	return transport.Register(h.far, p)
 }
 
 // HasCredit implements transport.CreditReporter.
