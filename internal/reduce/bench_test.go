@@ -16,6 +16,7 @@ var benchSizes = []struct {
 	name  string
 	bytes int
 }{
+	{"8B", 8}, // a small allreduce's whole reduction: the cost is the dispatch
 	{"16KiB", 16 << 10},
 	{"64KiB", 64 << 10},
 	{"64MiB", 64 << 20},

@@ -134,13 +134,22 @@ func (e *checkError) Unwrap() error { return ErrUnsupported }
 // values: an invalid dtype, an invalid op, or Avg on an integer type (which
 // is not defined; use Sum and divide).
 func Check(dt DType, op Op) error {
+	if dt.Valid() && op.Valid() && (op != Avg || dtypeInfo[dt].float) {
+		return nil
+	}
+	return checkFailed(dt, op)
+}
+
+// checkFailed is Check's error, out of line so that Check, which every
+// reduction asks, is inlined.
+//
+//go:noinline
+func checkFailed(dt DType, op Op) error {
 	switch {
 	case !dt.Valid():
 		return &checkError{"reduce: invalid dtype " + dt.String() + " (op " + op.String() + ")"}
 	case !op.Valid():
 		return &checkError{"reduce: invalid op " + op.String() + " (dtype " + dt.String() + ")"}
-	case op == Avg && !dt.IsFloat():
-		return &checkError{"reduce: " + op.String() + " is not defined for " + dt.String() + " (use sum and divide)"}
 	}
-	return nil
+	return &checkError{"reduce: " + op.String() + " is not defined for " + dt.String() + " (use sum and divide)"}
 }

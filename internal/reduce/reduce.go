@@ -42,29 +42,29 @@ func aligned(b []byte, align uintptr) bool {
 // Reduce panics on a length mismatch or an invalid dt or op: those are
 // programming errors in the caller.
 func Reduce(dt DType, op Op, dst, a, b []byte) {
-	if len(a) != len(dst) || len(b) != len(dst) {
-		panic("reduce: length mismatch: dst " + strconv.Itoa(len(dst)) + ", a " + strconv.Itoa(len(a)) + ", b " + strconv.Itoa(len(b)))
-	}
-	if !dt.Valid() || !op.Valid() {
-		panic("reduce: invalid dtype/op " + dt.String() + "/" + op.String())
-	}
-	info := &dtypeInfo[dt]
-	if len(dst)&(info.size-1) != 0 { // sizes are powers of two; a division costs more
-		panic("reduce: length " + strconv.Itoa(len(dst)) + " is not a multiple of the " + dt.String() + " size")
+	if len(a) != len(dst) || len(b) != len(dst) || !dt.Valid() || !op.Valid() ||
+		len(dst)&(dtypeInfo[dt].size-1) != 0 { // sizes are powers of two; a division costs more
+		badReduce(dt, op, dst, a, b)
 	}
 	// The vector kernels use unaligned loads and stores, so they take any
-	// buffer; only the scalar tail cares about alignment.
-	for _, k := range &active[dt][op] {
-		for k.fn != nil && len(dst) >= k.block {
-			nb := min(len(dst), kernelChunk) &^ (k.block - 1)
-			k.fn(unsafe.SliceData(dst), unsafe.SliceData(a), unsafe.SliceData(b), nb)
-			dst, a, b = dst[nb:], a[nb:], b[nb:]
+	// buffer; only the scalar tail cares about alignment. A small
+	// allreduce's few bytes, shorter than any kernel's block, skip the
+	// table: looking through it was most of the cost of such a call.
+	if len(dst) >= minBlock {
+		ks := &active[dt][op]
+		for i := range ks {
+			k := &ks[i]
+			for k.fn != nil && len(dst) >= k.block {
+				nb := min(len(dst), kernelChunk) &^ (k.block - 1)
+				k.fn(unsafe.SliceData(dst), unsafe.SliceData(a), unsafe.SliceData(b), nb)
+				dst, a, b = dst[nb:], a[nb:], b[nb:]
+			}
+		}
+		if len(dst) == 0 {
+			return
 		}
 	}
-	if len(dst) == 0 {
-		return
-	}
-	if m := info.align - 1; m != 0 {
+	if m := dtypeInfo[dt].align - 1; m != 0 {
 		p := uintptr(unsafe.Pointer(unsafe.SliceData(dst))) |
 			uintptr(unsafe.Pointer(unsafe.SliceData(a))) |
 			uintptr(unsafe.Pointer(unsafe.SliceData(b)))
@@ -74,6 +74,21 @@ func Reduce(dt DType, op Op, dst, a, b []byte) {
 		}
 	}
 	reduceAligned(dt, op, dst, a, b)
+}
+
+// badReduce panics with what is wrong with Reduce's arguments. It is out
+// of line so that Reduce, which never gets here from correct callers,
+// does not pay for building the messages.
+//
+//go:noinline
+func badReduce(dt DType, op Op, dst, a, b []byte) {
+	if len(a) != len(dst) || len(b) != len(dst) {
+		panic("reduce: length mismatch: dst " + strconv.Itoa(len(dst)) + ", a " + strconv.Itoa(len(a)) + ", b " + strconv.Itoa(len(b)))
+	}
+	if !dt.Valid() || !op.Valid() {
+		panic("reduce: invalid dtype/op " + dt.String() + "/" + op.String())
+	}
+	panic("reduce: length " + strconv.Itoa(len(dst)) + " is not a multiple of the " + dt.String() + " size")
 }
 
 // kernelChunk bounds the bytes one assembly kernel call handles. The

@@ -5,6 +5,7 @@ package reduce
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strings"
 
@@ -85,6 +86,16 @@ var (
 	activeLevel level
 	configErr   error
 )
+
+// minBlock is the smallest block of any kernel this build has, at any
+// level: buffers shorter than it go straight to the Go loop.
+var minBlock = func() int {
+	m := math.MaxInt
+	for _, k := range asmKernels {
+		m = min(m, k.block)
+	}
+	return m
+}()
 
 func init() {
 	best, feats := detectCPU()
