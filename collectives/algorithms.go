@@ -127,7 +127,7 @@ func (c *call) stream(next, prev int, out, in []byte, land func(dst, src []byte)
 // Each exchange computes lower-rank-data op higher-rank-data on both sides,
 // so both sides get the same bits even for NaN payloads.
 func (c *call) recursiveDoubling(buf []byte, dt reduce.DType, op reduce.Op) error {
-	if n := c.t.Size(); n&(n-1) == 0 && len(buf) <= c.segMax {
+	if n := c.g.n; n&(n-1) == 0 && len(buf) <= c.segMax {
 		return c.swapAll(buf, dt, op)
 	}
 	return c.onPowerOfTwo(buf, dt, op, func(p int) error {
@@ -149,8 +149,8 @@ func (c *call) recursiveDoubling(buf []byte, dt reduce.DType, op reduce.Op) erro
 // arithmetic and the calls through closures, which were a measurable part
 // of an 8-byte allreduce.
 func (c *call) swapAll(buf []byte, dt reduce.DType, op reduce.Op) error {
-	r := c.t.Rank()
-	for mask := 1; mask < c.t.Size(); mask <<= 1 {
+	r, n := c.g.rank, c.g.n
+	for mask := 1; mask < n; mask <<= 1 {
 		partner := r ^ mask
 		if err := c.send(partner, buf); err != nil {
 			return err

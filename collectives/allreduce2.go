@@ -129,18 +129,26 @@ func (c *call) spreadDown(buf []byte, parent int, children []int) error {
 //	6  8M      119 ms    75.2 ms       82.6 ms   106 ms
 //
 // GOCOLL_ALGO (allreduce=ring|rd|rabenseifner|tree) overrides it.
-func (g *Group) allReduceChoice(n, bytes int) (Algo, func() string) {
-	small := g.opts.SmallAllReduce
+func (g *Group) allReduceChoice(n, bytes int) Algo {
 	switch {
-	case bytes <= small:
-		return RecursiveDoubling, func() string { return fmt.Sprintf("%d bytes <= %d, %d ranks: latency-bound", bytes, small, n) }
+	case bytes <= g.opts.SmallAllReduce:
+		return RecursiveDoubling
 	case n <= 3 || n == 4 && bytes <= 1<<20:
-		return Ring, func() string {
-			return fmt.Sprintf("%d bytes > %d, %d ranks: bandwidth-bound, few ranks", bytes, small, n)
-		}
+		return Ring
 	default:
-		return Rabenseifner, func() string {
-			return fmt.Sprintf("%d bytes > %d, %d ranks: bandwidth-bound, many ranks", bytes, small, n)
-		}
+		return Rabenseifner
+	}
+}
+
+// allReduceWhy says why allReduceChoice picked a, for the log.
+func (g *Group) allReduceWhy(a Algo, n, bytes int) string {
+	small := g.opts.SmallAllReduce
+	switch a {
+	case RecursiveDoubling:
+		return fmt.Sprintf("%d bytes <= %d, %d ranks: latency-bound", bytes, small, n)
+	case Ring:
+		return fmt.Sprintf("%d bytes > %d, %d ranks: bandwidth-bound, few ranks", bytes, small, n)
+	default:
+		return fmt.Sprintf("%d bytes > %d, %d ranks: bandwidth-bound, many ranks", bytes, small, n)
 	}
 }

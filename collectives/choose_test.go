@@ -39,7 +39,7 @@ func TestAllReduceTable(t *testing.T) {
 		{4, 1<<20 + 4, Rabenseifner}, {5, 1 << 20, Rabenseifner}, {8, 64 << 20, Rabenseifner},
 	}
 	for _, tc := range cases {
-		if got, why := g.allReduceChoice(tc.n, tc.bytes); got != tc.want || why() == "" {
+		if got := g.allReduceChoice(tc.n, tc.bytes); got != tc.want || g.allReduceWhy(got, tc.n, tc.bytes) == "" {
 			t.Errorf("n=%d %d bytes: %v, want %v", tc.n, tc.bytes, got, tc.want)
 		}
 	}

@@ -214,6 +214,8 @@ type Group struct {
 	logged map[decision]bool
 
 	hier bool // Options.Hosts calls for the hierarchical allreduce
+	n    int  // t.Size() and t.Rank(), asked once
+	rank int
 	// Read once at NewGroup, as every call needs them: a map lookup and
 	// the logger's level cost a small allreduce more than its arithmetic.
 	forced  [kindLimit]Algo // Options.Algos by kind
@@ -234,6 +236,8 @@ func NewGroup(t transport.Transport, opts Options) *Group {
 	_, _, hier := hierarchical(opts.Hosts, t.Size())
 	g := &Group{
 		hier:    hier,
+		n:       t.Size(),
+		rank:    t.Rank(),
 		t:       t,
 		opts:    opts,
 		sentSeq: make([]uint64, t.Size()),
@@ -258,55 +262,76 @@ func (g *Group) Rank() int { return g.t.Rank() }
 func (g *Group) Size() int { return g.t.Size() }
 
 // choose picks the algorithm for a call and says why, once, at info level.
+// It runs on every call, so the pick itself builds nothing: the reason is
+// worked out only when it is logged.
 func (g *Group) choose(kind Kind, bytes int) Algo {
-	n := g.t.Size()
-	var a Algo
-	// why is only formatted when the decision is logged: choose runs on
-	// every call, and a latency-bound allreduce cannot afford allocations.
-	var why func() string
-	var forced Algo
-	if kind < kindLimit {
-		forced = g.forced[kind]
-	}
-	switch {
-	case n == 1:
-		a, why = Local, func() string { return "one rank" }
-	case forced != Auto:
-		a, why = forced, func() string { return "GOCOLL_ALGO" }
-	default:
-		switch kind {
-		case AllReduce:
-			if g.hier {
-				a, why = Hier, func() string { return hostsWhy(g.opts.Hosts, n) }
-			} else {
-				a, why = g.allReduceChoice(n, bytes)
-			}
-		case Broadcast:
-			if bytes <= g.opts.SmallBroadcast || n == 2 {
-				a = Binomial
-				why = func() string { return fmt.Sprintf("%d bytes, %d ranks: latency-bound", bytes, n) }
-			} else {
-				a = Chain
-				why = func() string { return fmt.Sprintf("%d bytes > %d: bandwidth-bound", bytes, g.opts.SmallBroadcast) }
-			}
-		default:
-			a, why = algos[kind][0], func() string { return "only algorithm" }
-		}
-	}
+	a := g.pick(kind, bytes)
 	if g.logInfo {
-		l := g.opts.Logger
-		// Sizes vary per call; each (collective, algorithm) decision is
-		// logged once, with the reason of the first call that made it.
-		key := decision{kind, a}
-		g.logMu.Lock()
-		first := !g.logged[key]
-		g.logged[key] = true
-		g.logMu.Unlock()
-		if first {
-			l.Info("algorithm chosen", "collective", kind.String(), "algo", a.String(), "ranks", n, "why", why())
-		}
+		g.logChoice(kind, a, bytes)
 	}
 	return a
+}
+
+func (g *Group) pick(kind Kind, bytes int) Algo {
+	n := g.n
+	if n == 1 {
+		return Local
+	}
+	if kind < kindLimit && g.forced[kind] != Auto {
+		return g.forced[kind]
+	}
+	switch kind {
+	case AllReduce:
+		if g.hier {
+			return Hier
+		}
+		return g.allReduceChoice(n, bytes)
+	case Broadcast:
+		if bytes <= g.opts.SmallBroadcast || n == 2 {
+			return Binomial
+		}
+		return Chain
+	}
+	return algos[kind][0]
+}
+
+// logChoice logs the first call that made each (collective, algorithm)
+// decision, with its reason (sizes vary per call).
+//
+//go:noinline
+func (g *Group) logChoice(kind Kind, a Algo, bytes int) {
+	key := decision{kind, a}
+	g.logMu.Lock()
+	first := !g.logged[key]
+	g.logged[key] = true
+	g.logMu.Unlock()
+	if first {
+		g.opts.Logger.Info("algorithm chosen", "collective", kind.String(), "algo", a.String(), "ranks", g.n, "why", g.why(kind, a, bytes))
+	}
+}
+
+// why is the reason pick gave a for a call of kind on bytes.
+func (g *Group) why(kind Kind, a Algo, bytes int) string {
+	n := g.n
+	switch {
+	case n == 1:
+		return "one rank"
+	case kind < kindLimit && g.forced[kind] != Auto:
+		return "GOCOLL_ALGO"
+	}
+	switch kind {
+	case AllReduce:
+		if g.hier {
+			return hostsWhy(g.opts.Hosts, n)
+		}
+		return g.allReduceWhy(a, n, bytes)
+	case Broadcast:
+		if a == Binomial {
+			return fmt.Sprintf("%d bytes, %d ranks: latency-bound", bytes, n)
+		}
+		return fmt.Sprintf("%d bytes > %d: bandwidth-bound", bytes, g.opts.SmallBroadcast)
+	}
+	return "only algorithm"
 }
 
 // decision is one (collective, algorithm) choice, logged the first time.
@@ -318,12 +343,19 @@ type decision struct {
 // checkLen returns the number of dt elements in b, or an error if b does
 // not hold a whole number of them.
 func checkLen(what string, b []byte, dt reduce.DType) (int, error) {
-	if !dt.Valid() {
-		return 0, fmt.Errorf("%s: invalid element type %v", what, dt)
-	}
 	count, whole := dt.Count(len(b))
 	if !whole {
-		return 0, fmt.Errorf("%s: %d bytes is not a whole number of %v elements", what, len(b), dt)
+		return 0, lenError(what, b, dt)
 	}
 	return count, nil
+}
+
+// lenError is checkLen's error, out of line so that checkLen is inlined.
+//
+//go:noinline
+func lenError(what string, b []byte, dt reduce.DType) error {
+	if !dt.Valid() {
+		return fmt.Errorf("%s: invalid element type %v", what, dt)
+	}
+	return fmt.Errorf("%s: %d bytes is not a whole number of %v elements", what, len(b), dt)
 }
