@@ -56,10 +56,27 @@ type ring struct {
 	txSleep  *atomic.Uint32
 	slots    uint64
 	slotSize int
+	// mask is slots-1 when slots is a power of two (the default), which
+	// turns the slot of a message number from a division, on every
+	// message's path, into an AND.
+	mask uint64
+}
+
+// slot is the slot message number seq lands in.
+func (r *ring) slot(seq uint64) uint64 {
+	if r.mask != 0 {
+		return seq & r.mask
+	}
+	return seq % r.slots
 }
 
 func newRing(mem []byte, slots, slotSize int) *ring {
+	var mask uint64
+	if slots&(slots-1) == 0 {
+		mask = uint64(slots - 1)
+	}
 	return &ring{
+		mask:     mask,
 		mem:      mem,
 		head:     (*atomic.Uint64)(unsafe.Pointer(&mem[offHead])),
 		rxSleep:  (*atomic.Uint32)(unsafe.Pointer(&mem[offRxSleep])),

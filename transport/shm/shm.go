@@ -502,14 +502,12 @@ func (t *Transport) MaxMessage() int { return t.opts.SlotSize }
 // Refused counts connections turned away during Connect.
 func (t *Transport) Refused() int { return int(t.refused.Load()) }
 
-// enter takes a reference for a call; false once the transport is closed.
+// enter takes a reference for a call, and reports false once the
+// transport is closed: the caller then gives the reference back (exit)
+// and fails. (Not exiting here keeps enter small enough to inline.)
 func (t *Transport) enter() bool {
 	t.refs.Add(1)
-	if t.closing.Load() {
-		t.exit()
-		return false
-	}
-	return true
+	return !t.closing.Load()
 }
 
 func (t *Transport) exit() {
@@ -536,14 +534,20 @@ func (t *Transport) unmap() {
 }
 
 func (t *Transport) peer(r int, op string) (*peer, error) {
-	// The slot of this rank is nil, and so is every slot of a one-rank
-	// transport.
-	if uint(r) < uint(len(t.peers)) {
-		if p := t.peers[r]; p != nil {
-			return p, nil
-		}
+	if p := t.lookup(r); p != nil {
+		return p, nil
 	}
 	return nil, t.notPeer(r, op)
+}
+
+// lookup is peer r, or nil if r is not a peer: the slot of this rank is
+// nil, and so is every slot of a one-rank transport. Every message's path
+// asks it, so it is kept small enough to inline.
+func (t *Transport) lookup(r int) *peer {
+	if uint(r) < uint(len(t.peers)) {
+		return t.peers[r]
+	}
+	return nil
 }
 
 // notPeer is peer's error, out of line so that peer, on every message's
@@ -569,15 +573,16 @@ func (t *Transport) SendParts(ctx context.Context, to int, head, body []byte, wa
 // ring to rank to. With no credit left it waits for one, or, unless
 // wait, returns false at once.
 func (t *Transport) send(ctx context.Context, to int, head, body []byte, wait bool) (bool, error) {
-	p, err := t.peer(to, "send to")
-	if err != nil {
-		return false, err
+	p := t.lookup(to)
+	if p == nil {
+		return false, t.notPeer(to, "send to")
 	}
 	n := len(head) + len(body)
 	if n > t.opts.SlotSize {
 		return false, fmt.Errorf("shm: send of %d bytes to rank %d exceeds the %d-byte slot", n, to, t.opts.SlotSize)
 	}
 	if !t.enter() {
+		t.exit()
 		return false, &transport.PeerError{Peer: to, Op: "send to", Err: transport.ErrClosed}
 	}
 	// Not deferred: a deferred call was a tenth of a small message's
@@ -618,7 +623,7 @@ func (t *Transport) put(ctx context.Context, p *peer, head, body []byte, wait bo
 		}
 	}
 	n := len(head) + len(body)
-	slot := seq % r.slots
+	slot := r.slot(seq)
 	dst := r.payload(slot, n)
 	copy(dst[copy(dst, head):], body)
 	*r.len(slot) = uint32(n)
@@ -652,16 +657,17 @@ func (t *Transport) HasCredit(to int) bool {
 
 // Recv implements transport.Transport.
 func (t *Transport) Recv(ctx context.Context, from int) (transport.Message, error) {
-	p, err := t.peer(from, "recv from")
-	if err != nil {
-		return transport.Message{}, err
+	p := t.lookup(from)
+	if p == nil {
+		return transport.Message{}, t.notPeer(from, "recv from")
 	}
 	if !t.enter() {
+		t.exit()
 		return transport.Message{}, &transport.PeerError{Peer: from, Op: "recv from", Err: transport.ErrClosed}
 	}
 	r := p.in
 	seq := p.recvSeq
-	slot := seq % r.slots
+	slot := r.slot(seq)
 	w := r.seq(slot)
 	// Before message seq lands, its slot still holds the one a lap
 	// earlier (or nothing yet).
@@ -701,10 +707,11 @@ func (t *Transport) Recv(ctx context.Context, from int) (transport.Message, erro
 
 // Release implements transport.Transport.
 func (t *Transport) Release(m transport.Message) {
-	if p := int(m.Peer); p < 0 || p >= t.size || p == t.rank || t.peers[p] == nil {
+	p := t.lookup(int(m.Peer))
+	if p == nil {
 		return
 	}
-	r := t.peers[m.Peer].in
+	r := p.in
 	r.head.Add(1)
 	if r.txSleep.Load() != 0 {
 		wake(low(r.head))
