@@ -75,7 +75,7 @@ func (c *call) spreadDown(buf []byte, parent int, children []int) error {
 				return err
 			}
 			copy(seg, msg.Data)
-			c.t.Release(msg)
+			c.release(msg)
 		}
 		for _, ch := range children {
 			if err := c.send(ch, seg); err != nil {

@@ -247,6 +247,7 @@ func NewGroup(t transport.Transport, opts Options) *Group {
 		logInfo: opts.Logger != nil && opts.Logger.Enabled(context.Background(), slog.LevelInfo),
 	}
 	g.cur = call{g: g, t: t, segMax: (t.MaxMessage() - hdrLen) &^ 63}
+	g.cur.ch, _ = t.(*Channel)
 	for k, a := range opts.Algos {
 		if k < kindLimit {
 			g.forced[k] = a

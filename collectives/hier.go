@@ -72,7 +72,7 @@ func (c *call) hierAllReduce(buf []byte, count int, dt reduce.DType, op reduce.O
 				return err
 			}
 			reduce.Reduce(dt, op, seg, seg, msg.Data)
-			c.t.Release(msg)
+			c.release(msg)
 		}
 		if parent >= 0 {
 			if err := c.send(parent, seg); err != nil {
@@ -94,7 +94,7 @@ func (c *call) hierAllReduce(buf []byte, count int, dt reduce.DType, op reduce.O
 				return err
 			}
 			copy(seg, msg.Data)
-			c.t.Release(msg)
+			c.release(msg)
 		}
 		for _, ch := range children {
 			if err := c.send(ch, seg); err != nil {

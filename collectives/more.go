@@ -192,7 +192,7 @@ func (c *call) reduceUp(acc []byte, dt reduce.DType, op reduce.Op, parent int, c
 				return err
 			}
 			reduce.Reduce(dt, op, seg, seg, msg.Data)
-			c.t.Release(msg)
+			c.release(msg)
 		}
 		if parent >= 0 {
 			if err := c.send(parent, seg); err != nil {

@@ -95,9 +95,16 @@ func NewMux(t transport.Transport) *Mux {
 // Transport is the shared transport.
 func (m *Mux) Transport() transport.Transport { return m.t }
 
-func (m *Mux) sendTo(ctx context.Context, peer int, l lane, p []byte) error {
-	if uint(peer) >= uint(len(m.peers)) || len(p) > m.maxMessage-MuxHeader || peer == m.rank {
-		return m.sendOdd(peer, l, p)
+// sendTo sends p to peer on lane l, behind the header of the call hdr
+// if there is one (which the mux writes behind its own, so that the
+// caller need not copy the payload behind it).
+func (m *Mux) sendTo(ctx context.Context, peer int, l lane, hdr *header, p []byte) error {
+	room := m.maxMessage - MuxHeader
+	if hdr != nil {
+		room -= hdrLen
+	}
+	if uint(peer) >= uint(len(m.peers)) || len(p) > room || peer == m.rank {
+		return m.sendOdd(peer, l, hdr, p)
 	}
 	ps := m.peers[peer]
 	if !ps.sending.CompareAndSwap(false, true) {
@@ -107,7 +114,7 @@ func (m *Mux) sendTo(ctx context.Context, peer int, l lane, p []byte) error {
 	}
 	// Not deferred: a deferred call was a tenth of the mux's instructions
 	// per small message.
-	err := m.sendLocked(ctx, ps, peer, l, p)
+	err := m.sendLocked(ctx, ps, peer, l, hdr, p)
 	m.unlockSend(peer)
 	return err
 }
@@ -118,15 +125,20 @@ func (m *Mux) sendTo(ctx context.Context, peer int, l lane, p []byte) error {
 // so that sendTo's frame is a small message's.
 //
 //go:noinline
-func (m *Mux) sendOdd(peer int, l lane, p []byte) error {
+func (m *Mux) sendOdd(peer int, l lane, hdr *header, p []byte) error {
+	var d []byte
+	if hdr != nil {
+		d = make([]byte, hdrLen, hdrLen+len(p))
+		hdr.put(d)
+	}
+	d = append(d, p...)
 	if peer < 0 || peer >= len(m.peers) {
 		return fmt.Errorf("mux: send to rank %d of %d: %w", peer, len(m.peers), ErrInvalid)
 	}
-	if len(p) > m.maxMessage-MuxHeader {
-		return fmt.Errorf("mux: message of %d bytes exceeds %d: %w", len(p), m.maxMessage-MuxHeader, ErrInvalid)
+	if len(d) > m.maxMessage-MuxHeader {
+		return fmt.Errorf("mux: message of %d bytes exceeds %d: %w", len(d), m.maxMessage-MuxHeader, ErrInvalid)
 	}
 	ps := m.peers[peer]
-	d := append([]byte(nil), p...)
 	ps.mu.Lock()
 	ps.queues[l] = append(ps.queues[l], d)
 	ps.queued.Add(1)
@@ -136,22 +148,29 @@ func (m *Mux) sendOdd(peer int, l lane, p []byte) error {
 }
 
 // sendLocked is sendTo's work, with the right to send to peer taken.
-func (m *Mux) sendLocked(ctx context.Context, ps *muxPeer, peer int, l lane, p []byte) error {
+func (m *Mux) sendLocked(ctx context.Context, ps *muxPeer, peer int, l lane, hdr *header, p []byte) error {
 	if ps.sendBuf == nil {
 		ps.sendBuf = make([]byte, m.maxMessage)
 	}
-	b := ps.sendBuf[:MuxHeader+len(p)]
+	h := MuxHeader
+	if hdr != nil {
+		h += hdrLen
+	}
+	b := ps.sendBuf[:h+len(p)]
 	binary.LittleEndian.PutUint32(b[0:], muxMagic)
 	binary.LittleEndian.PutUint32(b[4:], l.lane)
 	binary.LittleEndian.PutUint64(b[8:], l.comm)
+	if hdr != nil {
+		hdr.put(b[MuxHeader:])
+	}
 	if m.parts != nil {
 		// Straight from p into the peer's slot, if one is free.
-		if sent, err := m.parts.SendParts(ctx, peer, b[:MuxHeader], p, false); sent || err != nil {
+		if sent, err := m.parts.SendParts(ctx, peer, b[:h], p, false); sent || err != nil {
 			return err
 		}
 	}
 	if m.credits != nil && m.credits.HasCredit(peer) {
-		return m.send(ctx, peer, b, p)
+		return m.send(ctx, peer, b, h, p)
 	}
 	// The peer's slots are all taken. They free up only as a reader on
 	// the peer's side takes messages out, and that reader may be waiting,
@@ -160,18 +179,19 @@ func (m *Mux) sendLocked(ctx context.Context, ps *muxPeer, peer int, l lane, p [
 	// So while this send waits, this rank keeps reading the peer's stream.
 	stop := m.drainWhile(ctx, peer)
 	defer stop()
-	return m.send(ctx, peer, b, p)
+	return m.send(ctx, peer, b, h, p)
 }
 
-// send sends p behind the header at the start of b, waiting for a credit:
-// in two parts if the transport takes them, else joined in b.
-func (m *Mux) send(ctx context.Context, peer int, b, p []byte) error {
+// send sends p behind the h bytes of headers at the start of b, waiting
+// for a credit: in two parts if the transport takes them, else joined in
+// b.
+func (m *Mux) send(ctx context.Context, peer int, b []byte, h int, p []byte) error {
 	if m.parts != nil {
-		if sent, err := m.parts.SendParts(ctx, peer, b[:MuxHeader], p, true); sent || err != nil {
+		if sent, err := m.parts.SendParts(ctx, peer, b[:h], p, true); sent || err != nil {
 			return err
 		}
 	}
-	copy(b[MuxHeader:], p)
+	copy(b[h:], p)
 	return m.t.Send(ctx, peer, b)
 }
 
@@ -327,7 +347,7 @@ func (p *muxPeer) waitChan() chan struct{} {
 // value up through the layers was copied at each one, a measurable part
 // of a small collective's time.
 func (m *Mux) recvFrom(ctx context.Context, peer int, l lane, out *transport.Message) error {
-	if peer < 0 || peer >= len(m.peers) {
+	if uint(peer) >= uint(len(m.peers)) {
 		return fmt.Errorf("mux: receive from rank %d of %d: %w", peer, len(m.peers), ErrInvalid)
 	}
 	p := m.peers[peer]
@@ -502,7 +522,19 @@ func (c *Channel) send(ctx context.Context, peer int, ln uint32, p []byte) error
 	if err != nil {
 		return err
 	}
-	return c.m.sendTo(ctx, jr, lane{c.id, ln}, p)
+	return c.m.sendTo(ctx, jr, lane{c.id, ln}, nil, p)
+}
+
+// sendHeaded sends p on the collectives' lane behind the call header
+// hdr, which the mux writes into the message itself: call.send's way to
+// send a call's first message to a peer without copying p behind the
+// header first.
+func (c *Channel) sendHeaded(ctx context.Context, peer int, hdr *header, p []byte) error {
+	jr, err := c.peer(peer, "send to")
+	if err != nil {
+		return err
+	}
+	return c.m.sendTo(ctx, jr, lane{c.id, 0}, hdr, p)
 }
 
 // Recv implements transport.Transport. The Message's Peer is the member
