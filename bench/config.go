@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // errUsage marks bad command-line input: collbench exits 2 for it, before
@@ -30,6 +31,7 @@ type config struct {
 	step             int64
 	iters, warmup    int
 	settle           int
+	spin             time.Duration
 	check            bool
 	register         bool
 	transport, algo  string
@@ -111,6 +113,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.iters, "iters", 0, "timed iterations per size (0: 200 below 1 MiB, 20 below 16 MiB, else 5, as run-mpi.sh)")
 	fs.IntVar(&cfg.warmup, "warmup", 3, "untimed iterations per size")
 	fs.IntVar(&cfg.settle, "settle", 3000, "untimed barriers before the sweep, while the ranks' runtimes settle")
+	fs.DurationVar(&cfg.spin, "spin", 50*time.Millisecond, "busy time of each rank on its CPU before the settling barriers, so that idle CPUs reach full speed first")
 	fs.BoolVar(&cfg.register, "register", false, "register the buffers for zero-copy sends (comm.Register: over RDMA, large messages are sent straight from them)")
 	fs.BoolVar(&cfg.check, "check", true, "verify every result against known inputs (count wrong elements; exit 1 if any)")
 	fs.StringVar(&cfg.transport, "transport", "", "transport: auto, tcp, shm, rdma (default: GOCOLL_TRANSPORT, else auto)")
@@ -200,6 +203,9 @@ func validate(cfg *config, set map[string]bool) error {
 	}
 	if cfg.settle < 0 {
 		return bad("-settle %d: want 0 or more", cfg.settle)
+	}
+	if cfg.spin < 0 {
+		return bad("-spin %v: want 0 or more", cfg.spin)
 	}
 	cfg.format = strings.ToLower(cfg.format)
 	switch cfg.format {

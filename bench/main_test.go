@@ -77,6 +77,8 @@ func TestParseConfig(t *testing.T) {
 		{[]string{"-root", "-1"}, "-root -1"},
 		{[]string{"-iters", "-3"}, "-iters -3"},
 		{[]string{"-warmup", "-1"}, "-warmup -1"},
+		{[]string{"-spin", "-5ms"}, "-spin -5ms"},
+		{[]string{"-spin", "5"}, "invalid value"},
 		{[]string{"-format", "xml"}, `-format "xml"`},
 		{[]string{"-transport", "carrier-pigeon"}, `-transport "carrier-pigeon"`},
 		{[]string{"-nosuchflag"}, "flag provided but not defined: -nosuchflag"},

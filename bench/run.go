@@ -78,9 +78,19 @@ func benchSpec[T comm.Element](e env, spec opSpec[T]) error {
 		}
 	}
 	runtime.GC()
-	// The first tens of milliseconds after Init run slow on a small machine
-	// (every rank's fresh runtime is still busy), so the sweep starts after
-	// a fixed number of untimed barriers: every rank makes the same calls.
+	// A CPU that sat idle through the rendezvous (ranks sleep in it) runs
+	// slow for milliseconds once busy again: on this project's VM the first
+	// 9000 8-byte allreduces over shared memory took 0.35-0.5 µs each, the
+	// rest 0.15-0.25, unless the ranks had spun for 20 ms first. Open MPI's
+	// ranks poll through their wire-up, so they start warm; these spin
+	// alone (no collective: the count of calls could differ between
+	// ranks), then settle together.
+	for start := time.Now(); time.Since(start) < cfg.spin; {
+	}
+	// The first tens of milliseconds after Init also run slow on a small
+	// machine (every rank's fresh runtime is still busy), so the sweep
+	// starts after a fixed number of untimed barriers: every rank makes
+	// the same calls.
 	for i := 0; i < cfg.settle; i++ {
 		if err := c.Barrier(ctx); err != nil {
 			return err
