@@ -177,12 +177,7 @@ func (c *call) send(peer int, data []byte) error {
 // not returned beside msg: the extra slice made the results spill from
 // registers to memory, a measurable share of a small collective.)
 func (c *call) recv(peer, want int) (msg transport.Message, err error) {
-	if c.ch != nil {
-		msg, err = c.ch.recv(c.ctx, peer, 0)
-	} else {
-		msg, err = c.t.Recv(c.ctx, peer)
-	}
-	if err != nil {
+	if msg, err = c.next(peer); err != nil {
 		return msg, c.wrap(err)
 	}
 	if c.g.gotSeq[peer] != c.hdr.seq {
@@ -196,7 +191,7 @@ func (c *call) recv(peer, want int) (msg transport.Message, err error) {
 		msg.Data = data[hdrLen:]
 		if len(msg.Data) == 0 && want > 0 {
 			c.release(msg)
-			if msg, err = c.t.Recv(c.ctx, peer); err != nil {
+			if msg, err = c.next(peer); err != nil {
 				return msg, c.wrap(err)
 			}
 		}
@@ -206,6 +201,14 @@ func (c *call) recv(peer, want int) (msg transport.Message, err error) {
 		return msg, fmt.Errorf("%v: rank %d sent %d bytes where %d were expected: %w", c.hdr, peer, len(msg.Data), want, ErrMismatch)
 	}
 	return msg, nil
+}
+
+// next is the next message from peer on the transport.
+func (c *call) next(peer int) (transport.Message, error) {
+	if c.ch != nil {
+		return c.ch.recv(c.ctx, peer, 0)
+	}
+	return c.t.Recv(c.ctx, peer)
 }
 
 // release hands a message of this call back to the transport.

@@ -273,6 +273,8 @@ func (g *Group) choose(kind Kind, bytes int) Algo {
 	return a
 }
 
+// pick is choose's decision: the forced algorithm if there is one, else
+// the selection table of the collective (allReduceChoice for allreduce).
 func (g *Group) pick(kind Kind, bytes int) Algo {
 	n := g.n
 	if n == 1 {
@@ -351,7 +353,8 @@ func checkLen(what string, b []byte, dt reduce.DType) (int, error) {
 	return count, nil
 }
 
-// lenError is checkLen's error, out of line so that checkLen is inlined.
+// lenError is checkLen's error, out of line, so that the frame of its
+// callers is sized for the check that passes.
 //
 //go:noinline
 func lenError(what string, b []byte, dt reduce.DType) error {

@@ -140,8 +140,8 @@ func Check(dt DType, op Op) error {
 	return checkFailed(dt, op)
 }
 
-// checkFailed is Check's error, out of line so that Check, which every
-// reduction asks, is inlined.
+// checkFailed is Check's error, out of line, so that Check, which every
+// collective asks, costs a few comparisons when the arguments are good.
 //
 //go:noinline
 func checkFailed(dt DType, op Op) error {

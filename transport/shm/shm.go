@@ -550,8 +550,8 @@ func (t *Transport) lookup(r int) *peer {
 	return nil
 }
 
-// notPeer is peer's error, out of line so that peer, on every message's
-// path, is inlined.
+// notPeer is the error for a rank that is not a peer, out of line: the
+// message paths call lookup and only come here on failure.
 //
 //go:noinline
 func (t *Transport) notPeer(r int, op string) error {
