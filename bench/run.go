@@ -79,12 +79,12 @@ func benchSpec[T comm.Element](e env, spec opSpec[T]) error {
 	}
 	runtime.GC()
 	// A CPU that sat idle through the rendezvous (ranks sleep in it) runs
-	// slow for milliseconds once busy again: on this project's VM the first
-	// 9000 8-byte allreduces over shared memory took 0.35-0.5 µs each, the
-	// rest 0.15-0.25, unless the ranks had spun for 20 ms first. Open MPI's
-	// ranks poll through their wire-up, so they start warm; these spin
-	// alone (no collective: the count of calls could differ between
-	// ranks), then settle together.
+	// slow for milliseconds once busy again: on this project's VM the
+	// first thousands of 8-byte allreduces over shared memory took about
+	// twice as long as the rest, unless the ranks had spun for 20 ms
+	// first (see -spin in README.md). Open MPI's ranks poll through their
+	// wire-up, so they start warm; these spin alone (no collective: the
+	// count of calls could differ between ranks), then settle together.
 	for start := time.Now(); time.Since(start) < cfg.spin; {
 	}
 	// The first tens of milliseconds after Init also run slow on a small
