@@ -126,18 +126,22 @@ func (m *Mux) sendTo(ctx context.Context, peer int, l lane, hdr *header, p []byt
 //
 //go:noinline
 func (m *Mux) sendOdd(peer int, l lane, hdr *header, p []byte) error {
-	var d []byte
+	n := len(p)
 	if hdr != nil {
-		d = make([]byte, hdrLen, hdrLen+len(p))
-		hdr.put(d)
+		n += hdrLen
 	}
-	d = append(d, p...)
 	if peer < 0 || peer >= len(m.peers) {
 		return fmt.Errorf("mux: send to rank %d of %d: %w", peer, len(m.peers), ErrInvalid)
 	}
-	if len(d) > m.maxMessage-MuxHeader {
-		return fmt.Errorf("mux: message of %d bytes exceeds %d: %w", len(d), m.maxMessage-MuxHeader, ErrInvalid)
+	if n > m.maxMessage-MuxHeader {
+		return fmt.Errorf("mux: message of %d bytes exceeds %d: %w", n, m.maxMessage-MuxHeader, ErrInvalid)
 	}
+	d := make([]byte, 0, n)
+	if hdr != nil {
+		d = d[:hdrLen]
+		hdr.put(d)
+	}
+	d = append(d, p...)
 	ps := m.peers[peer]
 	ps.mu.Lock()
 	ps.queues[l] = append(ps.queues[l], d)
