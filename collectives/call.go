@@ -155,7 +155,7 @@ func (c *call) send(peer int, data []byte) error {
 		c.g.sentSeq[peer] = c.hdr.seq
 		if len(data) <= combineMax {
 			if c.ch != nil {
-				return c.wrap(c.ch.sendHeaded(c.ctx, peer, &c.hdr, data))
+				return c.wrap(c.ch.send(c.ctx, peer, 0, &c.hdr, data))
 			}
 			buf := c.g.small[:hdrLen+len(data)]
 			c.hdr.put(buf)

@@ -518,27 +518,19 @@ func (c *Channel) notMember(r int, op string) error {
 
 // Send implements transport.Transport.
 func (c *Channel) Send(ctx context.Context, peer int, p []byte) error {
-	return c.send(ctx, peer, 0, p)
+	return c.send(ctx, peer, 0, nil, p)
 }
 
-func (c *Channel) send(ctx context.Context, peer int, ln uint32, p []byte) error {
+// send sends p to member peer on lane ln, behind the call header hdr if
+// there is one: call.send passes its header this way for a call's first
+// message to a peer, and the mux writes it into the message itself, so p
+// is not first copied behind it.
+func (c *Channel) send(ctx context.Context, peer int, ln uint32, hdr *header, p []byte) error {
 	jr, err := c.peer(peer, "send to")
 	if err != nil {
 		return err
 	}
-	return c.m.sendTo(ctx, jr, lane{c.id, ln}, nil, p)
-}
-
-// sendHeaded sends p on the collectives' lane behind the call header
-// hdr, which the mux writes into the message itself: call.send's way to
-// send a call's first message to a peer without copying p behind the
-// header first.
-func (c *Channel) sendHeaded(ctx context.Context, peer int, hdr *header, p []byte) error {
-	jr, err := c.peer(peer, "send to")
-	if err != nil {
-		return err
-	}
-	return c.m.sendTo(ctx, jr, lane{c.id, 0}, hdr, p)
+	return c.m.sendTo(ctx, jr, lane{c.id, ln}, hdr, p)
 }
 
 // Recv implements transport.Transport. The Message's Peer is the member

@@ -83,12 +83,12 @@ func (c *Channel) SendTagged(ctx context.Context, peer, tag int, p []byte) error
 	binary.LittleEndian.PutUint64(first, uint64(len(p)))
 	n := copy(first[p2pLen:], p)
 	ln := uint32(tag) + 1
-	if err := c.send(ctx, peer, ln, first); err != nil {
+	if err := c.send(ctx, peer, ln, nil, first); err != nil {
 		return err
 	}
 	for rest := p[n:]; len(rest) > 0; {
 		k := min(len(rest), mx)
-		if err := c.send(ctx, peer, ln, rest[:k]); err != nil {
+		if err := c.send(ctx, peer, ln, nil, rest[:k]); err != nil {
 			return err
 		}
 		rest = rest[k:]
