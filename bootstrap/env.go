@@ -6,6 +6,8 @@ import (
 	"net"
 	"strconv"
 	"strings"
+
+	"github.com/gocoll/gocoll/internal/logging"
 )
 
 // ErrEnv reports a missing, malformed or contradictory launch environment.
@@ -33,6 +35,11 @@ type Config struct {
 
 	// Source names where the configuration came from, for messages.
 	Source string
+	// Job identifies the launcher's job ("slurm 812.0", "openmpi
+	// 1791819777", "torchrun RUN attempt 0"), empty when it gave none. The
+	// store refuses ranks of another job, which a shared port and no token
+	// would otherwise let in.
+	Job string
 }
 
 // Validate checks the configuration for values that cannot work.
@@ -67,17 +74,28 @@ func (c Config) Validate() error {
 const DefaultMasterPort = "29500"
 
 // FromEnv reads the configuration a launcher left in the environment.
-// lookup is os.LookupEnv in programs and a map in tests. The launchers are
-// tried in this order, the first whose rank variable is set wins:
+// lookup is os.LookupEnv in programs and a map in tests. Each launcher sets:
 //
 //	grun:     GRUN_RANK GRUN_SIZE GRUN_LOCAL_RANK GRUN_LOCAL_SIZE GRUN_ADDR GRUN_TOKEN
-//	torchrun: RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT
-//	Open MPI: OMPI_COMM_WORLD_RANK _SIZE _LOCAL_RANK _LOCAL_SIZE
-//	Slurm:    SLURM_PROCID SLURM_NTASKS SLURM_LOCALID
+//	torchrun: RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT (+ TORCHELASTIC_RUN_ID)
+//	Open MPI: OMPI_COMM_WORLD_RANK _SIZE _LOCAL_RANK _LOCAL_SIZE (+ OMPI_MCA_ess_base_jobid)
+//	Slurm:    SLURM_PROCID SLURM_NTASKS SLURM_LOCALID (+ SLURM_JOB_ID SLURM_STEP_ID)
+//
+// A shell, a batch script or an outer launcher may leave another launcher's
+// variables behind, so FromEnv prefers the launcher that started this very
+// process, known by a variable only it sets for its tasks, innermost first:
+// grun, then torchrun (TORCHELASTIC_RUN_ID), Open MPI, srun (SLURM_STEP_ID).
+// RANK and WORLD_SIZE without torchrun's marks count only when no launcher
+// is found; beside a Slurm batch step it is not clear which was meant, and
+// FromEnv fails listing both. A Slurm batch script (SLURM_PROCID without
+// SLURM_STEP_ID) running a program of several tasks without srun fails at
+// once: none of its tasks will ever come.
 //
 // Under grun, grun serves the store. Otherwise rank 0 serves it at GRUN_ADDR
 // if set, else at MASTER_ADDR:MASTER_PORT (MASTER_PORT defaults to
-// DefaultMasterPort); a job of one rank with neither needs no store.
+// DefaultMasterPort); a job of one rank with neither needs no store. Under
+// torchrun's static rendezvous the agent holds MASTER_PORT itself
+// (TORCHELASTIC_USE_AGENT_STORE=True), so GRUN_ADDR is required there.
 //
 // GRUN_TOKEN is honoured whatever the launcher. Its text is the token, byte
 // for byte: it is not hex- or otherwise decoded and not trimmed (grun sets 64
@@ -89,8 +107,12 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 	e := envReader{lookup: lookup}
 	var c Config
 	var v envVars
-	switch {
-	case e.has("GRUN_RANK") || e.has("GRUN_SIZE"):
+	src, err := pickLauncher(&e)
+	if err != nil {
+		return Config{}, err
+	}
+	switch src {
+	case "grun":
 		c.Source = "grun"
 		v = envVars{"GRUN_RANK", "GRUN_SIZE", "GRUN_LOCAL_RANK", "GRUN_LOCAL_SIZE", "GRUN_ADDR"}
 		c.Rank = e.int("GRUN_RANK", true)
@@ -98,34 +120,52 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 		c.LocalRank = e.intOr("GRUN_LOCAL_RANK", -1)
 		c.LocalSize = e.intOr("GRUN_LOCAL_SIZE", -1)
 		c.Addr = e.str("GRUN_ADDR", true)
-	case e.has("RANK") || e.has("WORLD_SIZE"):
+	case "torchrun":
 		c.Source = "torchrun"
 		v = envVars{"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", ""}
 		c.Rank = e.int("RANK", true)
 		c.Size = e.int("WORLD_SIZE", true)
 		c.LocalRank = e.intOr("LOCAL_RANK", -1)
 		c.LocalSize = e.intOr("LOCAL_WORLD_SIZE", -1)
+		if e.has("TORCHELASTIC_RUN_ID") {
+			c.Job = "torchrun " + e.str("TORCHELASTIC_RUN_ID", false) + " attempt " + e.str("TORCHELASTIC_RESTART_COUNT", false)
+		}
+		if e.has("TORCHELASTIC_RUN_ID") && c.Size > 1 && !e.has("GRUN_ADDR") &&
+			strings.EqualFold(e.str("TORCHELASTIC_USE_AGENT_STORE", false), "true") {
+			return Config{}, fmt.Errorf("torchrun: static rendezvous (TORCHELASTIC_USE_AGENT_STORE=True): the torchrun agent serves its own store at MASTER_ADDR:MASTER_PORT (%s:%s), so gocoll's cannot be there: "+
+				"set GRUN_ADDR=HOST:PORT (rank 0's host, another free port) for every rank, or run torchrun with --standalone or --rdzv_backend c10d: %w",
+				e.str("MASTER_ADDR", false), e.str("MASTER_PORT", false), ErrEnv)
+		}
 		c.Addr, v.addr = e.served()
-	case e.has("OMPI_COMM_WORLD_RANK"):
+	case "openmpi":
 		c.Source = "openmpi"
 		v = envVars{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", ""}
 		c.Rank = e.int("OMPI_COMM_WORLD_RANK", true)
 		c.Size = e.int("OMPI_COMM_WORLD_SIZE", true)
 		c.LocalRank = e.intOr("OMPI_COMM_WORLD_LOCAL_RANK", -1)
 		c.LocalSize = e.intOr("OMPI_COMM_WORLD_LOCAL_SIZE", -1)
+		switch {
+		case e.has("OMPI_MCA_ess_base_jobid"):
+			c.Job = "openmpi " + e.str("OMPI_MCA_ess_base_jobid", false)
+		case e.has("PMIX_NAMESPACE"):
+			c.Job = "openmpi " + e.str("PMIX_NAMESPACE", false)
+		}
 		c.Addr, v.addr = e.served()
-	case e.has("SLURM_PROCID"):
+	case "slurm", "slurm batch":
 		c.Source = "slurm"
 		v = envVars{"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "", ""}
 		c.Rank = e.int("SLURM_PROCID", true)
 		c.Size = e.int("SLURM_NTASKS", true)
 		c.LocalRank = e.intOr("SLURM_LOCALID", -1)
 		c.LocalSize = -1 // SLURM_NTASKS_PER_NODE may be "2(x3)"; not needed
+		if src == "slurm batch" && e.err == nil && c.Size > 1 {
+			return Config{}, fmt.Errorf("slurm: SLURM_PROCID=%d SLURM_NTASKS=%d without SLURM_STEP_ID: this is the batch script itself, not one of the job's tasks, and the other %d will never come: "+
+				"start the program with srun (\"srun ./prog\") in the script: %w", c.Rank, c.Size, c.Size-1, ErrEnv)
+		}
+		if e.has("SLURM_STEP_ID") {
+			c.Job = "slurm " + e.str("SLURM_JOB_ID", false) + "." + e.str("SLURM_STEP_ID", false)
+		}
 		c.Addr, v.addr = e.served()
-	default:
-		return Config{}, fmt.Errorf("no launcher environment found (set by grun: GRUN_RANK, GRUN_SIZE, GRUN_ADDR; "+
-			"or torchrun style RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; or Open MPI's OMPI_COMM_WORLD_RANK; "+
-			"or Slurm's SLURM_PROCID), or pass an explicit Config: %w", ErrEnv)
 	}
 	if tok, ok := lookup("GRUN_TOKEN"); ok {
 		c.Token = []byte(tok)
@@ -149,6 +189,54 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 		return Config{}, err
 	}
 	return c, nil
+}
+
+// pickLauncher says which launcher's variables to read: "grun", "torchrun",
+// "openmpi", "slurm" (a task srun started) or "slurm batch" (the batch
+// script itself). See FromEnv for the order and why.
+func pickLauncher(e *envReader) (string, error) {
+	grun := e.has("GRUN_RANK") || e.has("GRUN_SIZE")
+	torch := e.has("RANK") || e.has("WORLD_SIZE")
+	elastic := torch && e.has("TORCHELASTIC_RUN_ID")
+	ompi := e.has("OMPI_COMM_WORLD_RANK")
+	slurm := e.has("SLURM_PROCID")
+	step := slurm && e.has("SLURM_STEP_ID")
+	var src string
+	switch {
+	case grun:
+		return "grun", nil // grun drops inherited GRUN_* for its ranks
+	case elastic:
+		src = "torchrun"
+	case ompi:
+		src = "openmpi"
+	case step:
+		src = "slurm"
+	case torch && slurm:
+		return "", fmt.Errorf("two launchers' variables and neither started this process: %s and %s (a Slurm batch script, no SLURM_STEP_ID): "+
+			"start the program with srun, or unset the ones that are left over: %w", e.found("RANK", "WORLD_SIZE"), e.found("SLURM_PROCID", "SLURM_NTASKS"), ErrEnv)
+	case torch:
+		return "torchrun", nil
+	case slurm:
+		return "slurm batch", nil
+	default:
+		return "", fmt.Errorf("no launcher environment found (set by grun: GRUN_RANK, GRUN_SIZE, GRUN_ADDR; "+
+			"or torchrun style RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; or Open MPI's OMPI_COMM_WORLD_RANK; "+
+			"or Slurm's SLURM_PROCID), or pass an explicit Config: %w", ErrEnv)
+	}
+	var ignored []string
+	if torch && src != "torchrun" {
+		ignored = append(ignored, e.found("RANK", "WORLD_SIZE"))
+	}
+	if ompi && src != "openmpi" {
+		ignored = append(ignored, e.found("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"))
+	}
+	if slurm && src != "slurm" {
+		ignored = append(ignored, e.found("SLURM_PROCID", "SLURM_NTASKS"))
+	}
+	if len(ignored) > 0 {
+		logging.L().Info("launcher: ignoring variables another launcher left", "launcher", src, "ignored", strings.Join(ignored, " "))
+	}
+	return src, nil
 }
 
 // envVars names the variables a launcher's Config fields came from, so that
@@ -197,6 +285,17 @@ func (v envVars) check(c Config, e *envReader) error {
 type envReader struct {
 	lookup func(string) (string, bool)
 	err    error
+}
+
+// found lists the variables ks as NAME=VALUE, for messages.
+func (e *envReader) found(ks ...string) string {
+	var b []string
+	for _, k := range ks {
+		if v, ok := e.lookup(k); ok {
+			b = append(b, k+"="+strconv.Quote(v)[1:len(strconv.Quote(v))-1])
+		}
+	}
+	return strings.Join(b, " ")
 }
 
 func (e *envReader) has(k string) bool {

@@ -35,7 +35,7 @@ var (
 		"MASTER_ADDR": "node0", "MASTER_PORT": "29400"}
 	ompiEnv = env{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4",
 		"OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
-	slurmEnv = env{"SLURM_PROCID": "1", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1"}
+	slurmEnv = env{"SLURM_PROCID": "1", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1", "SLURM_JOB_ID": "812", "SLURM_STEP_ID": "0"}
 )
 
 func TestFromEnv(t *testing.T) {
@@ -122,9 +122,38 @@ func TestFromEnv(t *testing.T) {
 			want: Config{Rank: 1, Size: 4, LocalRank: 1, LocalSize: 2, Addr: "node0:29400", Source: "torchrun"},
 		},
 		{
-			name: "torchrun wins over Open MPI and Slurm",
-			env:  merge(slurmEnv, ompiEnv, torchEnv, env{"OMPI_COMM_WORLD_RANK": "3", "SLURM_PROCID": "2"}),
-			want: Config{Rank: 1, Size: 4, LocalRank: 1, LocalSize: 2, Addr: "node0:29400", Source: "torchrun"},
+			name: "torchrun's agent wins over Open MPI and Slurm",
+			env: merge(slurmEnv, ompiEnv, torchEnv, env{"OMPI_COMM_WORLD_RANK": "3", "SLURM_PROCID": "2",
+				"TORCHELASTIC_RUN_ID": "r7", "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_USE_AGENT_STORE": "False"}),
+			want: Config{Rank: 1, Size: 4, LocalRank: 1, LocalSize: 2, Addr: "node0:29400", Source: "torchrun", Job: "torchrun r7 attempt 0"},
+		},
+		{
+			name: "static torchrun with GRUN_ADDR",
+			env: merge(torchEnv, env{"TORCHELASTIC_RUN_ID": "none", "TORCHELASTIC_RESTART_COUNT": "0",
+				"TORCHELASTIC_USE_AGENT_STORE": "True", "GRUN_ADDR": "node0:29401"}),
+			want: Config{Rank: 1, Size: 4, LocalRank: 1, LocalSize: 2, Addr: "node0:29401", Source: "torchrun", Job: "torchrun none attempt 0"},
+		},
+		// A leftover RANK/WORLD_SIZE (an earlier torchrun, a shell profile)
+		// must not turn mpirun's or srun's ranks into one-rank jobs.
+		{
+			name: "mpirun wins over a leftover RANK",
+			env:  merge(ompiEnv, env{"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "head", "OMPI_MCA_ess_base_jobid": "1791819777"}),
+			want: Config{Rank: 1, Size: 4, LocalRank: 1, LocalSize: 2, Addr: "head:29500", Source: "openmpi", Job: "openmpi 1791819777"},
+		},
+		{
+			name: "srun wins over a leftover RANK",
+			env:  merge(slurmEnv, env{"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "node7"}),
+			want: Config{Rank: 1, Size: 4, LocalRank: 1, LocalSize: -1, Addr: "node7:29500", Source: "slurm", Job: "slurm 812.0"},
+		},
+		{
+			name: "Open MPI's job from PMIx",
+			env:  merge(ompiEnv, env{"MASTER_ADDR": "head", "PMIX_NAMESPACE": "77"}),
+			want: Config{Rank: 1, Size: 4, LocalRank: 1, LocalSize: 2, Addr: "head:29500", Source: "openmpi", Job: "openmpi 77"},
+		},
+		{
+			name: "a one-task batch script runs its one rank",
+			env:  env{"SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURM_JOB_ID": "5"},
+			want: Config{Rank: 0, Size: 1, LocalRank: -1, LocalSize: -1, Source: "slurm"},
 		},
 		{
 			name: "Open MPI",
@@ -144,12 +173,12 @@ func TestFromEnv(t *testing.T) {
 		{
 			name: "Slurm",
 			env:  merge(slurmEnv, env{"MASTER_ADDR": "node7"}),
-			want: Config{Rank: 1, Size: 4, LocalRank: 1, LocalSize: -1, Addr: "node7:29500", Source: "slurm"},
+			want: Config{Rank: 1, Size: 4, LocalRank: 1, LocalSize: -1, Addr: "node7:29500", Source: "slurm", Job: "slurm 812.0"},
 		},
 		{
 			name: "Slurm without a local id",
-			env:  env{"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "MASTER_ADDR": "node7", "GRUN_TOKEN": "t"},
-			want: Config{Rank: 0, Size: 2, LocalRank: -1, LocalSize: -1, Addr: "node7:29500", Serve: true, Token: []byte("t"), Source: "slurm"},
+			env:  env{"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_STEP_ID": "3", "SLURM_JOB_ID": "9", "MASTER_ADDR": "node7", "GRUN_TOKEN": "t"},
+			want: Config{Rank: 0, Size: 2, LocalRank: -1, LocalSize: -1, Addr: "node7:29500", Serve: true, Token: []byte("t"), Source: "slurm", Job: "slurm 9.3"},
 		},
 		{
 			name: "srun -n1 needs no address",
@@ -176,7 +205,7 @@ func TestFromEnv(t *testing.T) {
 func configEqual(a, b Config) bool {
 	return a.Rank == b.Rank && a.Size == b.Size && a.LocalRank == b.LocalRank && a.LocalSize == b.LocalSize &&
 		a.Addr == b.Addr && a.Serve == b.Serve && bytes.Equal(a.Token, b.Token) && (a.Token == nil) == (b.Token == nil) &&
-		a.Source == b.Source
+		a.Source == b.Source && a.Job == b.Job
 }
 
 // mentions reports whether msg names the variable v as a whole word (so
@@ -241,6 +270,13 @@ func TestFromEnvErrors(t *testing.T) {
 		{"Slurm: rank over task count", merge(slurmEnv, env{"SLURM_PROCID": "9", "MASTER_ADDR": "h"}), []string{"SLURM_PROCID", "SLURM_NTASKS"}},
 		{"Slurm: local id over task count", merge(slurmEnv, env{"SLURM_LOCALID": "4", "MASTER_ADDR": "h"}), []string{"SLURM_LOCALID", "SLURM_NTASKS"}},
 		{"Slurm: no rendezvous address", slurmEnv, []string{"MASTER_ADDR"}},
+		// The batch script itself (no SLURM_STEP_ID) of a 4-task job: the
+		// other three ranks never come; say so at once, not after the timeout.
+		{"Slurm: batch step without srun", merge(slurmEnv, env{"SLURM_PROCID": "0", "SLURM_STEP_ID": "", "MASTER_ADDR": "h"}), []string{"SLURM_STEP_ID", "srun"}},
+		{"leftover RANK in a batch step", merge(slurmEnv, env{"SLURM_STEP_ID": "", "RANK": "0", "WORLD_SIZE": "1"}), []string{"RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_STEP_ID", "srun"}},
+		// torchrun's static rendezvous: the agent holds MASTER_PORT.
+		{"torchrun static without GRUN_ADDR", merge(torchEnv, env{"TORCHELASTIC_RUN_ID": "none", "TORCHELASTIC_USE_AGENT_STORE": "True"}),
+			[]string{"TORCHELASTIC_USE_AGENT_STORE", "GRUN_ADDR", "MASTER_PORT"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

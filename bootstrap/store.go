@@ -39,13 +39,14 @@ import (
 const (
 	opPut        = 1
 	opGet        = 2
-	opJoin       = 3 // key: the rank in decimal
+	opJoin       = 3 // key: the rank in decimal; value: size in decimal, tab, job identity
 	opLeave      = 4 // value: why, empty for a normal end
 	opDepartures = 5 // value: uint32 milliseconds to wait for a first departure
 
-	statusOK   = 0
-	statusErr  = 1
-	statusGone = 2 // a get cut short by a departure; payload says whose
+	statusOK     = 0
+	statusErr    = 1
+	statusGone   = 2 // a get cut short by a departure; payload says whose
+	statusNoJoin = 3 // a join refused: payload says why
 
 	maxRank       = 1 << 24
 	maxReason     = 1 << 10
@@ -68,6 +69,10 @@ var (
 	ErrStoreClosed = errors.New("rendezvous store closed")
 	// ErrBadFrame reports a malformed or oversized store frame.
 	ErrBadFrame = errors.New("malformed rendezvous frame")
+	// ErrJoinRefused reports that the store turned a rank away: its rank
+	// had joined already, or it belongs to another job (two jobs that share
+	// a rendezvous port and no GRUN_TOKEN reach one store).
+	ErrJoinRefused = errors.New("rendezvous refused to join")
 	// ErrRankGone reports that a rank left the job abnormally (died, or
 	// gave up) while others still waited for it at the rendezvous.
 	ErrRankGone = errors.New("a rank left the job")
@@ -95,7 +100,11 @@ type Server struct {
 	kv      map[string][]byte
 	changed chan struct{} // closed and replaced on every Put and departure
 	conns   map[net.Conn]struct{}
-	departs []Departure // in the order seen
+	departs []Departure    // in the order seen
+	joined  map[int]string // rank -> the address it joined from
+	job     string         // the job every joining rank must belong to
+	size    int            // its number of ranks; 0 until known
+	jobSet  bool           // job and size are fixed (by Expect or a first join)
 	closed  bool
 	done    chan struct{}
 
@@ -122,6 +131,7 @@ func Serve(ln net.Listener, token []byte) *Server {
 		kv:      make(map[string][]byte),
 		changed: make(chan struct{}),
 		conns:   make(map[net.Conn]struct{}),
+		joined:  make(map[int]string),
 		done:    make(chan struct{}),
 
 		handshakeTimeout: handshakeTimeout,
@@ -129,6 +139,47 @@ func Serve(ln net.Listener, token []byte) *Server {
 	s.wg.Add(1)
 	go s.acceptLoop()
 	return s
+}
+
+// Expect fixes the job this store serves: a rank whose join names another
+// job identity or size is refused. Without Expect the first join fixes them
+// (grun's store: grun's token already keeps other jobs out).
+func (s *Server) Expect(job string, size int) {
+	s.mu.Lock()
+	s.job, s.size, s.jobSet = job, size, true
+	s.mu.Unlock()
+}
+
+// join admits rank, from addr, with the job identity and size it claims, or
+// says why not.
+func (s *Server) join(rank, size int, job, addr string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.jobSet {
+		s.job, s.size, s.jobSet = job, size, true
+	}
+	switch {
+	case job != s.job:
+		return fmt.Errorf("rank %d is of another job (%s) than this store's (%s): two jobs share one rendezvous address; give each its own MASTER_PORT or GRUN_TOKEN",
+			rank, orNone(job), orNone(s.job))
+	case size != s.size:
+		return fmt.Errorf("rank %d is of a job of %d ranks, this store's has %d: two jobs share one rendezvous address; give each its own MASTER_PORT or GRUN_TOKEN",
+			rank, size, s.size)
+	case rank >= size:
+		return fmt.Errorf("rank %d out of range for %d ranks", rank, size)
+	}
+	if from, ok := s.joined[rank]; ok {
+		return fmt.Errorf("rank %d joined already, from %s: two jobs share one rendezvous address, or one rank was started twice; give each job its own MASTER_PORT or GRUN_TOKEN", rank, from)
+	}
+	s.joined[rank] = addr
+	return nil
+}
+
+func orNone(job string) string {
+	if job == "" {
+		return "no job id"
+	}
+	return "job " + job
 }
 
 // Addr is the address clients dial.
@@ -229,7 +280,16 @@ func (s *Server) serveConn(c net.Conn) {
 				err = writeFrame(c, statusOK, v, nil)
 			}
 		case opJoin:
-			rank, _ = strconv.Atoi(key) // parseRequest checked it
+			r, _ := strconv.Atoi(key) // parseRequest checked both
+			sz, job, _ := strings.Cut(string(val), "\t")
+			n, _ := strconv.Atoi(sz)
+			if jerr := s.join(r, n, job, c.RemoteAddr().String()); jerr != nil {
+				s.refused.Add(1)
+				logging.L().Warn("rendezvous: refused a join", "remote", c.RemoteAddr().String(), "err", jerr)
+				writeFrame(c, statusNoJoin, []byte(jerr.Error()), nil)
+				return
+			}
+			rank = r
 			err = writeFrame(c, statusOK, nil, nil)
 		case opLeave:
 			left = true
@@ -388,8 +448,11 @@ func parseRequest(body []byte) (op byte, key string, val []byte, err error) {
 			return 0, "", nil, fmt.Errorf("get with a value: %w", ErrBadFrame)
 		}
 	case opJoin:
-		if n, err := strconv.Atoi(key); err != nil || n < 0 || n >= maxRank || len(val) != 0 {
-			return 0, "", nil, fmt.Errorf("join as %q: want a rank in [0, %d) and no value: %w", key, maxRank, ErrBadFrame)
+		sz, _, _ := strings.Cut(string(val), "\t")
+		n, err := strconv.Atoi(key)
+		size, serr := strconv.Atoi(sz)
+		if err != nil || n < 0 || n >= maxRank || serr != nil || size < 1 || size > maxRank || len(val) > maxReason {
+			return 0, "", nil, fmt.Errorf("join as %q: want a rank in [0, %d) and a size, tab, job of at most %d bytes: %w", key, maxRank, maxReason, ErrBadFrame)
 		}
 	case opLeave:
 		if key != "" || len(val) > maxReason {
@@ -471,13 +534,15 @@ func (c *Client) Get(ctx context.Context, key string) ([]byte, error) {
 	return c.do(ctx, opGet, key, nil)
 }
 
-// Join tells the store which rank this client is, so that the store can
-// tell the others if the connection ends without a Leave.
-func (c *Client) Join(ctx context.Context, rank int) error {
-	if rank < 0 || rank >= maxRank {
-		return fmt.Errorf("bootstrap: join as rank %d: out of range: %w", rank, ErrBadFrame)
+// Join tells the store which rank of which job this client is, so that
+// the store can tell the others if the connection ends without a Leave. The
+// store refuses (ErrJoinRefused) a rank that joined already, and a rank
+// whose job identity (Config.Job) or size differs from its job's.
+func (c *Client) Join(ctx context.Context, rank, size int, job string) error {
+	if rank < 0 || rank >= maxRank || size < 1 || size > maxRank || len(job) > maxReason-16 {
+		return fmt.Errorf("bootstrap: join as rank %d of %d, job %q: out of range: %w", rank, size, job, ErrBadFrame)
 	}
-	_, err := c.do(ctx, opJoin, strconv.Itoa(rank), nil)
+	_, err := c.do(ctx, opJoin, strconv.Itoa(rank), []byte(strconv.Itoa(size)+"\t"+job))
 	return err
 }
 
@@ -582,6 +647,8 @@ func (c *Client) roundTrip(req []byte) ([]byte, error) {
 	case statusOK:
 	case statusGone:
 		return nil, &refusal{fmt.Errorf("%w: the rendezvous saw %s", ErrRankGone, safetext.Printable(body[1:]))}
+	case statusNoJoin:
+		return nil, &refusal{fmt.Errorf("%w: %s", ErrJoinRefused, safetext.Printable(body[1:]))}
 	default:
 		return nil, fmt.Errorf("store refused: %s", safetext.Printable(body[1:]))
 	}

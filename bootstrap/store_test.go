@@ -736,11 +736,14 @@ func TestParseRequest(t *testing.T) {
 		{"key over the limit", body(opPut, MaxKey+1, strings.Repeat("k", MaxKey+1)), 0, "", "", true},
 		{"value over the limit", body(opPut, 1, "k"+strings.Repeat("v", MaxValue+1)), 0, "", "", true},
 		{"get with a value", body(opGet, 1, "kv"), 0, "", "", true},
-		{"join", body(opJoin, 2, "12"), opJoin, "12", "", false},
-		{"join not a number", body(opJoin, 2, "x1"), 0, "", "", true},
-		{"join negative", body(opJoin, 2, "-1"), 0, "", "", true},
-		{"join too large", body(opJoin, 8, "16777216"), 0, "", "", true},
-		{"join with a value", body(opJoin, 1, "1v"), 0, "", "", true},
+		{"join", body(opJoin, 2, "1216\tslurm 8.0"), opJoin, "12", "16\tslurm 8.0", false},
+		{"join without a job", body(opJoin, 2, "1216"), opJoin, "12", "16", false},
+		{"join not a number", body(opJoin, 2, "x14"), 0, "", "", true},
+		{"join negative", body(opJoin, 2, "-14"), 0, "", "", true},
+		{"join too large", body(opJoin, 8, "167772164"), 0, "", "", true},
+		{"join without a size", body(opJoin, 1, "1"), 0, "", "", true},
+		{"join with size 0", body(opJoin, 1, "10\tj"), 0, "", "", true},
+		{"join with a job too long", body(opJoin, 1, "14\t"+strings.Repeat("j", maxReason)), 0, "", "", true},
 		{"leave", body(opLeave, 0, "why"), opLeave, "", "why", false},
 		{"leave with a key", body(opLeave, 1, "kwhy"), 0, "", "", true},
 		{"leave reason too long", body(opLeave, 0, strings.Repeat("w", maxReason+1)), 0, "", "", true},
@@ -802,7 +805,7 @@ func FuzzParseRequest(f *testing.F) {
 	f.Add([]byte{opGet, 4, 0, 'k', 'e', 'y'})
 	f.Add([]byte{opPut, 0xff, 0xff})
 	f.Add([]byte{})
-	f.Add([]byte{opJoin, 1, 0, '3'})
+	f.Add([]byte{opJoin, 1, 0, '3', '4', '\t', 'j'})
 	f.Add([]byte{opJoin, 2, 0, '-', '3'})
 	f.Add([]byte{opLeave, 0, 0, 'w', 'h', 'y'})
 	f.Add([]byte{opDepartures, 0, 0, 100, 0, 0, 0})
@@ -846,7 +849,7 @@ func TestDepartures(t *testing.T) {
 	ctx := testCtx(t)
 	fine, dying, quitting, waiter, asker := dial(t, s), dial(t, s), dial(t, s), dial(t, s), dial(t, s)
 	for r, c := range []*Client{fine, dying, quitting, waiter} {
-		if err := c.Join(ctx, r); err != nil {
+		if err := c.Join(ctx, r, 4, ""); err != nil {
 			t.Fatalf("join as rank %d: %v", r, err)
 		}
 	}
@@ -903,7 +906,7 @@ func TestDeparturesWait(t *testing.T) {
 	if err != nil || len(ds) != 1 || ds[0].Rank != 3 || time.Since(start) > 5*time.Second {
 		t.Fatalf("departures %v, %v after %v; want rank 3 at once", ds, err, time.Since(start))
 	}
-	if err := dial(t, s).Join(ctx, -1); !errors.Is(err, ErrBadFrame) {
+	if err := dial(t, s).Join(ctx, -1, 1, ""); !errors.Is(err, ErrBadFrame) {
 		t.Fatalf("join as -1: %v, want ErrBadFrame", err)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -274,15 +273,9 @@ func parseTimeout(v string) (time.Duration, error) {
 func (c *Communicator) connect(ctx context.Context, s settings) error {
 	cfg := c.cfg
 	if cfg.Serve {
-		srv, err := bootstrap.Listen(cfg.Addr, cfg.Token)
+		srv, err := bootstrap.ServeFor(cfg)
 		if err != nil {
-			// MASTER_ADDR may name this host by an address it cannot bind
-			// (a NAT'd or load-balanced name): listen on every interface.
-			_, port, _ := net.SplitHostPort(cfg.Addr)
-			var err2 error
-			if srv, err2 = bootstrap.Listen(":"+port, cfg.Token); err2 != nil {
-				return fmt.Errorf("serve rendezvous: %w", err)
-			}
+			return err
 		}
 		c.server = srv
 	}
@@ -296,7 +289,7 @@ func (c *Communicator) connect(ctx context.Context, s settings) error {
 		return err
 	}
 	c.store = store
-	if err := store.Join(ctx, cfg.Rank); err != nil {
+	if err := store.Join(ctx, cfg.Rank, cfg.Size, cfg.Job); err != nil {
 		return err
 	}
 	t, hosts, name, err := c.connectTransport(ctx, store, s)
