@@ -156,7 +156,16 @@ func Init(ctx context.Context, opts ...Option) (*Communicator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("comm: init: %w", err)
 	}
-	return New(ctx, cfg, opts...)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var made atomic.Pointer[Communicator]
+	watchLauncher(cfg, cancel, &made)
+	c, err := New(ctx, cfg, opts...)
+	if err != nil && errors.Is(context.Cause(ctx), ErrLauncherGone) {
+		err = fmt.Errorf("comm: init: %w", context.Cause(ctx))
+	}
+	made.Store(c)
+	return c, err
 }
 
 // New joins the job that cfg describes.
@@ -221,6 +230,9 @@ func readSettings(opts []Option) (settings, error) {
 	// The kernels read GOCOLL_SIMD once, at start-up; a value they could
 	// not honour is bad input, not a detail to log and ignore.
 	if err := reduce.SIMDConfigError(); err != nil {
+		return s, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if err := logging.Check(os.Getenv("GOCOLL_DEBUG")); err != nil {
 		return s, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if v := strings.TrimSpace(os.Getenv("GOCOLL_TIMEOUT")); v != "" {

@@ -238,6 +238,13 @@ func (c *Communicator) connectNetwork(ctx context.Context, store *bootstrap.Clie
 	if name != "rdma" {
 		return tcp.Connect(ctx, store, cfg.Rank, cfg.Size, cfg.Token, s.tcp)
 	}
+	if cfg.Size == 1 {
+		// One rank opens no connection, so Connect would not find out
+		// there is no device; saying "rdma" then would be a lie.
+		if _, err := rdma.Probe(s.rdma); err != nil {
+			return nil, fmt.Errorf("GOCOLL_TRANSPORT=rdma: %w: %w", ErrUnsupported, err)
+		}
+	}
 	t, err := rdma.Connect(ctx, store, cfg.Rank, cfg.Size, cfg.Token, s.rdma)
 	if errors.Is(err, rdma.ErrUnavailable) {
 		return nil, fmt.Errorf("GOCOLL_TRANSPORT=rdma: %w: %w", ErrUnsupported, err)

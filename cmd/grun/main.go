@@ -25,7 +25,7 @@ whole job as soon as one rank fails.
 
 Flags (-flag and --flag are the same; flags end at PROG or at "--"):
   -n N           number of ranks to start; required without a host list,
-                 with one it defaults to the number of slots
+                 with one it defaults to the number of slots (-np N: the same)
   -x VAR=val     set VAR to val in every rank's environment
   -x VAR         copy VAR from grun's environment (an error if it is unset);
                  -x may be repeated
@@ -177,14 +177,17 @@ func newFlagSet(cfg *config, lookupEnv func(string) (string, bool)) *flag.FlagSe
 	fs.Usage = func() {}
 	// -n and the durations are Func flags for the sake of their error
 	// messages: the flag package says only "parse error".
-	fs.Func("n", "number of ranks", func(s string) error {
+	ranks := func(s string) error {
 		n, err := strconv.Atoi(s)
 		if err != nil {
 			return errors.New("not a whole number")
 		}
 		cfg.n, cfg.nSet = n, true
 		return nil
-	})
+	}
+	fs.Func("n", "number of ranks", ranks)
+	// mpirun's spelling, which hands type from habit.
+	fs.Func("np", "number of ranks (same as -n)", ranks)
 	fs.Func("x", "set or copy an environment variable for every rank", func(s string) error {
 		kv, err := exportVar(s, lookupEnv)
 		if err != nil {

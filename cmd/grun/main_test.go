@@ -270,6 +270,13 @@ func TestParseArgs(t *testing.T) {
 	if fmt.Sprint(cfg) != fmt.Sprint(want) {
 		t.Errorf("got  %+v\nwant %+v", cfg, want)
 	}
+	// mpirun's -np, from habit (issue 27).
+	for _, np := range [][]string{{"-np", "4"}, {"--np=4"}} {
+		cfg, err = parseArgs(append(np, "prog"), lookup)
+		if err != nil || cfg.n != 4 || !cfg.nSet || cfg.prog != "prog" {
+			t.Errorf("%q: %+v, %v; want 4 ranks of prog", np, cfg, err)
+		}
+	}
 	cfg, err = parseArgs([]string{"-n", "1", "--", "-prog"}, lookup)
 	if err != nil || cfg.prog != "-prog" || cfg.grace != defaultGrace || cfg.failWait != defaultFailWait || cfg.timeout != 0 {
 		t.Errorf("after --: %+v, %v", cfg, err)

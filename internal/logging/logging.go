@@ -5,6 +5,7 @@
 package logging
 
 import (
+	"fmt"
 	"log/slog"
 	"os"
 	"strings"
@@ -22,6 +23,16 @@ func L() *slog.Logger {
 		logger = New(os.Getenv("GOCOLL_DEBUG"))
 	})
 	return logger
+}
+
+// Check reports a GOCOLL_DEBUG value New would not understand (New treats
+// it as the default, which would hide the typo behind silence).
+func Check(level string) error {
+	switch strings.ToLower(strings.TrimSpace(level)) {
+	case "", "warn", "info", "debug", "trace", "off", "none":
+		return nil
+	}
+	return fmt.Errorf("GOCOLL_DEBUG=%q: unknown level (want info, debug, warn or off)", level)
 }
 
 // New builds a logger for the given GOCOLL_DEBUG value.

@@ -1,0 +1,39 @@
+package comm
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/gocoll/gocoll/bootstrap"
+	"github.com/gocoll/gocoll/internal/logging"
+)
+
+// ErrLauncherGone: the process that started this rank (mpirun's daemon,
+// torchrun's agent, grun, slurmstepd) exited while the rank ran.
+var ErrLauncherGone = bootstrap.ErrLauncherGone
+
+// launcherPoll is how often a rank checks that its launcher lives.
+const launcherPoll = 250 * time.Millisecond
+
+// watchLauncher makes a rank that Init started leave when its launcher is
+// gone, as srun and grun make their ranks leave when they end them: it
+// cancels Init, aborts the communicator (collectives fail with
+// ErrLauncherGone), logs why, and sends this process SIGTERM, which ends a
+// program that did not ask for it and lets one that did shut down in order.
+// A rank whose launcher was SIGKILLed would otherwise compute forever: all
+// its peers live, so no link fails.
+func watchLauncher(cfg Config, cancel context.CancelCauseFunc, c *atomic.Pointer[Communicator]) {
+	bootstrap.WatchParent(launcherPoll, func(parent int) {
+		err := fmt.Errorf("rank %d of %d: %w (%s, pid %d, exited); leaving", cfg.Rank, cfg.Size, ErrLauncherGone, cfg.Source, parent)
+		logging.L().Error(err.Error(), "rank", cfg.Rank)
+		cancel(err)
+		if comm := c.Load(); comm != nil {
+			comm.Abort(err)
+		}
+		syscall.Kill(os.Getpid(), syscall.SIGTERM)
+	})
+}
