@@ -103,3 +103,62 @@ func TestUnderOtherLaunchers(t *testing.T) {
 		})
 	}
 }
+
+// TestTwoJobsOnePort starts two 2-rank jobs at once, as srun would, with
+// the same MASTER_PORT and no GRUN_TOKEN (issue 27): one job's rank 0
+// serves the store, and the other job must neither join it nor wait out
+// its timeout; its ranks fail at once saying why. The first job succeeds.
+func TestTwoJobsOnePort(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	port := freePort(t)
+	type rank struct {
+		job, r int
+		cmd    *exec.Cmd
+		out    bytes.Buffer
+	}
+	var ranks []*rank
+	for job := 0; job < 2; job++ {
+		for r := 0; r < 2; r++ {
+			k := &rank{job: job, r: r}
+			k.cmd = exec.CommandContext(ctx, filepath.Join(bin, "collcheck"))
+			k.cmd.Env = append(launcherEnv(), "GOCOLL_TIMEOUT=60s", "SLURM_PROCID="+strconv.Itoa(r), "SLURM_NTASKS=2",
+				"SLURM_LOCALID="+strconv.Itoa(r), "SLURM_JOB_ID="+strconv.Itoa(900+job), "SLURM_STEP_ID=0",
+				"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+port)
+			k.cmd.Stdout, k.cmd.Stderr = &k.out, &k.out
+			if err := k.cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			ranks = append(ranks, k)
+		}
+	}
+	start := time.Now()
+	okJobs := map[int]int{}
+	var failures []*rank
+	for _, k := range ranks {
+		err := k.cmd.Wait()
+		if ctx.Err() != nil {
+			t.Fatalf("job %d rank %d did not finish in time (a hang):\n%s", k.job, k.r, &k.out)
+		}
+		if err == nil && strings.Contains(k.out.String(), fmt.Sprintf("rank %d of 2: ok", k.r)) {
+			okJobs[k.job]++
+		} else {
+			failures = append(failures, k)
+		}
+	}
+	if len(okJobs) != 1 || len(failures) != 2 {
+		for _, k := range ranks {
+			t.Logf("job %d rank %d:\n%s", k.job, k.r, &k.out)
+		}
+		t.Fatalf("jobs that succeeded: %v; want exactly one, whole, and the other's two ranks failed", okJobs)
+	}
+	for _, k := range failures {
+		out := k.out.String()
+		if !strings.Contains(out, "another job") && !strings.Contains(out, "in use by another process") {
+			t.Errorf("job %d rank %d failed without saying another job holds the port:\n%s", k.job, k.r, out)
+		}
+	}
+	if d := time.Since(start); d > 30*time.Second {
+		t.Errorf("the jobs took %v: the losing one waited instead of failing", d)
+	}
+}
