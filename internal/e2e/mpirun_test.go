@@ -1,6 +1,10 @@
 package e2e
 
 import (
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 )
 
@@ -18,6 +22,33 @@ func TestOpenMPI(t *testing.T) {
 	t.Run("one host", func(t *testing.T) {
 		dir, _ := trainDir(t)
 		checkOK(t, startRecipe(t, dir, recipe, vars(t)...), 4)
+	})
+	// Two hosts, each a network namespace: mpirun runs in the launcher's
+	// and starts its daemons in the hosts' through plm_rsh_agent, as it
+	// would through ssh; 2 ranks a host, shared memory within, TCP between.
+	t.Run("two hosts", func(t *testing.T) {
+		c := newCluster(t, 2)
+		dir, _ := trainDir(t)
+		agent, err := filepath.Abs(filepath.Join("testdata", "netns-ssh"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m []string
+		for _, h := range c.hosts {
+			m = append(m, h+"="+c.ns[h])
+		}
+		// The namespaces are the test's own, so any port is free there.
+		j := startRecipe(t, dir, `ip netns exec `+c.launcher+` bash -c "$RECIPE -addrs"`, "RECIPE="+recipe,
+			"NP=4", fmt.Sprintf("HOSTS=%s:2,%s:2", c.hosts[0], c.hosts[1]), "HEAD="+c.hosts[0], "PORT=29500",
+			"OMPI_MCA_plm_rsh_agent=sh "+agent+" "+strings.Join(m, ","))
+		checkOK(t, j, 4)
+		out := j.output()
+		for r := 0; r < 4; r++ {
+			host := c.hosts[r/2]
+			if !regexp.MustCompile(fmt.Sprintf(`rank %d addrs .*\b%s\b`, r, regexp.QuoteMeta(host))).MatchString(out) {
+				t.Errorf("rank %d did not run on %s:\n%s", r, host, out)
+			}
+		}
 	})
 	t.Run("rank killed", func(t *testing.T) {
 		dir, train := trainDir(t)
