@@ -22,7 +22,7 @@ func launcherEnv() []string {
 		name, _, _ := strings.Cut(kv, "=")
 		switch {
 		case strings.HasPrefix(name, "GRUN_"), strings.HasPrefix(name, "OMPI_"), strings.HasPrefix(name, "SLURM_"),
-			strings.HasPrefix(name, "PMI"), strings.HasPrefix(name, "MASTER_"),
+			strings.HasPrefix(name, "PMI"), strings.HasPrefix(name, "MASTER_"), strings.HasPrefix(name, "TORCHELASTIC_"),
 			name == "RANK", name == "WORLD_SIZE", name == "LOCAL_RANK", name == "LOCAL_WORLD_SIZE", name == "GOCOLL_DEBUG":
 			continue
 		}
@@ -58,12 +58,12 @@ func TestUnderOtherLaunchers(t *testing.T) {
 		{"srun", func(r int, port string) []string {
 			// srun -n 3 on one node; a token, as a job script may pass one.
 			return []string{"SLURM_PROCID=" + strconv.Itoa(r), "SLURM_NTASKS=3", "SLURM_LOCALID=" + strconv.Itoa(r),
-				"SLURM_NODEID=0", "SLURM_JOB_NODELIST=localhost", "SLURM_TASKS_PER_NODE=3",
+				"SLURM_NODEID=0", "SLURM_JOB_NODELIST=localhost", "SLURM_TASKS_PER_NODE=3", "SLURM_JOB_ID=4242", "SLURM_STEP_ID=0",
 				"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port, "GRUN_TOKEN=job-secret-from-the-script"}
 		}},
 		{"mpirun", func(r int, port string) []string {
 			return []string{"OMPI_COMM_WORLD_RANK=" + strconv.Itoa(r), "OMPI_COMM_WORLD_SIZE=3",
-				"OMPI_COMM_WORLD_LOCAL_RANK=" + strconv.Itoa(r), "OMPI_COMM_WORLD_LOCAL_SIZE=3",
+				"OMPI_COMM_WORLD_LOCAL_RANK=" + strconv.Itoa(r), "OMPI_COMM_WORLD_LOCAL_SIZE=3", "OMPI_MCA_ess_base_jobid=1791819777",
 				"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port}
 		}},
 		{"torchrun", func(r int, port string) []string {
