@@ -3,9 +3,7 @@ package comm
 import (
 	"context"
 	"fmt"
-	"os"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/gocoll/gocoll/bootstrap"
@@ -34,6 +32,6 @@ func watchLauncher(cfg Config, cancel context.CancelCauseFunc, c *atomic.Pointer
 		if comm := c.Load(); comm != nil {
 			comm.Abort(err)
 		}
-		syscall.Kill(os.Getpid(), syscall.SIGTERM)
+		terminate()
 	})
 }

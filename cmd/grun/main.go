@@ -24,8 +24,8 @@ find each other. It forwards their output, passes signals on, and stops the
 whole job as soon as one rank fails.
 
 Flags (-flag and --flag are the same; flags end at PROG or at "--"):
-  -n N           number of ranks to start; required without a host list,
-                 with one it defaults to the number of slots (-np N: the same)
+  -n N, --np N   number of ranks to start; required without a host list,
+                 with one it defaults to the number of slots
   -x VAR=val     set VAR to val in every rank's environment
   -x VAR         copy VAR from grun's environment (an error if it is unset);
                  -x may be repeated
