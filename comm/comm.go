@@ -200,7 +200,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 	fail := func(what string, err error) (*Communicator, error) {
 		if cause := context.Cause(ictx); errors.Is(cause, bootstrap.ErrRankGone) {
 			err = cause
-		} else {
+		} else if !errors.Is(err, bootstrap.ErrJoinRefused) { // not of this job: its departures are not ours
 			err = c.withDepartures(err)
 		}
 		c.drop(err)

@@ -14,6 +14,11 @@ import (
 // torchrun's agent, grun, slurmstepd) exited while the rank ran.
 var ErrLauncherGone = bootstrap.ErrLauncherGone
 
+// ErrJoinRefused: the rendezvous turned this rank away: its rank had
+// joined already, or the store serves another job (two jobs sharing a
+// rendezvous port and no GRUN_TOKEN).
+var ErrJoinRefused = bootstrap.ErrJoinRefused
+
 // launcherPoll is how often a rank checks that its launcher lives.
 const launcherPoll = 250 * time.Millisecond
 

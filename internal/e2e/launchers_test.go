@@ -157,6 +157,9 @@ func TestTwoJobsOnePort(t *testing.T) {
 		if !strings.Contains(out, "another job") && !strings.Contains(out, "in use by another process") {
 			t.Errorf("job %d rank %d failed without saying another job holds the port:\n%s", k.job, k.r, out)
 		}
+		if strings.Contains(out, "unreachable too") {
+			t.Errorf("job %d rank %d asked the other job's store for departures:\n%s", k.job, k.r, out)
+		}
 	}
 	if d := time.Since(start); d > 30*time.Second {
 		t.Errorf("the jobs took %v: the losing one waited instead of failing", d)
