@@ -150,8 +150,9 @@ const DefaultTimeout = 10 * time.Minute
 
 // Init joins the job described by the launcher's environment (grun,
 // torchrun-style, Open MPI or Slurm; see bootstrap.FromEnv) and connects to
-// every other rank. It returns once every rank has connected. From then on
-// the rank leaves if the process that started it exits (ErrLauncherGone).
+// every other rank. It returns once every rank has connected. A rank a
+// launcher started leaves, from Init on, if that launcher exits
+// (ErrLauncherGone).
 func Init(ctx context.Context, opts ...Option) (*Communicator, error) {
 	cfg, err := bootstrap.FromEnv(os.LookupEnv)
 	if err != nil {

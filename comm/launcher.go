@@ -29,7 +29,15 @@ const launcherPoll = 250 * time.Millisecond
 // program that did not ask for it and lets one that did shut down in order.
 // A rank whose launcher was SIGKILLed would otherwise compute forever: all
 // its peers live, so no link fails.
+//
+// Only a process a launcher started is watched (grun's, or one whose
+// launcher gave a job identity): ranks started by hand with RANK and
+// WORLD_SIZE from a script that goes on its way, or by a container runtime,
+// have no launcher to outlive.
 func watchLauncher(cfg Config, cancel context.CancelCauseFunc, c *atomic.Pointer[Communicator]) {
+	if cfg.Source != "grun" && cfg.Job == "" {
+		return
+	}
 	bootstrap.WatchParent(launcherPoll, func(parent int) {
 		err := fmt.Errorf("rank %d of %d: %w (%s, pid %d, exited); leaving", cfg.Rank, cfg.Size, ErrLauncherGone, cfg.Source, parent)
 		logging.L().Error(err.Error(), "rank", cfg.Rank)
