@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gocoll/gocoll/comm"
+	"github.com/gocoll/gocoll/transport/tcp"
 )
 
 // local starts an in-process job of n ranks and closes it when the test ends.
@@ -504,3 +505,7 @@ func TestUnavailableTransport(t *testing.T) {
 		}
 	}
 }
+
+// tcpSmall makes every message span many small slots, so that senders
+// wait on credits all the time.
+func tcpSmall() tcp.Options { return tcp.Options{Slots: 2, SlotSize: 4 << 10} }

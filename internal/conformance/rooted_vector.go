@@ -12,21 +12,9 @@ import (
 	"github.com/gocoll/gocoll/transport"
 )
 
-// runMore runs the rest of the collective set on one mesh.
-func runMore(t *testing.T, ts []transport.Transport) {
-	t.Run("Reduce", func(t *testing.T) { testReduce(t, ts) })
-	t.Run("Gather", func(t *testing.T) { testGather(t, ts) })
-	t.Run("Scatter", func(t *testing.T) { testScatter(t, ts) })
-	t.Run("AllGatherV", func(t *testing.T) { testAllGatherV(t, ts) })
-	t.Run("ReduceScatterV", func(t *testing.T) { testReduceScatterV(t, ts) })
-	t.Run("AllToAll", func(t *testing.T) { testAllToAll(t, ts) })
-	t.Run("AllToAllV", func(t *testing.T) { testAllToAllV(t, ts) })
-	t.Run("Invalid", func(t *testing.T) { testInvalid(t, ts) })
-}
-
 // smallSizes are the counts every (type, op) pair runs; the heavy ones also
 // run counts spanning several messages.
-func moreSizes(n, maxMsg, es int, heavy bool) []int {
+func smallSizes(n, maxMsg, es int, heavy bool) []int {
 	s := []int{0, 1, n + 1, 61}
 	if heavy {
 		s = append(s, maxMsg/es+maxMsg/es/2+17)
@@ -47,7 +35,7 @@ func testReduce(t *testing.T, ts []transport.Transport) {
 				roots = uniq(0, n-1, n/2)
 			}
 			for _, root := range roots {
-				for _, count := range moreSizes(n, ts[0].MaxMessage(), dt.Size(), heavy(dt, op)) {
+				for _, count := range smallSizes(n, ts[0].MaxMessage(), dt.Size(), heavy(dt, op)) {
 					t.Run(fmt.Sprintf("%v/%v/root=%d/%d", dt, op, root, count), func(t *testing.T) {
 						es := dt.Size()
 						sends := make([][]byte, n)
@@ -109,7 +97,7 @@ func testGather(t *testing.T, ts []transport.Transport) {
 	j := newJob(ts, nil)
 	for _, dt := range allTypes {
 		for _, root := range uniq(0, n-1) {
-			for _, count := range moreSizes(n, ts[0].MaxMessage(), dt.Size(), copyHeavy(dt)) {
+			for _, count := range smallSizes(n, ts[0].MaxMessage(), dt.Size(), copyHeavy(dt)) {
 				t.Run(fmt.Sprintf("%v/root=%d/%d", dt, root, count), func(t *testing.T) {
 					es := dt.Size()
 					sends := make([][]byte, n)
@@ -139,7 +127,7 @@ func testScatter(t *testing.T, ts []transport.Transport) {
 	j := newJob(ts, nil)
 	for _, dt := range allTypes {
 		for _, root := range uniq(0, n-1) {
-			for _, count := range moreSizes(n, ts[0].MaxMessage(), dt.Size(), copyHeavy(dt)) {
+			for _, count := range smallSizes(n, ts[0].MaxMessage(), dt.Size(), copyHeavy(dt)) {
 				t.Run(fmt.Sprintf("%v/root=%d/%d", dt, root, count), func(t *testing.T) {
 					es := dt.Size()
 					send := fill(reduce.Sum, dt, 11, n*count)
@@ -264,7 +252,7 @@ func testAllToAll(t *testing.T, ts []transport.Transport) {
 	n := len(ts)
 	j := newJob(ts, nil)
 	for _, dt := range allTypes {
-		for _, count := range moreSizes(n, ts[0].MaxMessage(), dt.Size(), copyHeavy(dt)) {
+		for _, count := range smallSizes(n, ts[0].MaxMessage(), dt.Size(), copyHeavy(dt)) {
 			t.Run(fmt.Sprintf("%v/%d", dt, count), func(t *testing.T) {
 				es, b := dt.Size(), count*dt.Size()
 				sends := make([][]byte, n)

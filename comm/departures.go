@@ -1,0 +1,68 @@
+package comm
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/gocoll/gocoll/bootstrap"
+)
+
+// withDepartures adds to err what the store saw of ranks that left the job
+// abnormally. The store saw every rank's rendezvous connection: it knows
+// who died even when no link of ours could tell (a death hidden behind
+// data not yet read, a rank that gave up mid-frame, a rank that died
+// before it connected).
+func (c *Communicator) withDepartures(err error) error {
+	if c.store == nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), departuresWait+time.Second)
+	ds, derr := c.store.Departures(ctx, departuresWait)
+	cancel()
+	switch {
+	case derr != nil:
+		return fmt.Errorf("%w (rendezvous unreachable too: %v)", err, derr)
+	case len(ds) > 0 && !strings.Contains(err.Error(), ds[0].String()):
+		return fmt.Errorf("%w (the rendezvous saw %s)", err, departures(ds))
+	}
+	return err
+}
+
+// departures names the first rank that left, the likely cause of the
+// rest: the others mostly gave up because of it.
+func departures(ds []bootstrap.Departure) string {
+	if len(ds) == 1 {
+		return ds[0].String()
+	}
+	return fmt.Sprintf("%v first, then %d more", ds[0], len(ds)-1)
+}
+
+// watchDepartures cancels ctx, with a cause wrapping ErrPeerLost and
+// bootstrap.ErrRankGone, as soon as the store sees a rank leave the job
+// abnormally. It has a store connection of its own: the communicator's
+// is busy with the waiting gets.
+func watchDepartures(ctx context.Context, stop context.CancelCauseFunc, cfg Config) {
+	w, err := bootstrap.Dial(ctx, cfg.Addr, cfg.Token)
+	if err != nil {
+		return
+	}
+	defer w.Close()
+	for ctx.Err() == nil {
+		ds, err := w.Departures(ctx, 10*time.Second)
+		if err != nil {
+			return
+		}
+		if len(ds) > 0 {
+			stop(fmt.Errorf("%w: %w: the rendezvous saw %s", ErrPeerLost, bootstrap.ErrRankGone, departures(ds)))
+			return
+		}
+	}
+}
+
+// departuresWait bounds how long a rank that lost a peer waits for the
+// store to see the departure that caused it: the store notices a death as
+// soon as the kernel closes the dead rank's connection, within
+// milliseconds, but may not have when we ask.
+const departuresWait = 300 * time.Millisecond

@@ -1,0 +1,93 @@
+package comm
+
+import (
+	"unsafe"
+
+	"github.com/gocoll/gocoll/internal/reduce"
+)
+
+// Float16 is an IEEE 754 half-precision number, stored in its 16 bits.
+// Reductions convert to float32, reduce, and round back to nearest-even.
+type Float16 uint16
+
+// Float32 converts h to float32 exactly.
+func (h Float16) Float32() float32 { return reduce.F16ToF32(uint16(h)) }
+
+// Float16Of rounds f to the nearest Float16 (ties to even).
+func Float16Of(f float32) Float16 { return Float16(reduce.F32ToF16(f)) }
+
+// BFloat16 is a bfloat16 number (the top half of a float32), stored in its
+// 16 bits. Reductions convert to float32, reduce, and round back to
+// nearest-even.
+type BFloat16 uint16
+
+// Float32 converts b to float32 exactly.
+func (b BFloat16) Float32() float32 { return reduce.BF16ToF32(uint16(b)) }
+
+// BFloat16Of rounds f to the nearest BFloat16 (ties to even).
+func BFloat16Of(f float32) BFloat16 { return BFloat16(reduce.F32ToBF16(f)) }
+
+// Element lists the types the collectives carry. The types are exact
+// (no ~): a program with its own named float type converts its slice.
+type Element interface {
+	float32 | float64 | int8 | int16 | int32 | int64 | uint8 | uint16 | uint32 | uint64 | Float16 | BFloat16
+}
+
+// Op is a reduction operation.
+type Op uint8
+
+const (
+	// Sum adds. Integers wrap around on overflow, as Go's + does.
+	Sum = Op(reduce.Sum)
+	// Prod multiplies. Integers wrap around on overflow.
+	Prod = Op(reduce.Prod)
+	// Min keeps the smallest; for floats, NaN if any input is NaN, and -0 < +0.
+	Min = Op(reduce.Min)
+	// Max keeps the largest; for floats, NaN if any input is NaN, and -0 < +0.
+	Max = Op(reduce.Max)
+	// Avg is Sum divided by the number of ranks, for floating-point types
+	// only; on integers it returns ErrUnsupported (use Sum and divide, with
+	// the rounding your program wants).
+	Avg = Op(reduce.Avg)
+)
+
+func (o Op) String() string { return reduce.Op(o).String() }
+
+func dtypeOf[T Element]() reduce.DType {
+	var zero T
+	switch any(zero).(type) {
+	case float32:
+		return reduce.Float32
+	case float64:
+		return reduce.Float64
+	case int8:
+		return reduce.Int8
+	case int16:
+		return reduce.Int16
+	case int32:
+		return reduce.Int32
+	case int64:
+		return reduce.Int64
+	case uint8:
+		return reduce.Uint8
+	case uint16:
+		return reduce.Uint16
+	case uint32:
+		return reduce.Uint32
+	case uint64:
+		return reduce.Uint64
+	case Float16:
+		return reduce.Float16
+	case BFloat16:
+		return reduce.BFloat16
+	}
+	panic("unreachable: Element lists every type")
+}
+
+// bytesOf is s's memory as bytes, without copying.
+func bytesOf[T Element](s []T) []byte {
+	if len(s) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), len(s)*int(unsafe.Sizeof(s[0])))
+}

@@ -1,0 +1,247 @@
+package comm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/gocoll/gocoll/transport"
+)
+
+// failed is the error of a collective that failed with err, and breaks
+// the communicator unless the ranks are still in step.
+func (c *Communicator) failed(what string, err error) error {
+	if errors.Is(err, ErrInvalid) {
+		// The collectives refuse bad arguments before sending anything,
+		// so the ranks are still in step.
+		return fmt.Errorf("comm: %s: %w", what, err)
+	}
+	if uerr := c.unusable(); uerr != nil {
+		// Close or Abort woke the call; that, not the transport's view of
+		// it, is the cause.
+		if errors.Is(uerr, ErrAborted) {
+			c.setBroken(uerr)
+		}
+		return fmt.Errorf("comm: rank %d: %s: %w", c.cfg.Rank, what, uerr)
+	}
+	if ferr := c.faultErr(); ferr != nil {
+		ferr = c.withLosses(ferr)
+		c.setBroken(ferr)
+		return fmt.Errorf("comm: rank %d: %s: %w", c.cfg.Rank, what, ferr)
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = fmt.Errorf("%w: %w", ErrTimeout, err)
+	}
+	err = c.withLosses(err)
+	c.setBroken(err)
+	// The ranks are out of step now, and a peer may be waiting for data
+	// this rank will never send. Dropping the connections tells every peer
+	// at once (their calls fail with ErrPeerLost naming this rank) instead
+	// of leaving them to hang until their own deadlines.
+	c.drop(err)
+	c.log.Info("communicator broken; dropped its connections so the peers notice", "rank", c.cfg.Rank, "err", err)
+	return fmt.Errorf("comm: rank %d: %w", c.cfg.Rank, err)
+}
+
+func (c *Communicator) setBroken(err error) { c.broken.Store(&err) }
+
+// lossSettle is how long the watchdog lets further losses arrive after the
+// first, before it fails the running collective.
+const lossSettle = 20 * time.Millisecond
+
+// withLosses adds to err, a failure through a lost peer, every peer the
+// transport has seen lost by now. The link that failed first here may be
+// to a rank that only gave up because another died, and could not say so
+// (its connection to us was mid-frame); the list names the rank that died.
+func (c *Communicator) withLosses(err error) error {
+	if !errors.Is(err, ErrPeerLost) {
+		return err
+	}
+	var notes []string
+	if ln, ok := c.t.(transport.LossNotifier); ok {
+		var list []*transport.PeerError
+		switch lost := ln.LostErr().(type) {
+		case *transport.PeerError:
+			list = append(list, lost)
+		case transport.Losses:
+			list = lost
+		}
+		text := err.Error()
+		for _, pe := range list {
+			// Ranks that gave up say why themselves; repeating each
+			// one's story would bury the rank that died.
+			if t := pe.Err.Error(); !strings.Contains(text, t) && !strings.Contains(t, " gave up: ") {
+				notes = append(notes, fmt.Sprintf("rank %d: %v", pe.Peer, pe.Err))
+			}
+		}
+	}
+	if len(notes) > 0 {
+		err = fmt.Errorf("%w (also lost: %s)", err, strings.Join(notes, "; "))
+	}
+	return c.withDepartures(err)
+}
+
+// leave tells the store this rank is out: why is empty at a normal Close,
+// else the cause of the break, which the others then see.
+func (c *Communicator) leave(why string) {
+	if c.store == nil {
+		return
+	}
+	if len(why) > 300 {
+		why = why[:297] + "..."
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	c.store.Leave(ctx, why)
+}
+
+// watch is the communicator's watchdog. It turns two things a running
+// collective cannot see from where it waits into errors: a peer lost
+// anywhere in the job, and a collective that runs longer than the timeout
+// while its context has no deadline (GOCOLL_TIMEOUT). Watching from here
+// keeps the cost off the collectives: they only store their start time.
+func (c *Communicator) watch() {
+	var lost <-chan struct{}
+	ln, _ := c.t.(transport.LossNotifier)
+	if ln != nil {
+		lost = ln.Lost()
+	}
+	var tick <-chan time.Time
+	if c.timeout > 0 {
+		t := time.NewTicker(min(max(c.timeout/20, 10*time.Millisecond), time.Second))
+		defer t.Stop()
+		tick = t.C
+	}
+	// The collective seen running on the last tick (1 + its ticket; 0
+	// for none), and since when: the collectives store nothing for this,
+	// as reading the clock would cost them more than the rest of a small
+	// one's bookkeeping.
+	var seen uint64
+	var since time.Time
+	for {
+		select {
+		case <-c.closed:
+			return
+		case <-c.aborted:
+			return
+		case <-lost:
+			lost = nil
+			// A rank that gave up because another died resets its links
+			// at about the time the dead rank's links end: wait a moment
+			// for those too, so that the error names the rank that died,
+			// not only the first link to go.
+			select {
+			case <-c.closed:
+				return
+			case <-c.aborted:
+				return
+			case <-time.After(lossSettle):
+			}
+			err := ln.LostErr()
+			if _, running := c.turns.inFlight(); running {
+				c.setFault(err)
+				return
+			}
+			// Nothing runs: the next collective fails with it (run checks).
+			c.faultMu.Lock()
+			c.lostErr = err
+			c.faulted.Store(true)
+			c.faultMu.Unlock()
+		case now := <-tick:
+			turn, running := c.turns.inFlight()
+			if !running {
+				seen = 0
+			} else if turn+1 != seen {
+				seen, since = turn+1, now
+			}
+			if running && c.bounded.Load() != turn+1 && now.Sub(since) > c.timeout {
+				c.setFault(fmt.Errorf("%w: a collective ran longer than %v (GOCOLL_TIMEOUT) while its context had no deadline: %w",
+					ErrTimeout, c.timeout, context.DeadlineExceeded))
+				return
+			}
+		}
+	}
+}
+
+// setFault records why the running collective must fail and wakes it by
+// closing the transport, which also tells every peer.
+func (c *Communicator) setFault(err error) {
+	c.faultMu.Lock()
+	if c.fault == nil {
+		c.fault = err
+	}
+	c.faulted.Store(true)
+	c.faultMu.Unlock()
+	c.log.Info("communicator fault; dropping its connections", "rank", c.cfg.Rank, "err", err)
+	c.drop(err)
+}
+
+func (c *Communicator) faultErr() error {
+	c.faultMu.Lock()
+	defer c.faultMu.Unlock()
+	if c.fault != nil {
+		return c.fault
+	}
+	return c.lostErr
+}
+
+// unusable is ErrClosed after Close, the abort error after Abort, else nil.
+func (c *Communicator) unusable() error {
+	if !c.stopping.Load() {
+		return nil
+	}
+	select {
+	case <-c.closed:
+		return ErrClosed
+	default:
+	}
+	select {
+	case <-c.aborted:
+		return c.abortErr
+	default:
+	}
+	return nil
+}
+
+// Abort breaks the communicator from any goroutine, as ncclCommAbort does:
+// every collective pending on this rank returns an error wrapping
+// ErrAborted and reason, so does every later one, and the connections are
+// dropped, so that the peers' pending and later calls fail with ErrPeerLost
+// naming this rank instead of waiting for it. Abort does not wait for the
+// peers; Close must still be called to release the rest. Only the first
+// Abort counts.
+func (c *Communicator) Abort(reason error) {
+	if c == nil {
+		return
+	}
+	c.abortOnce.Do(func() {
+		if reason == nil {
+			reason = errors.New("no reason given")
+		}
+		c.abortErr = fmt.Errorf("%w: %w", ErrAborted, reason)
+		c.stopping.Store(true)
+		close(c.aborted)
+		c.log.Info("communicator aborted; dropping its connections", "rank", c.cfg.Rank, "reason", reason)
+		c.drop(c.abortErr)
+	})
+}
+
+// drop cuts every connection so that the peers see this rank lost and stop
+// waiting for it: at once where the transport can abort, else by an
+// orderly Close, which lingers for the peers' goodbyes (a peer busy
+// computing may not send one for a while, and the caller need not wait).
+func (c *Communicator) drop(cause error) {
+	if c.t == nil {
+		return
+	}
+	if cause != nil {
+		go c.leave(cause.Error())
+	}
+	if a, ok := c.t.(transport.Aborter); ok {
+		a.Abort(cause)
+		return
+	}
+	go c.t.Close()
+}
