@@ -82,8 +82,18 @@ type muxPeer struct {
 }
 
 // NewMux shares t. Every rank must use a mux on t, or none.
-func NewMux(t transport.Transport) *Mux {
-	m := &Mux{t: t, peers: make([]*muxPeer, t.Size()), rank: t.Rank(), maxMessage: t.MaxMessage()}
+//
+// maxMessage caps the messages the mux sends (0: t.MaxMessage()). Every
+// rank must pass the same value, at most its own t.MaxMessage(): the
+// collectives cut a long buffer into messages of the channel's MaxMessage,
+// and a receiver expects them cut as it would cut them itself. Ranks whose
+// transports differ (a rank alone on its host talks TCP only, its peers
+// also shared memory, whose slots are smaller) agree on the job's smallest.
+func NewMux(t transport.Transport, maxMessage int) *Mux {
+	if maxMessage <= 0 || maxMessage > t.MaxMessage() {
+		maxMessage = t.MaxMessage()
+	}
+	m := &Mux{t: t, peers: make([]*muxPeer, t.Size()), rank: t.Rank(), maxMessage: maxMessage}
 	m.credits, _ = t.(transport.CreditReporter)
 	m.parts, _ = t.(transport.PartSender)
 	for i := range m.peers {
@@ -498,8 +508,8 @@ func (c *Channel) Rank() int { return c.rank }
 // Size implements transport.Transport.
 func (c *Channel) Size() int { return len(c.ranks) }
 
-// MaxMessage implements transport.Transport: the shared transport's, less
-// the lane header.
+// MaxMessage implements transport.Transport: the mux's cap (see NewMux),
+// less the lane header.
 func (c *Channel) MaxMessage() int { return c.m.maxMessage - MuxHeader }
 
 func (c *Channel) peer(r int, op string) (int, error) {

@@ -59,7 +59,7 @@ func (m *mirror) Release(transport.Message) {}
 func BenchmarkOverhead(b *testing.B) {
 	ctx := context.Background()
 	b.Run("mux", func(b *testing.B) {
-		ch, err := NewMux(&mirror{}).Channel(0, []int{0, 1})
+		ch, err := NewMux(&mirror{}, 0).Channel(0, []int{0, 1})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -81,7 +81,7 @@ func BenchmarkOverhead(b *testing.B) {
 	}{
 		{"group", func() transport.Transport { return &mirror{} }},
 		{"group+mux", func() transport.Transport {
-			ch, err := NewMux(&mirror{}).Channel(0, []int{0, 1})
+			ch, err := NewMux(&mirror{}, 0).Channel(0, []int{0, 1})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -87,7 +87,7 @@ func BenchmarkStackShm(b *testing.B) {
 	}
 	var groups [2]*collectives.Group
 	for r := range 2 {
-		ch, err := collectives.NewMux(ts[r]).Channel(0, []int{0, 1})
+		ch, err := collectives.NewMux(ts[r], 0).Channel(0, []int{0, 1})
 		if err != nil {
 			b.Fatal(err)
 		}

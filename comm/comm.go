@@ -2,6 +2,7 @@ package comm
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -211,17 +212,35 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 	if err := c.connect(ictx, s); err != nil {
 		return fail("", err)
 	}
-	c.g = collectives.NewGroup(c.share(), collectives.Options{Algos: algos, Logger: c.log, Hosts: c.hosts})
-	// Nobody returns from Init before everyone is connected, so a rank that
-	// finishes its first collective and closes early cannot strand a peer
-	// still reading addresses from the store.
-	if err := c.g.Barrier(ictx); err != nil {
+	// The agreement is an allreduce, so nobody returns from Init before
+	// everyone is connected: a rank that finishes its first collective and
+	// closes early cannot strand a peer still reading addresses from the
+	// store.
+	maxMessage, err := agreeMaxMessage(ictx, c.t)
+	if err != nil {
 		return fail("waiting for every rank to connect: ", err)
 	}
+	c.g = collectives.NewGroup(c.share(maxMessage), collectives.Options{Algos: algos, Logger: c.log, Hosts: c.hosts})
 	go c.watch()
 	c.log.Info("communicator ready", "rank", cfg.Rank, "size", cfg.Size, "local_rank", cfg.LocalRank,
 		"launcher", cfg.Source, "transport", c.tname, "simd", reduce.SIMDLevel(), "store", cfg.Addr)
 	return c, nil
+}
+
+// agreeMaxMessage returns the smallest MaxMessage of every rank's
+// transport. The collectives cut long buffers into messages of that size,
+// and both ends of every link must cut alike: on a job whose hosts hold
+// different numbers of ranks, a rank alone on its host has only TCP links
+// while its peers' transport is the smaller of shared memory's slot and
+// TCP's. It runs on the bare transport, before the mux that every later
+// message goes through, so the user's first collective is call #1.
+func agreeMaxMessage(ctx context.Context, t transport.Transport) (int, error) {
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], uint64(t.MaxMessage()))
+	if err := collectives.NewGroup(t, collectives.Options{}).AllReduce(ctx, b[:], reduce.Uint64, reduce.Min); err != nil {
+		return 0, err
+	}
+	return int(binary.LittleEndian.Uint64(b[:])), nil
 }
 
 func readSettings(opts []Option) (settings, error) {

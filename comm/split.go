@@ -28,13 +28,14 @@ type ext struct {
 
 // share puts the job's transport under a Mux, so that sub-communicators
 // and point-to-point messages can share its connections, and returns the
-// job communicator's channel (id 0, every rank).
-func (c *Communicator) share() transport.Transport {
+// job communicator's channel (id 0, every rank). maxMessage is the job's
+// agreed message cap (see agreeMaxMessage).
+func (c *Communicator) share(maxMessage int) transport.Transport {
 	ranks := make([]int, c.cfg.Size)
 	for i := range ranks {
 		ranks[i] = i
 	}
-	c.ext.mux = collectives.NewMux(c.t)
+	c.ext.mux = collectives.NewMux(c.t, maxMessage)
 	ch, err := c.ext.mux.Channel(0, ranks)
 	if err != nil {
 		panic("unreachable: every rank is a member of the job: " + err.Error())

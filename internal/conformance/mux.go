@@ -23,7 +23,7 @@ func testMux(t *testing.T, mesh Mesh, n int) {
 	ts := mesh(t, n)
 	muxes := make([]*collectives.Mux, n)
 	for r := range ts {
-		muxes[r] = collectives.NewMux(ts[r])
+		muxes[r] = collectives.NewMux(ts[r], 0)
 	}
 	all := make([]int, n)
 	for i := range all {
