@@ -27,7 +27,7 @@ import (
 //	request:  op(1) keylen(2) key value
 //	response: status(1) payload       (the value, or an error text)
 //
-// Besides put and get, a client may say which rank it is (join), that it is
+// Besides put, get and scan (every entry under a prefix, without waiting), a client may say which rank it is (join), that it is
 // leaving and why (leave; an empty reason is a normal end), and ask who has
 // left the job abnormally (departures). The store records a joined client
 // whose connection ends without a leave as dead: the kernel closes a
@@ -42,6 +42,7 @@ const (
 	opJoin       = 3 // key: the rank in decimal; value: size in decimal, tab, job identity
 	opLeave      = 4 // value: why, empty for a normal end
 	opDepartures = 5 // value: uint32 milliseconds to wait for a first departure
+	opScan       = 6 // key: a prefix; answer: every entry under it, now, without waiting
 
 	statusOK     = 0
 	statusErr    = 1
@@ -300,6 +301,8 @@ func (s *Server) serveConn(c net.Conn) {
 		case opDepartures:
 			wait := time.Duration(binary.LittleEndian.Uint32(val)) * time.Millisecond
 			err = writeFrame(c, statusOK, encodeDepartures(s.departures(min(wait, maxDepartWait))), nil)
+		case opScan:
+			err = writeFrame(c, statusOK, s.scan(key), nil)
 		default:
 			s.refused.Add(1)
 			logging.L().Warn("rendezvous: unknown request", "remote", c.RemoteAddr().String(), "op", op)
@@ -310,6 +313,49 @@ func (s *Server) serveConn(c net.Conn) {
 			return
 		}
 	}
+}
+
+// scan encodes the entries whose key starts with prefix, as the answer to
+// a scan: for each, the key's length (2 bytes), the key, the value's
+// length (4 bytes), the value. Entries past MaxValue bytes in all are
+// left out.
+func (s *Server) scan(prefix string) []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []byte
+	for k, v := range s.kv {
+		if !strings.HasPrefix(k, prefix) || len(out)+6+len(k)+len(v) > MaxValue {
+			continue
+		}
+		out = binary.LittleEndian.AppendUint16(out, uint16(len(k)))
+		out = append(out, k...)
+		out = binary.LittleEndian.AppendUint32(out, uint32(len(v)))
+		out = append(out, v...)
+	}
+	return out
+}
+
+// decodeScan reads a scan's answer.
+func decodeScan(b []byte) (map[string][]byte, error) {
+	m := make(map[string][]byte)
+	for len(b) > 0 {
+		if len(b) < 2 {
+			return nil, fmt.Errorf("scan answer: %w", ErrBadFrame)
+		}
+		kl := int(binary.LittleEndian.Uint16(b))
+		if len(b) < 2+kl+4 {
+			return nil, fmt.Errorf("scan answer: %w", ErrBadFrame)
+		}
+		k := string(b[2 : 2+kl])
+		vl := int(binary.LittleEndian.Uint32(b[2+kl:]))
+		b = b[2+kl+4:]
+		if vl > len(b) {
+			return nil, fmt.Errorf("scan answer: %w", ErrBadFrame)
+		}
+		m[k] = b[:vl:vl]
+		b = b[vl:]
+	}
+	return m, nil
 }
 
 func (s *Server) put(key string, val []byte) {
@@ -443,9 +489,9 @@ func parseRequest(body []byte) (op byte, key string, val []byte, err error) {
 		return 0, "", nil, fmt.Errorf("value of %d bytes over the %d limit: %w", len(val), MaxValue, ErrBadFrame)
 	}
 	switch op {
-	case opGet:
+	case opGet, opScan:
 		if len(val) != 0 {
-			return 0, "", nil, fmt.Errorf("get with a value: %w", ErrBadFrame)
+			return 0, "", nil, fmt.Errorf("%s with a value: %w", opName(op), ErrBadFrame)
 		}
 	case opJoin:
 		sz, _, _ := strings.Cut(string(val), "\t")
@@ -532,6 +578,16 @@ func (c *Client) Put(ctx context.Context, key string, value []byte) error {
 // Get returns key's value, waiting until some client has Put it.
 func (c *Client) Get(ctx context.Context, key string) ([]byte, error) {
 	return c.do(ctx, opGet, key, nil)
+}
+
+// Scan returns every entry whose key starts with prefix, as the store
+// holds them now: unlike Get, it never waits.
+func (c *Client) Scan(ctx context.Context, prefix string) (map[string][]byte, error) {
+	b, err := c.do(ctx, opScan, prefix, nil)
+	if err != nil {
+		return nil, err
+	}
+	return decodeScan(b)
 }
 
 // Join tells the store which rank of which job this client is, so that
@@ -672,6 +728,8 @@ func opName(op byte) string {
 		return "leave"
 	case opDepartures:
 		return "departures"
+	case opScan:
+		return "scan"
 	}
 	return fmt.Sprintf("op %d", op)
 }

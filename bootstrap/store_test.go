@@ -141,6 +141,32 @@ func TestStorePutGet(t *testing.T) {
 	}
 }
 
+// TestStoreScan: a scan answers at once with the entries under a prefix,
+// none when there are none, and the latest value of each.
+func TestStoreScan(t *testing.T) {
+	s := newServer(t, testToken)
+	c := dial(t, s)
+	ctx := testCtx(t)
+	if m, err := c.Scan(ctx, "calls/"); err != nil || len(m) != 0 {
+		t.Fatalf("Scan of an empty store = %v, %v; want nothing and no error", m, err)
+	}
+	for k, v := range map[string]string{"calls/0/0": "a", "calls/0/1": "", "calls/1/0": "c", "other": "d"} {
+		if err := c.Put(ctx, k, []byte(v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Put(ctx, "calls/0/0", []byte("a2")); err != nil {
+		t.Fatal(err)
+	}
+	m, err := dial(t, s).Scan(ctx, "calls/0/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m) != 2 || string(m["calls/0/0"]) != "a2" || m["calls/0/1"] == nil || len(m["calls/0/1"]) != 0 {
+		t.Fatalf("Scan(calls/0/) = %q, want calls/0/0=a2 and an empty calls/0/1", m)
+	}
+}
+
 func TestStoreGetWaitsForPut(t *testing.T) {
 	s := newServer(t, testToken)
 	ctx := testCtx(t)

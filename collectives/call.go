@@ -145,7 +145,52 @@ func (g *Group) newCall(ctx context.Context, s spec) *call {
 	// rather than allocated for every collective; NewGroup set the fields
 	// that never change.
 	g.cur.ctx, g.cur.hdr = ctx, header{s, g.seq}
+	w0, w1, w2, w3 := g.cur.hdr.words()
+	g.running[0].Store(w0)
+	g.running[1].Store(w1)
+	g.running[2].Store(w2)
+	g.running[3].Store(w3)
 	return &g.cur
+}
+
+// Running is the header of the call this group began last, as it travels
+// (see Disagree), or nil before the first. It may be read from any
+// goroutine: a watchdog that sees a call wait for long publishes it where
+// the other ranks can compare it with theirs.
+func (g *Group) Running() []byte {
+	b := make([]byte, hdrLen)
+	for i := range g.running {
+		binary.LittleEndian.PutUint64(b[8*i:], g.running[i].Load())
+	}
+	if _, ok := parseHeader(b); !ok {
+		return nil
+	}
+	return b
+}
+
+// Disagree compares two calls as Running gives them, this rank's and
+// rank peer's: if they are the same call (the same number) with different
+// arguments, it says how in an error that matches ErrMismatch; otherwise
+// nil. Ranks stuck in a call that no message can show to be mismatched (a
+// broadcast whose ranks disagree on the root all wait to receive) find
+// each other this way.
+func Disagree(mine, theirs []byte, peer int) error {
+	a, ok := parseHeader(mine)
+	b, ok2 := parseHeader(theirs)
+	if !ok || !ok2 || a.seq != b.seq || a == b {
+		return nil
+	}
+	return fmt.Errorf("this rank called %v, rank %d called %v: %w", a, peer, b, ErrMismatch)
+}
+
+// CallNumber is the number of the call in a header as Running gives it
+// (calls count from 1), or 0 if b is not one.
+func CallNumber(b []byte) uint64 {
+	h, ok := parseHeader(b)
+	if !ok {
+		return 0
+	}
+	return h.seq
 }
 
 // send sends data to peer, prefixed by the call header if this is the

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	"github.com/gocoll/gocoll/internal/reduce"
 	"github.com/gocoll/gocoll/transport"
@@ -43,6 +44,9 @@ type Group struct {
 	sentSeq, gotSeq []uint64
 	small           []byte // header + small payload scratch
 	cur             call   // the call in progress (see newCall)
+	// running is cur's header as it travels, for a watchdog on another
+	// goroutine (see Running): cur itself belongs to the call's goroutine.
+	running [4]atomic.Uint64
 
 	logMu  sync.Mutex
 	logged map[decision]bool

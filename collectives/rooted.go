@@ -143,6 +143,9 @@ func (g *Group) Reduce(ctx context.Context, send, recv []byte, dt reduce.DType, 
 		if err := c.reduceUp(acc, dt, op, parent, children); err != nil {
 			return err
 		}
+		if err := c.receipts(parent, children); err != nil {
+			return err
+		}
 	}
 	if atRoot && op == reduce.Avg {
 		reduce.Scale(dt, recv, g.t.Size())
@@ -192,18 +195,49 @@ func (g *Group) Gather(ctx context.Context, send, recv []byte, dt reduce.DType, 
 	algo := g.choose(Gather, len(send)*n)
 	c := g.newCall(ctx, spec{what: tag(Gather, algo, dt, 0), count: uint64(count), root: uint32(root)})
 	if g.t.Rank() != root {
-		return c.sendAll(root, send)
+		if err := c.sendAll(root, send); err != nil {
+			return err
+		}
+		return c.receipts(root, nil)
 	}
 	copy(recv[root*len(send):], send)
+	var others []int
 	for q := 0; q < n; q++ {
 		if q == root {
 			continue
 		}
+		others = append(others, q)
 		block := recv[q*len(send) : (q+1)*len(send)]
 		if err := c.recvAll(q, block, func(dst, src []byte) { copy(dst, src) }); err != nil {
 			return err
 		}
 	}
+	return c.receipts(-1, others)
+}
+
+// receipts ends a collective whose data only flows toward the root
+// (reduce, gather): it tells each child that its part arrived, then waits
+// for the parent (-1: none) to say the same. Without it a rank that
+// disagreed with the others on the root would send its part to a rank
+// that never reads it, and every rank could return as if all were well;
+// with it the sender waits, and the watchdog finds the disagreement (see
+// Disagree). The receipt is the call header alone, so each end also
+// checks the other's view of the call. Children are told first: they
+// need not wait for the root.
+func (c *call) receipts(parent int, children []int) error {
+	for _, ch := range children {
+		if err := c.send(ch, nil); err != nil {
+			return err
+		}
+	}
+	if parent < 0 {
+		return nil
+	}
+	msg, err := c.recv(parent, 0)
+	if err != nil {
+		return err
+	}
+	c.release(msg)
 	return nil
 }
 

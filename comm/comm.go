@@ -64,10 +64,14 @@ var (
 // goroutines, but collectives on one communicator run one at a time, and
 // every rank must issue them in the same order, as with MPI and NCCL.
 type Communicator struct {
-	cfg    Config
-	t      transport.Transport
-	g      *collectives.Group
-	store  *bootstrap.Client
+	cfg   Config
+	t     transport.Transport
+	g     *collectives.Group
+	store *bootstrap.Client
+	// calls is the store where a stalled collective publishes what it
+	// called (stall.go): the job's, shared by its sub-communicators;
+	// nil for a job of one rank.
+	calls  *bootstrap.Client
 	server *bootstrap.Server
 	log    *slog.Logger
 
@@ -221,6 +225,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 		return fail("waiting for every rank to connect: ", err)
 	}
 	c.g = collectives.NewGroup(c.share(maxMessage), collectives.Options{Algos: algos, Logger: c.log, Hosts: c.hosts})
+	c.calls = c.store
 	go c.watch()
 	c.log.Info("communicator ready", "rank", cfg.Rank, "size", cfg.Size, "local_rank", cfg.LocalRank,
 		"launcher", cfg.Source, "transport", c.tname, "simd", reduce.SIMDLevel(), "store", cfg.Addr)

@@ -34,6 +34,19 @@ func (c *Communicator) failed(what string, err error) error {
 	if errors.Is(err, context.DeadlineExceeded) {
 		err = fmt.Errorf("%w: %w", ErrTimeout, err)
 	}
+	switch {
+	case errors.Is(err, ErrMismatch):
+		// Published before the links drop, so that the peers that see
+		// them go can find out why (the case below, on their side).
+		c.probe(context.Background())
+		c.publishMismatch(err)
+	case errors.Is(err, ErrPeerLost):
+		// The peer may have dropped its links on finding the call
+		// mismatched: that is the cause to report.
+		if mm, _ := c.probe(context.Background()); mm != nil {
+			err = also{mm, err}
+		}
+	}
 	err = c.withLosses(err)
 	c.setBroken(err)
 	// The ranks are out of step now, and a peer may be waiting for data
@@ -109,11 +122,16 @@ func (c *Communicator) watch() {
 		lost = ln.Lost()
 	}
 	var tick <-chan time.Time
-	if c.timeout > 0 {
-		t := time.NewTicker(min(max(c.timeout/20, 10*time.Millisecond), time.Second))
+	if c.timeout > 0 || c.calls != nil {
+		period := stallTick
+		if c.timeout > 0 && c.calls == nil {
+			period = min(max(c.timeout/20, 10*time.Millisecond), time.Second)
+		}
+		t := time.NewTicker(period)
 		defer t.Stop()
 		tick = t.C
 	}
+	var probing stall
 	// The collective seen running on the last tick (1 + its ticket; 0
 	// for none), and since when: the collectives store nothing for this,
 	// as reading the clock would cost them more than the rest of a small
@@ -140,6 +158,11 @@ func (c *Communicator) watch() {
 			case <-time.After(lossSettle):
 			}
 			err := ln.LostErr()
+			// A rank that found a call mismatched dropped its links: say
+			// so, rather than only that it is gone.
+			if mm, _ := c.probe(context.Background()); mm != nil {
+				err = also{mm, err}
+			}
 			if _, running := c.turns.inFlight(); running {
 				c.setFault(err)
 				return
@@ -154,11 +177,19 @@ func (c *Communicator) watch() {
 			if !running {
 				seen = 0
 			} else if turn+1 != seen {
-				seen, since = turn+1, now
+				seen, since, probing = turn+1, now, stall{}
 			}
-			if running && c.bounded.Load() != turn+1 && now.Sub(since) > c.timeout {
-				c.setFault(fmt.Errorf("%w: a collective ran longer than %v (GOCOLL_TIMEOUT) while its context had no deadline: %w",
-					ErrTimeout, c.timeout, context.DeadlineExceeded))
+			if running && probing.due(now.Sub(since)) {
+				if mm, _ := c.probe(context.Background()); mm != nil {
+					c.publishMismatch(mm)
+					c.setFault(mm)
+					return
+				}
+			}
+			if running && c.timeout > 0 && c.bounded.Load() != turn+1 && now.Sub(since) > c.timeout {
+				_, at := c.probe(context.Background())
+				c.setFault(fmt.Errorf("%w: a collective ran longer than %v (GOCOLL_TIMEOUT) while its context had no deadline%s: %w",
+					ErrTimeout, c.timeout, c.absent(at), context.DeadlineExceeded))
 				return
 			}
 		}

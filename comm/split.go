@@ -113,6 +113,7 @@ func (c *Communicator) Split(ctx context.Context, color, key int) (*Communicator
 		closed:  make(chan struct{}),
 		timeout: c.timeout,
 		aborted: make(chan struct{}),
+		calls:   c.calls,
 	}
 	sub.ext.mux, sub.ext.ch, sub.ext.id = c.ext.mux, ch, id
 	sub.g = collectives.NewGroup(ch, c.g.Options())

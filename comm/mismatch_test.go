@@ -1,0 +1,81 @@
+package comm_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gocoll/gocoll/comm"
+)
+
+// TestRootMismatch: rank 0 names another root than the others. Every rank
+// must learn of it within moments, never hang for the timeout, and no
+// rank may go on with a wrong result: the call fails on some rank with
+// ErrMismatch naming both calls, and every rank fails this call or the
+// next.
+func TestRootMismatch(t *testing.T) {
+	calls := map[string]func(ctx context.Context, c *comm.Communicator, root int) error{
+		"broadcast": func(ctx context.Context, c *comm.Communicator, root int) error {
+			return comm.Broadcast(ctx, c, make([]int32, 1000), root)
+		},
+		"broadcast large": func(ctx context.Context, c *comm.Communicator, root int) error {
+			return comm.Broadcast(ctx, c, make([]int32, 300000), root)
+		},
+		"reduce": func(ctx context.Context, c *comm.Communicator, root int) error {
+			return comm.Reduce(ctx, c, make([]float32, 100), make([]float32, 100), comm.Sum, root)
+		},
+		"gather": func(ctx context.Context, c *comm.Communicator, root int) error {
+			return comm.Gather(ctx, c, make([]int64, 10), make([]int64, 10*c.Size()), root)
+		},
+		"scatter": func(ctx context.Context, c *comm.Communicator, root int) error {
+			return comm.Scatter(ctx, c, make([]int64, 10*c.Size()), make([]int64, 10), root)
+		},
+	}
+	for _, tr := range []string{"tcp", "shm"} {
+		for name, call := range calls {
+			t.Run(tr+"/"+name, func(t *testing.T) {
+				cs := local(t, 4, comm.WithTransport(tr), comm.WithTimeout(30*time.Second))
+				start := time.Now()
+				took := make([]time.Duration, len(cs))
+				first := each(t, cs, func(ctx context.Context, c *comm.Communicator) error {
+					root := 0
+					if c.Rank() == 0 {
+						root = 1
+					}
+					defer func() { took[c.Rank()] = time.Since(start) }()
+					return call(ctx, c, root)
+				})
+				second := each(t, cs, func(ctx context.Context, c *comm.Communicator) error {
+					return comm.AllReduce(ctx, c, []float64{1}, comm.Sum)
+				})
+				mismatch := false
+				for r := range cs {
+					if took[r] > 2*time.Second {
+						t.Errorf("rank %d: took %v to return", r, took[r])
+					}
+					if first[r] == nil && second[r] == nil {
+						t.Errorf("rank %d: neither the mismatched call nor the next failed", r)
+					}
+					if errors.Is(first[r], comm.ErrMismatch) {
+						mismatch = true
+						if !strings.Contains(first[r].Error(), "root 1") || !strings.Contains(first[r].Error(), "root 0") {
+							t.Errorf("rank %d: %v: does not name both roots", r, first[r])
+						}
+					}
+					for i, err := range []error{first[r], second[r]} {
+						// Bystanders that only saw a peer go are told why.
+						if err != nil && !errors.Is(err, comm.ErrMismatch) {
+							t.Errorf("rank %d, call %d: %v: not ErrMismatch", r, i+1, err)
+						}
+					}
+					t.Logf("rank %d after %v: %v; then %v", r, took[r].Round(time.Millisecond), first[r], second[r])
+				}
+				if !mismatch {
+					t.Errorf("no rank reported ErrMismatch")
+				}
+			})
+		}
+	}
+}

@@ -1,0 +1,145 @@
+package comm
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gocoll/gocoll/collectives"
+)
+
+// A collective whose ranks disagree on its arguments fails as soon as one
+// rank receives a message whose call header differs from its own. Some
+// disagreements leave every rank waiting to receive, so no header ever
+// arrives: a broadcast whose ranks name different roots, each waiting for
+// a parent in its own tree. The watchdog finds those: once a collective
+// has waited stallProbeAfter, it publishes the call this rank is in under
+// the communicator's key in the rendezvous store and reads what the other
+// stalled ranks published. Two ranks in the same call with different
+// arguments fail it with ErrMismatch, naming both calls. It asks again,
+// less and less often, while the call waits; a call that finishes in
+// time costs nothing.
+const (
+	stallProbeAfter = 40 * time.Millisecond
+	stallProbeMax   = time.Second
+	// stallTick is the watchdog's period while a collective runs: it
+	// bounds how late a probe starts.
+	stallTick = 20 * time.Millisecond
+)
+
+// stall is the watchdog's probing schedule for the running collective.
+type stall struct {
+	next  time.Duration // running time at which to probe next
+	every time.Duration
+}
+
+// due reports whether a collective that has run for d should probe now,
+// and moves the schedule on if so.
+func (s *stall) due(d time.Duration) bool {
+	if s.next == 0 {
+		s.next, s.every = stallProbeAfter, stallProbeAfter
+	}
+	if d < s.next {
+		return false
+	}
+	s.every = min(2*s.every, stallProbeMax)
+	s.next = d + s.every
+	return true
+}
+
+// callsKey is where the ranks of this communicator publish their stalled
+// calls; the job and each sub-communicator have their own.
+func (c *Communicator) callsKey() string { return "calls/" + strconv.FormatUint(c.ext.id, 16) + "/" }
+
+// probe publishes the call this rank is stalled in and compares it with
+// those the other ranks published. It returns the ErrMismatch error of
+// the first rank found in the same call with other arguments, else nil,
+// and the number of each rank's last published call (0: none), for a
+// timeout to say which ranks never came.
+func (c *Communicator) probe(ctx context.Context) (mismatch error, at map[int]uint64) {
+	mine := c.g.Running()
+	if c.calls == nil || mine == nil {
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	prefix := c.callsKey()
+	if err := c.calls.Put(ctx, prefix+strconv.Itoa(c.cfg.Rank), mine); err != nil {
+		return nil, nil
+	}
+	m, err := c.calls.Scan(ctx, prefix)
+	if err != nil {
+		return nil, nil
+	}
+	at = make(map[int]uint64, len(m))
+	for k, v := range m {
+		if r, err := strconv.Atoi(strings.TrimPrefix(k, prefix)); err == nil && r >= 0 && r < c.cfg.Size {
+			at[r] = collectives.CallNumber(v)
+		}
+	}
+	for r := range c.cfg.Size {
+		if v, ok := m[prefix+strconv.Itoa(r)]; ok && r != c.cfg.Rank {
+			if err := collectives.Disagree(mine, v, r); err != nil {
+				return err, at
+			}
+		}
+	}
+	if v, ok := m[prefix+"mismatch"]; ok {
+		return fmt.Errorf("%s: %w", v, ErrMismatch), at
+	}
+	return nil, at
+}
+
+// publishMismatch tells the communicator's other ranks, through the
+// store, that this rank found a call mismatched and why: they see only
+// its links go, and probe finds the reason here.
+func (c *Communicator) publishMismatch(err error) {
+	if c.calls == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	text := strings.TrimSuffix(err.Error(), ": "+ErrMismatch.Error())
+	if len(text) > 400 {
+		text = text[:397] + "..."
+	}
+	c.calls.Put(ctx, c.callsKey()+"mismatch", []byte(fmt.Sprintf("rank %d found %s", c.cfg.Rank, text)))
+}
+
+// absent names the ranks that have not published the call this rank is
+// in, nor any later one: after a timeout, the ranks it was waiting for.
+// Ranks that are themselves waiting publish their call, so the ones
+// missing are stopped, busy elsewhere, or in an earlier call.
+func (c *Communicator) absent(at map[int]uint64) string {
+	mine := collectives.CallNumber(c.g.Running())
+	if at == nil || mine == 0 {
+		return ""
+	}
+	var names []string
+	for r := range c.cfg.Size {
+		if r != c.cfg.Rank && at[r] < mine {
+			names = append(names, strconv.Itoa(r))
+		}
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	if len(names) > 8 {
+		names = append(names[:8], fmt.Sprintf("and %d more", len(names)-8))
+	}
+	word := "rank"
+	if len(names) > 1 {
+		word = "ranks"
+	}
+	return fmt.Sprintf("; %s %s never reached call #%d", word, strings.Join(names, ", "), mine)
+}
+
+// also is an error that reads as its first part and matches both: a
+// mismatch found after a peer's link was lost is the cause, the loss its
+// consequence.
+type also struct{ cause, then error }
+
+func (e also) Error() string   { return e.cause.Error() }
+func (e also) Unwrap() []error { return []error{e.cause, e.then} }
