@@ -183,6 +183,16 @@ func Disagree(mine, theirs []byte, peer int) error {
 	return fmt.Errorf("this rank called %v, rank %d called %v: %w", a, peer, b, ErrMismatch)
 }
 
+// DescribeCall says what the call in a header as Running gives it is, as
+// errors name calls: "gather #3 (algo linear, 10 x int32, root 0)".
+func DescribeCall(b []byte) string {
+	h, ok := parseHeader(b)
+	if !ok {
+		return "no call yet"
+	}
+	return h.String()
+}
+
 // CallNumber is the number of the call in a header as Running gives it
 // (calls count from 1), or 0 if b is not one.
 func CallNumber(b []byte) uint64 {

@@ -23,7 +23,7 @@ func AllReduce[T Element](ctx context.Context, c *Communicator, buf []T, op Op) 
 // type shares is compiled once, without a generic dictionary to consult.
 func (c *Communicator) allReduce(ctx context.Context, b []byte, dt reduce.DType, op Op) error {
 	if err := checkDTypeOp("allreduce", dt, op); err != nil {
-		return err
+		return c.refuse(ctx, "allreduce", err)
 	}
 	// Not allReduceJob's closure: one returned from a function is
 	// allocated on every call, a tenth of a small allreduce's time.

@@ -145,16 +145,61 @@ type job struct {
 
 // do runs j now: the blocking form of every collective.
 func (c *Communicator) do(ctx context.Context, j job) error {
+	ctx, j = c.admitJob(ctx, j)
 	if j.err != nil {
 		return j.err
 	}
 	return c.run(ctx, j.what, j.f)
 }
 
+// admitJob turns a job refused for its arguments, or for a nil ctx, into
+// one that takes its place in the collective order and fails there (see
+// failed), so that the ranks waiting for this one in that call are told
+// rather than left out of step. Only a job of one rank, or a call on a
+// nil Communicator, is refused on the spot.
+func (c *Communicator) admitJob(ctx context.Context, j job) (context.Context, job) {
+	if c == nil {
+		if j.err == nil {
+			j.err = errNil(j.what)
+		}
+		return ctx, j
+	}
+	if ctx == nil {
+		ctx = context.Background()
+		if j.err == nil {
+			j.err = fmt.Errorf("comm: %s: nil context (pass context.Background()): %w", j.what, ErrInvalid)
+		}
+	}
+	if j.err == nil || !isRefusal(j.err) || c.cfg.Size == 1 || c.broken.Load() != nil || c.unusable() != nil {
+		// A broken communicator has nobody left to tell: the caller hears
+		// of its arguments rather than of the old break.
+		return ctx, j
+	}
+	refused := j.err
+	return ctx, job{what: "refused call", f: func(context.Context) error { return refused }}
+}
+
+// isRefusal reports whether err refuses a call for its arguments.
+func isRefusal(err error) bool { return errors.Is(err, ErrInvalid) || errors.Is(err, ErrUnsupported) }
+
+// refuse fails a collective this rank refused for its arguments, in its
+// place in the collective order (see admitJob).
+func (c *Communicator) refuse(ctx context.Context, what string, err error) error {
+	_, j := c.admitJob(ctx, job{what: what, err: err})
+	if j.err != nil {
+		return j.err
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	return c.run(ctx, what, j.f)
+}
+
 // start issues j and returns at once. Arguments are checked before it is
 // issued: a refused call returns a Request that is already done with the
 // error, and takes no place in the order.
 func (c *Communicator) start(ctx context.Context, j job) *Request {
+	ctx, j = c.admitJob(ctx, j)
 	r := &Request{what: j.what, done: make(chan struct{})}
 	if j.err != nil {
 		r.err = j.err

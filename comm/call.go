@@ -12,6 +12,12 @@ func (c *Communicator) run(ctx context.Context, what string, f func(context.Cont
 	if c == nil {
 		return errNil(what)
 	}
+	if ctx == nil {
+		ctx = context.Background()
+		f = func(context.Context) error {
+			return fmt.Errorf("comm: %s: nil context (pass context.Background()): %w", what, ErrInvalid)
+		}
+	}
 	tk, mine := c.issue()
 	if !mine {
 		return c.runAt(ctx, tk, mine, what, f)

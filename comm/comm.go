@@ -36,11 +36,14 @@ var (
 	// wraps the original cause. Close it and start again.
 	ErrBroken = errors.New("communicator broken by an earlier failure")
 	// ErrInvalid: a bad argument (root out of range, buffer sizes that do
-	// not fit, overlapping buffers). Nothing was sent; the communicator is
-	// still usable.
+	// not fit, overlapping buffers, a nil context). Nothing was sent, but
+	// the other ranks are in the call too and cannot see the refusal, so
+	// on a job of several ranks a refused collective breaks the
+	// communicator and the others' call fails with ErrMismatch naming
+	// this rank. Refused point-to-point calls leave it usable.
 	ErrInvalid = collectives.ErrInvalid
 	// ErrUnsupported: an element type and operation that do not go
-	// together, such as Avg on integers.
+	// together, such as Avg on integers. A refusal, as ErrInvalid.
 	ErrUnsupported = errors.New("unsupported")
 	// ErrMismatch: ranks called different collectives, or the same one with
 	// different arguments. The message says what each side called.
@@ -355,14 +358,14 @@ func (c *Communicator) Size() int { return c.cfg.Size }
 // launcher did not say.
 func (c *Communicator) LocalRank() int { return c.cfg.LocalRank }
 
-// Err reports why the communicator is unusable (closed, aborted or
-// broken), or nil.
+// Err reports why the communicator is unusable, or nil: ErrClosed,
+// ErrAborted, or ErrBroken wrapping the failure that broke it.
 func (c *Communicator) Err() error {
 	if err := c.unusable(); err != nil {
 		return err
 	}
 	if b := c.broken.Load(); b != nil {
-		return *b
+		return fmt.Errorf("%w: %w", ErrBroken, *b)
 	}
 	return nil
 }

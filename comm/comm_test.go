@@ -215,11 +215,9 @@ func TestNilAndEmptySlices(t *testing.T) {
 }
 
 // TestBadArguments: every bad argument is refused before anything is sent,
-// with an error naming it, and leaves the communicator usable and the
-// caller's memory untouched.
+// with an error naming it, leaving the caller's memory untouched; the
+// other ranks are told (see checkRefusalTold).
 func TestBadArguments(t *testing.T) {
-	cs := local(t, 2)
-	c := cs[0]
 	ctx := context.Background()
 	guarded := make([]float32, 12) // 4 guard, 4 payload, 4 guard
 	for i := range guarded {
@@ -229,31 +227,37 @@ func TestBadArguments(t *testing.T) {
 	ints := make([]int32, 8)
 	cases := []struct {
 		name string
-		call func() error
+		call func(c *comm.Communicator) error
 		want error
 		says string
 	}{
-		{"broadcast root -1", func() error { return comm.Broadcast(ctx, c, buf, -1) }, comm.ErrInvalid, "root -1"},
-		{"broadcast root size", func() error { return comm.Broadcast(ctx, c, buf, 2) }, comm.ErrInvalid, "root 2"},
-		{"allgather recv too short", func() error { return comm.AllGather(ctx, c, buf, guarded[:7]) }, comm.ErrInvalid, "len(recv) = 7"},
-		{"allgather overlap", func() error { return comm.AllGather(ctx, c, guarded[1:5], guarded[2:10]) }, comm.ErrInvalid, "overlaps"},
-		{"reducescatter send too long", func() error { return comm.ReduceScatter(ctx, c, guarded[:9], buf, comm.Sum) }, comm.ErrInvalid, "len(send) = 9"},
-		{"reducescatter overlap", func() error { return comm.ReduceScatter(ctx, c, guarded[:8], guarded[1:5], comm.Sum) }, comm.ErrInvalid, "overlaps"},
-		{"avg on ints", func() error { return comm.AllReduce(ctx, c, ints, comm.Avg) }, comm.ErrUnsupported, "avg"},
-		{"avg on ints reducescatter", func() error { return comm.ReduceScatter(ctx, c, ints, ints[:4], comm.Avg) }, comm.ErrUnsupported, "avg"},
-		{"unknown op", func() error { return comm.AllReduce(ctx, c, buf, comm.Op(200)) }, comm.ErrInvalid, "op 200"},
-		{"nil communicator", func() error { return comm.AllReduce(ctx, nil, buf, comm.Sum) }, comm.ErrInvalid, "nil"},
-		{"nil communicator broadcast", func() error { return comm.Broadcast(ctx, nil, buf, 0) }, comm.ErrInvalid, "nil"},
-		{"nil communicator barrier", func() error { return (*comm.Communicator)(nil).Barrier(ctx) }, comm.ErrInvalid, "nil"},
+		{"broadcast root -1", func(c *comm.Communicator) error { return comm.Broadcast(ctx, c, buf, -1) }, comm.ErrInvalid, "root -1"},
+		{"broadcast root size", func(c *comm.Communicator) error { return comm.Broadcast(ctx, c, buf, 2) }, comm.ErrInvalid, "root 2"},
+		{"allgather recv too short", func(c *comm.Communicator) error { return comm.AllGather(ctx, c, buf, guarded[:7]) }, comm.ErrInvalid, "len(recv) = 7"},
+		{"allgather overlap", func(c *comm.Communicator) error { return comm.AllGather(ctx, c, guarded[1:5], guarded[2:10]) }, comm.ErrInvalid, "overlaps"},
+		{"reducescatter send too long", func(c *comm.Communicator) error { return comm.ReduceScatter(ctx, c, guarded[:9], buf, comm.Sum) }, comm.ErrInvalid, "len(send) = 9"},
+		{"reducescatter overlap", func(c *comm.Communicator) error {
+			return comm.ReduceScatter(ctx, c, guarded[:8], guarded[1:5], comm.Sum)
+		}, comm.ErrInvalid, "overlaps"},
+		{"avg on ints", func(c *comm.Communicator) error { return comm.AllReduce(ctx, c, ints, comm.Avg) }, comm.ErrUnsupported, "avg"},
+		{"avg on ints reducescatter", func(c *comm.Communicator) error { return comm.ReduceScatter(ctx, c, ints, ints[:4], comm.Avg) }, comm.ErrUnsupported, "avg"},
+		{"unknown op", func(c *comm.Communicator) error { return comm.AllReduce(ctx, c, buf, comm.Op(200)) }, comm.ErrInvalid, "op 200"},
+		{"nil communicator", func(c *comm.Communicator) error { return comm.AllReduce(ctx, nil, buf, comm.Sum) }, comm.ErrInvalid, "nil"},
+		{"nil communicator broadcast", func(c *comm.Communicator) error { return comm.Broadcast(ctx, nil, buf, 0) }, comm.ErrInvalid, "nil"},
+		{"nil communicator barrier", func(c *comm.Communicator) error { return (*comm.Communicator)(nil).Barrier(ctx) }, comm.ErrInvalid, "nil"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			err := tc.call()
+			cs := local(t, 2)
+			err := tc.call(cs[0])
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("err = %v, want %v", err, tc.want)
 			}
 			if !strings.Contains(strings.ToLower(err.Error()), strings.ToLower(tc.says)) {
 				t.Errorf("error %q does not say %q", err, tc.says)
+			}
+			if !strings.HasPrefix(tc.name, "nil communicator") {
+				checkRefusalTold(t, cs, tc.says)
 			}
 		})
 	}
@@ -262,17 +266,27 @@ func TestBadArguments(t *testing.T) {
 			t.Fatalf("guarded[%d] = %v: a refused call wrote to the caller's memory", i, v)
 		}
 	}
-	// Still usable: nothing was sent, so the ranks are still in step.
-	mustEach(t, cs, func(ctx context.Context, c *comm.Communicator) error {
-		v := []float32{float32(c.Rank() + 1)}
-		if err := comm.AllReduce(ctx, c, v, comm.Sum); err != nil {
-			return err
-		}
-		if v[0] != 3 {
-			t.Errorf("rank %d: sum after refused calls = %v, want 3", c.Rank(), v[0])
-		}
-		return c.Err()
-	})
+}
+
+// checkRefusalTold checks what a call refused on rank 0 alone leaves: rank
+// 0's communicator broken, and rank 1's next collective failing within
+// moments with ErrMismatch, saying that rank 0 refused and why (says).
+func checkRefusalTold(t *testing.T, cs []*comm.Communicator, says string) {
+	t.Helper()
+	if err := cs[0].Err(); !errors.Is(err, comm.ErrBroken) {
+		t.Errorf("rank 0: Err() = %v after a refused call, want ErrBroken", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	err := comm.AllReduce(ctx, cs[1], []float32{1}, comm.Sum)
+	if !errors.Is(err, comm.ErrMismatch) || !strings.Contains(err.Error(), "rank 0 refused") ||
+		!strings.Contains(strings.ToLower(err.Error()), strings.ToLower(says)) {
+		t.Errorf("rank 1, after rank 0 refused a call: %v; want ErrMismatch saying rank 0 refused (%s)", err, says)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("rank 1 learnt of rank 0's refusal after %v", d)
+	}
 }
 
 func TestNewLocalBadSize(t *testing.T) {

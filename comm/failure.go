@@ -13,10 +13,8 @@ import (
 // failed is the error of a collective that failed with err, and breaks
 // the communicator unless the ranks are still in step.
 func (c *Communicator) failed(what string, err error) error {
-	if errors.Is(err, ErrInvalid) {
-		// The collectives refuse bad arguments before sending anything,
-		// so the ranks are still in step.
-		return fmt.Errorf("comm: %s: %w", what, err)
+	if isRefusal(err) {
+		return c.refused(what, err)
 	}
 	if uerr := c.unusable(); uerr != nil {
 		// Close or Abort woke the call; that, not the transport's view of
@@ -42,12 +40,15 @@ func (c *Communicator) failed(what string, err error) error {
 		c.publishMismatch(err)
 	case errors.Is(err, ErrPeerLost):
 		// The peer may have dropped its links on finding the call
-		// mismatched: that is the cause to report.
+		// mismatched, or refusing it: that is the cause to report, and
+		// the losses that followed need no listing.
 		if mm, _ := c.probe(context.Background()); mm != nil {
 			err = also{mm, err}
 		}
 	}
-	err = c.withLosses(err)
+	if _, known := err.(also); !known {
+		err = c.withLosses(err)
+	}
 	c.setBroken(err)
 	// The ranks are out of step now, and a peer may be waiting for data
 	// this rank will never send. Dropping the connections tells every peer
@@ -59,6 +60,31 @@ func (c *Communicator) failed(what string, err error) error {
 }
 
 func (c *Communicator) setBroken(err error) { c.broken.Store(&err) }
+
+// refused is the error of a call this rank refused for its arguments
+// (ErrInvalid), before sending anything. The other ranks are in that call,
+// or will be, and cannot see the refusal: they would wait for this rank,
+// and their later calls would pair with its earlier ones. So a refusal
+// breaks the communicator like any failure part-way: the reason goes to
+// the store, the links drop, and the others' call fails within moments
+// with ErrMismatch saying which rank refused what. Only a job of one rank
+// carries on.
+func (c *Communicator) refused(what string, err error) error {
+	if !strings.HasPrefix(err.Error(), "comm: ") {
+		err = fmt.Errorf("comm: %s: %w", what, err)
+	}
+	if c.cfg.Size == 1 {
+		return err
+	}
+	if uerr := c.unusable(); uerr != nil {
+		return err
+	}
+	c.setBroken(err)
+	why := strings.TrimSuffix(strings.TrimPrefix(err.Error(), "comm: "), ": "+ErrInvalid.Error())
+	c.publishFault(fmt.Sprintf("rank %d refused its %s", c.cfg.Rank, why))
+	c.drop(err)
+	return fmt.Errorf("%w (the other ranks were told; the communicator is broken)", err)
+}
 
 // lossSettle is how long the watchdog lets further losses arrive after the
 // first, before it fails the running collective.

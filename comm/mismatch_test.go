@@ -79,3 +79,38 @@ func TestRootMismatch(t *testing.T) {
 		}
 	}
 }
+
+// TestRefusedCallTellsPeers: the root of a gather passes a receive buffer
+// that is too short, and the other ranks call the gather correctly. The
+// root's call is refused (ErrInvalid); the others' must not return nil and
+// leave the job out of step: their gather fails within moments with
+// ErrMismatch saying which rank refused it and why.
+func TestRefusedCallTellsPeers(t *testing.T) {
+	for _, tr := range []string{"tcp", "shm"} {
+		t.Run(tr, func(t *testing.T) {
+			cs := local(t, 4, comm.WithTransport(tr))
+			start := time.Now()
+			took := make([]time.Duration, len(cs))
+			errs := each(t, cs, func(ctx context.Context, c *comm.Communicator) error {
+				defer func() { took[c.Rank()] = time.Since(start) }()
+				recv := make([]int32, 4*10)
+				if c.Rank() == 0 {
+					recv = recv[:5]
+				}
+				return comm.Gather(ctx, c, make([]int32, 10), recv, 0)
+			})
+			for r, err := range errs {
+				t.Logf("rank %d after %v: %v", r, took[r].Round(time.Millisecond), err)
+				if took[r] > 2*time.Second {
+					t.Errorf("rank %d: took %v", r, took[r])
+				}
+				switch {
+				case r == 0 && !errors.Is(err, comm.ErrInvalid):
+					t.Errorf("rank 0: %v, want ErrInvalid", err)
+				case r != 0 && (!errors.Is(err, comm.ErrMismatch) || !strings.Contains(err.Error(), "rank 0 refused") || !strings.Contains(err.Error(), "len(recv) = 5")):
+					t.Errorf("rank %d: %v, want ErrMismatch saying rank 0 refused, and why", r, err)
+				}
+			}
+		})
+	}
+}

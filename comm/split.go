@@ -64,7 +64,7 @@ func (c *Communicator) Split(ctx context.Context, color, key int) (*Communicator
 		return nil, errNil("split")
 	}
 	if color < 0 && color != Undefined {
-		return nil, fmt.Errorf("comm: split: color %d is negative (use a color >= 0, or Undefined): %w", color, ErrInvalid)
+		return nil, c.refuse(ctx, "split", fmt.Errorf("comm: split: color %d is negative (use a color >= 0, or Undefined): %w", color, ErrInvalid))
 	}
 	n := c.Size()
 	mine := []int64{int64(color), int64(key)}
@@ -132,10 +132,10 @@ func (c *Communicator) SubCommunicator(ctx context.Context, ranks []int) (*Commu
 	color, key := Undefined, 0
 	for i, r := range ranks {
 		if r < 0 || r >= c.Size() {
-			return nil, fmt.Errorf("comm: subcommunicator: rank %d out of range [0, %d): %w", r, c.Size(), ErrInvalid)
+			return nil, c.refuse(ctx, "subcommunicator", fmt.Errorf("comm: subcommunicator: rank %d out of range [0, %d): %w", r, c.Size(), ErrInvalid))
 		}
 		if seen[r] {
-			return nil, fmt.Errorf("comm: subcommunicator: rank %d listed twice: %w", r, ErrInvalid)
+			return nil, c.refuse(ctx, "subcommunicator", fmt.Errorf("comm: subcommunicator: rank %d listed twice: %w", r, ErrInvalid))
 		}
 		seen[r] = true
 		if r == c.Rank() {
@@ -143,7 +143,7 @@ func (c *Communicator) SubCommunicator(ctx context.Context, ranks []int) (*Commu
 		}
 	}
 	if len(ranks) == 0 {
-		return nil, fmt.Errorf("comm: subcommunicator: empty rank list: %w", ErrInvalid)
+		return nil, c.refuse(ctx, "subcommunicator", fmt.Errorf("comm: subcommunicator: empty rank list: %w", ErrInvalid))
 	}
 	return c.Split(ctx, color, key)
 }

@@ -86,26 +86,32 @@ func (c *Communicator) probe(ctx context.Context) (mismatch error, at map[int]ui
 			}
 		}
 	}
-	if v, ok := m[prefix+"mismatch"]; ok {
-		return fmt.Errorf("%s: %w", v, ErrMismatch), at
+	if v, ok := m[prefix+"fault"]; ok {
+		return fmt.Errorf("%s: %s: %w", collectives.DescribeCall(mine), v, ErrMismatch), at
 	}
 	return nil, at
 }
 
-// publishMismatch tells the communicator's other ranks, through the
-// store, that this rank found a call mismatched and why: they see only
-// its links go, and probe finds the reason here.
-func (c *Communicator) publishMismatch(err error) {
+// publishFault tells the communicator's other ranks, through the store,
+// why this rank is about to drop its links: it found a call mismatched,
+// or refused one they are in. They see only the links go; probe finds the
+// reason here.
+func (c *Communicator) publishFault(text string) {
 	if c.calls == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
-	text := strings.TrimSuffix(err.Error(), ": "+ErrMismatch.Error())
+	text = strings.TrimSuffix(text, ": "+ErrMismatch.Error())
 	if len(text) > 400 {
 		text = text[:397] + "..."
 	}
-	c.calls.Put(ctx, c.callsKey()+"mismatch", []byte(fmt.Sprintf("rank %d found %s", c.cfg.Rank, text)))
+	c.calls.Put(ctx, c.callsKey()+"fault", []byte(text))
+}
+
+// publishMismatch is publishFault for a mismatch this rank found.
+func (c *Communicator) publishMismatch(err error) {
+	c.publishFault(fmt.Sprintf("rank %d found %v", c.cfg.Rank, err))
 }
 
 // absent names the ranks that have not published the call this rank is
