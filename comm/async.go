@@ -1,6 +1,7 @@
 package comm
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -33,7 +34,7 @@ type turns struct {
 	slow   atomic.Int64  // waiters plus tickets in gaveUp: pass must take mu
 
 	mu     sync.Mutex
-	gaveUp map[uint64]bool // tickets that gave up waiting before their turn
+	gaveUp map[uint64]error // tickets that gave up waiting before their turn, and why
 	wake   chan struct{}   // closed when done moves; nil until someone waits
 }
 
@@ -103,18 +104,19 @@ func (c *Communicator) pass(tk ticket, had bool, err error) {
 			return
 		}
 	}
+	var skipped error
 	o.mu.Lock()
-	defer o.mu.Unlock()
 	if !had {
 		if o.gaveUp == nil {
-			o.gaveUp = map[uint64]bool{}
+			o.gaveUp = map[uint64]error{}
 		}
-		o.gaveUp[tk.n] = true
+		o.gaveUp[tk.n] = err
 		o.slow.Add(1)
 	}
 	// Nobody holds the turn of a ticket that gave up, so nobody else
 	// moves done while it is skipped.
-	for d := o.done.Load(); o.gaveUp[d]; d++ {
+	for d := o.done.Load(); o.gaveUp[d] != nil; d++ {
+		skipped = cmp.Or(skipped, o.gaveUp[d])
 		delete(o.gaveUp, d)
 		o.slow.Add(-1)
 		o.done.Store(d + 1)
@@ -122,6 +124,12 @@ func (c *Communicator) pass(tk ticket, had bool, err error) {
 	if o.wake != nil {
 		close(o.wake)
 		o.wake = nil
+	}
+	o.mu.Unlock()
+	if skipped != nil {
+		// Its turn has come, and the collectives before it are done:
+		// the other ranks are now waiting for it in vain.
+		go c.breakSkipped(skipped)
 	}
 }
 

@@ -101,10 +101,11 @@ func TestAsync(t *testing.T) {
 }
 
 // TestGiveUpBeforeTurn: a collective whose ctx ends while it waits for its
-// turn gives up without sending anything, and the one issued after it
-// still waits for the one before it. If it overtook, rank 0's second
-// allreduce (2 elements) would meet rank 1's first (1 element) and fail
-// with a mismatch.
+// turn returns at once, sends nothing, and does not let the one issued
+// after it overtake the one before it (rank 0's third allreduce, 2
+// elements, would meet rank 1's second). When its turn comes the other
+// ranks, which will wait for it in vain, are told: rank 1's second
+// allreduce fails naming rank 0, and so does rank 0's third.
 func TestGiveUpBeforeTurn(t *testing.T) {
 	cs := local(t, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -122,17 +123,21 @@ func TestGiveUpBeforeTurn(t *testing.T) {
 		t.Fatalf("the third allreduce finished before the first, which waits for rank 1")
 	}
 	other := []float32{2}
-	otherThird := []float32{1, 2}
 	if err := comm.AllReduce(ctx, cs[1], other, comm.Sum); err != nil {
 		t.Fatalf("rank 1, first: %v", err)
 	}
-	if err := comm.AllReduce(ctx, cs[1], otherThird, comm.Sum); err != nil {
-		t.Fatalf("rank 1, second: %v", err)
+	if err := reqFirst.Wait(ctx); err != nil || first[0] != 3 || other[0] != 3 {
+		t.Fatalf("first allreduce: %v, results %v and %v, want [3]", err, first, other)
 	}
-	if err := comm.WaitAll(ctx, reqFirst, reqThird); err != nil {
-		t.Fatalf("rank 0: %v", err)
+	start := time.Now()
+	err := comm.AllReduce(ctx, cs[1], []float32{1, 2, 3}, comm.Sum)
+	if !errors.Is(err, comm.ErrPeerLost) || !strings.Contains(err.Error(), "rank 0 gave up") {
+		t.Errorf("rank 1, second: %v, want ErrPeerLost saying rank 0 gave it up", err)
 	}
-	if first[0] != 3 || third[0] != 11 || third[1] != 22 || other[0] != 3 || otherThird[1] != 22 {
-		t.Errorf("results %v %v on rank 0, %v %v on rank 1; want [3] [11 22]", first, third, other, otherThird)
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("rank 1 learnt of it after %v", d)
+	}
+	if err := reqThird.Wait(ctx); !errors.Is(err, comm.ErrBroken) {
+		t.Errorf("rank 0, third: %v, want ErrBroken", err)
 	}
 }

@@ -38,7 +38,8 @@ func (c *Communicator) admit(ctx context.Context, tk ticket, what string) error 
 	if err := c.unusable(); err != nil {
 		return fmt.Errorf("comm: %s: %w", what, err)
 	}
-	return fmt.Errorf("comm: %s: waiting for the previous collective: %w", what, ctx.Err())
+	return fmt.Errorf("comm: rank %d: %s given up while waiting for the previous collective: %w (when its turn comes, the other ranks are told and the communicator breaks)",
+		c.cfg.Rank, what, ctx.Err())
 }
 
 // runAt is run for the collective issued with ticket tk: unless its turn
@@ -86,7 +87,7 @@ func (c *Communicator) why(ctx context.Context, what string) error {
 		return fmt.Errorf("comm: %s: %w (cause: %w)", what, ErrBroken, *b)
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("comm: %s: %w", what, err)
+		return c.skipped(what, err)
 	}
 	if !c.faulted.Load() {
 		return nil

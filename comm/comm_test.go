@@ -419,8 +419,13 @@ func TestContext(t *testing.T) {
 				t.Errorf("rank %d: err = %v, want context.Canceled", c.Rank(), err)
 			}
 		}
-		// Nothing was sent, so the job is still in step.
-		mustEach(t, cs, func(ctx context.Context, c *comm.Communicator) error { return c.Barrier(ctx) })
+		// Nothing was sent, but no rank can know that the others gave the
+		// same call up: each breaks its communicator.
+		for _, c := range cs {
+			if err := c.Barrier(context.Background()); !errors.Is(err, comm.ErrBroken) || !errors.Is(err, context.Canceled) {
+				t.Errorf("rank %d, after a call given up before it started: %v, want ErrBroken wrapping context.Canceled", c.Rank(), err)
+			}
+		}
 	})
 	t.Run("cancelled while waiting", func(t *testing.T) {
 		cs := local(t, 2)

@@ -81,9 +81,37 @@ func (c *Communicator) refused(what string, err error) error {
 	}
 	c.setBroken(err)
 	why := strings.TrimSuffix(strings.TrimPrefix(err.Error(), "comm: "), ": "+ErrInvalid.Error())
-	c.publishFault(fmt.Sprintf("rank %d refused its %s", c.cfg.Rank, why))
+	c.publishFault(true, fmt.Sprintf("rank %d refused its %s", c.cfg.Rank, why))
 	c.drop(err)
 	return fmt.Errorf("%w (the other ranks were told; the communicator is broken)", err)
+}
+
+// skipped is the error of a collective whose context ended before it
+// started. Nothing was sent, but the other ranks are in that call, or will
+// be: they would wait for this rank, and its next call would pair with
+// theirs (the same number, so the same shape would even pass unnoticed).
+// So, as a refusal, it breaks the communicator and tells them: their call
+// fails within moments with ErrPeerLost saying this rank gave it up.
+// Only a job of one rank carries on.
+func (c *Communicator) skipped(what string, cause error) error {
+	err := fmt.Errorf("comm: rank %d: %s given up before it started: %w", c.cfg.Rank, what, cause)
+	if c.cfg.Size == 1 || c.unusable() != nil {
+		return err
+	}
+	c.breakSkipped(err)
+	return fmt.Errorf("%w (the other ranks were told; the communicator is broken)", err)
+}
+
+// breakSkipped breaks the communicator for a collective given up before
+// it started (see skipped), once its turn has come.
+func (c *Communicator) breakSkipped(err error) {
+	if c.cfg.Size == 1 || c.unusable() != nil || c.broken.Load() != nil {
+		return
+	}
+	c.setBroken(err)
+	c.publishFault(false, fmt.Sprintf("rank %d gave up a call before it started: %v",
+		c.cfg.Rank, strings.TrimPrefix(err.Error(), fmt.Sprintf("comm: rank %d: ", c.cfg.Rank))))
+	c.drop(err)
 }
 
 // lossSettle is how long the watchdog lets further losses arrive after the

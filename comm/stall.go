@@ -87,16 +87,22 @@ func (c *Communicator) probe(ctx context.Context) (mismatch error, at map[int]ui
 		}
 	}
 	if v, ok := m[prefix+"fault"]; ok {
-		return fmt.Errorf("%s: %s: %w", collectives.DescribeCall(mine), v, ErrMismatch), at
+		sentinel := ErrMismatch
+		kind, text, _ := strings.Cut(string(v), "\t")
+		if kind == "lost" {
+			sentinel = ErrPeerLost
+		}
+		return fmt.Errorf("%s: %s: %w", collectives.DescribeCall(mine), text, sentinel), at
 	}
 	return nil, at
 }
 
 // publishFault tells the communicator's other ranks, through the store,
-// why this rank is about to drop its links: it found a call mismatched,
-// or refused one they are in. They see only the links go; probe finds the
-// reason here.
-func (c *Communicator) publishFault(text string) {
+// why this rank is about to drop its links: it found a call mismatched or
+// refused one they are in (mismatch true: they fail with ErrMismatch), or
+// gave one up before it started (they fail with ErrPeerLost). They see
+// only the links go; probe finds the reason here.
+func (c *Communicator) publishFault(mismatch bool, text string) {
 	if c.calls == nil {
 		return
 	}
@@ -106,12 +112,16 @@ func (c *Communicator) publishFault(text string) {
 	if len(text) > 400 {
 		text = text[:397] + "..."
 	}
-	c.calls.Put(ctx, c.callsKey()+"fault", []byte(text))
+	kind := "lost\t"
+	if mismatch {
+		kind = "mismatch\t"
+	}
+	c.calls.Put(ctx, c.callsKey()+"fault", []byte(kind+text))
 }
 
 // publishMismatch is publishFault for a mismatch this rank found.
 func (c *Communicator) publishMismatch(err error) {
-	c.publishFault(fmt.Sprintf("rank %d found %v", c.cfg.Rank, err))
+	c.publishFault(true, fmt.Sprintf("rank %d found %v", c.cfg.Rank, err))
 }
 
 // absent names the ranks that have not published the call this rank is
