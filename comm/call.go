@@ -70,6 +70,11 @@ func (c *Communicator) runTurn(ctx context.Context, tk ticket, what string, f fu
 		// The watchdog's timeout is for contexts without a deadline.
 		c.bounded.Store(tk.n + 1)
 	}
+	if c.life != nil {
+		var stop func()
+		ctx, stop = c.bindLife(ctx)
+		defer stop()
+	}
 	if err := f(ctx); err != nil {
 		return c.failed(what, err)
 	}
@@ -95,4 +100,15 @@ func (c *Communicator) why(ctx context.Context, what string) error {
 	err := c.faultErr()
 	c.setBroken(err)
 	return fmt.Errorf("comm: rank %d: %s: %w", c.cfg.Rank, what, err)
+}
+
+// bindLife makes a sub-communicator's call end when the communicator does
+// (see Communicator.life).
+func (c *Communicator) bindLife(ctx context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(c.life, func() { cancel(context.Cause(c.life)) })
+	return ctx, func() {
+		stop()
+		cancel(nil)
+	}
 }

@@ -109,6 +109,15 @@ type Communicator struct {
 	fault   error
 	lostErr error // a peer lost while no collective ran
 
+	// life ends when a sub-communicator is aborted or breaks: its links
+	// are the job's, which stay up, so its running call is woken this way
+	// instead (see drop). Nil for the job's communicator.
+	life context.Context
+	kill context.CancelCauseFunc
+	// published is set once this rank has told the others, through the
+	// store, why it is dropping out (see publishFault).
+	published atomic.Bool
+
 	hosts []int  // each rank's host, for the host-aware algorithms
 	tname string // the transport chosen
 	ext   ext    // sub-communicators, point-to-point, issue order (split.go, async.go)

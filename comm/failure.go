@@ -32,6 +32,11 @@ func (c *Communicator) failed(what string, err error) error {
 	if errors.Is(err, context.DeadlineExceeded) {
 		err = fmt.Errorf("%w: %w", ErrTimeout, err)
 	}
+	if errors.Is(err, transport.ErrClosed) && c.kill != nil {
+		// The job's communicator failed and dropped the links every
+		// communicator shares.
+		err = fmt.Errorf("%w: the job's connections were dropped: %w", ErrPeerLost, err)
+	}
 	switch {
 	case errors.Is(err, ErrMismatch):
 		// Published before the links drop, so that the peers that see
@@ -81,7 +86,7 @@ func (c *Communicator) refused(what string, err error) error {
 	}
 	c.setBroken(err)
 	why := strings.TrimSuffix(strings.TrimPrefix(err.Error(), "comm: "), ": "+ErrInvalid.Error())
-	c.publishFault(true, fmt.Sprintf("rank %d refused its %s", c.cfg.Rank, why))
+	c.publishFault(true, fmt.Sprintf("%s refused its %s", c.who(), why))
 	c.drop(err)
 	return fmt.Errorf("%w (the other ranks were told; the communicator is broken)", err)
 }
@@ -109,8 +114,8 @@ func (c *Communicator) breakSkipped(err error) {
 		return
 	}
 	c.setBroken(err)
-	c.publishFault(false, fmt.Sprintf("rank %d gave up a call before it started: %v",
-		c.cfg.Rank, strings.TrimPrefix(err.Error(), fmt.Sprintf("comm: rank %d: ", c.cfg.Rank))))
+	c.publishFault(false, fmt.Sprintf("%s gave up a call before it started: %v", c.who(),
+		strings.TrimPrefix(err.Error(), fmt.Sprintf("comm: rank %d: ", c.cfg.Rank))))
 	c.drop(err)
 }
 
@@ -235,7 +240,9 @@ func (c *Communicator) watch() {
 			}
 			if running && probing.due(now.Sub(since)) {
 				if mm, _ := c.probe(context.Background()); mm != nil {
-					c.publishMismatch(mm)
+					if _, read := mm.(told); !read {
+						c.publishMismatch(mm)
+					}
 					c.setFault(mm)
 					return
 				}
@@ -319,6 +326,17 @@ func (c *Communicator) Abort(reason error) {
 // computing may not send one for a while, and the caller need not wait).
 func (c *Communicator) drop(cause error) {
 	if c.t == nil {
+		return
+	}
+	if c.kill != nil {
+		// A sub-communicator's links are the job's, and the job and its
+		// other communicators go on (as ncclCommAbort on a split
+		// communicator): only this one ends. Its running call wakes, its
+		// late messages are dropped, and the other members, which see
+		// no link go, read why in the store when their call stalls.
+		c.publishFault(false, fmt.Sprintf("%s left the communicator: %v", c.who(), cause))
+		c.kill(cause)
+		c.t.Close()
 		return
 	}
 	if cause != nil {

@@ -57,8 +57,12 @@ func (c *Communicator) share(maxMessage int) transport.Transport {
 // communicator still runs its own one at a time, in issue order. It has
 // its own timeout and watchdog. Close it when done; closing the parent
 // closes the shared connections under it. Aborting it, or a failure that
-// breaks it, drops the shared connections: every communicator of the job
-// fails with it.
+// breaks it, ends it alone, as ncclCommAbort on a split communicator: the
+// connections stay up for the parent and the other communicators, and the
+// other members' calls on it fail within moments with ErrPeerLost naming
+// the rank that left and why (it tells them through the rendezvous
+// store). A failure of the job's communicator, or a lost peer, ends every
+// communicator of the job.
 func (c *Communicator) Split(ctx context.Context, color, key int) (*Communicator, error) {
 	if c == nil {
 		return nil, errNil("split")
@@ -116,6 +120,7 @@ func (c *Communicator) Split(ctx context.Context, color, key int) (*Communicator
 		calls:   c.calls,
 	}
 	sub.ext.mux, sub.ext.ch, sub.ext.id = c.ext.mux, ch, id
+	sub.life, sub.kill = context.WithCancelCause(context.Background())
 	sub.g = collectives.NewGroup(ch, c.g.Options())
 	go sub.watch()
 	return sub, nil

@@ -86,16 +86,51 @@ func (c *Communicator) probe(ctx context.Context) (mismatch error, at map[int]ui
 			}
 		}
 	}
-	if v, ok := m[prefix+"fault"]; ok {
+	if f, ok := firstFault(m, prefix+"fault/"); ok {
 		sentinel := ErrMismatch
-		kind, text, _ := strings.Cut(string(v), "\t")
-		if kind == "lost" {
+		if f.kind == "lost" {
 			sentinel = ErrPeerLost
 		}
-		return fmt.Errorf("%s: %s: %w", collectives.DescribeCall(mine), text, sentinel), at
+		return told{fmt.Errorf("%s: %s: %w", collectives.DescribeCall(mine), f.text, sentinel)}, at
 	}
 	return nil, at
 }
+
+// fault is one rank's report of why it dropped out (see publishFault).
+type fault struct {
+	kind, text string
+	at         int64
+}
+
+// firstFault is the earliest report under prefix: the cause; the later
+// ones are ranks that broke because of it.
+func firstFault(m map[string][]byte, prefix string) (fault, bool) {
+	var first fault
+	found := false
+	for k, v := range m {
+		if !strings.HasPrefix(k, prefix) {
+			continue
+		}
+		parts := strings.SplitN(string(v), "\t", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		at, err := strconv.ParseInt(parts[1], 10, 64)
+		if err != nil {
+			continue
+		}
+		if !found || at < first.at {
+			first, found = fault{kind: parts[0], text: parts[2], at: at}, true
+		}
+	}
+	return first, found
+}
+
+// told is an error this rank read in the store, published by the rank
+// that found it: not to be published again.
+type told struct{ error }
+
+func (t told) Unwrap() error { return t.error }
 
 // publishFault tells the communicator's other ranks, through the store,
 // why this rank is about to drop its links: it found a call mismatched or
@@ -103,8 +138,8 @@ func (c *Communicator) probe(ctx context.Context) (mismatch error, at map[int]ui
 // gave one up before it started (they fail with ErrPeerLost). They see
 // only the links go; probe finds the reason here.
 func (c *Communicator) publishFault(mismatch bool, text string) {
-	if c.calls == nil {
-		return
+	if c.calls == nil || !c.published.CompareAndSwap(false, true) {
+		return // the first reason is the one the others need
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
@@ -112,16 +147,19 @@ func (c *Communicator) publishFault(mismatch bool, text string) {
 	if len(text) > 400 {
 		text = text[:397] + "..."
 	}
-	kind := "lost\t"
+	kind := "lost"
 	if mismatch {
-		kind = "mismatch\t"
+		kind = "mismatch"
 	}
-	c.calls.Put(ctx, c.callsKey()+"fault", []byte(kind+text))
+	// Each rank has its own key, stamped, so that a later report (a rank
+	// that broke because of the first) never hides the first.
+	v := fmt.Sprintf("%s\t%d\t%s", kind, time.Now().UnixNano(), text)
+	c.calls.Put(ctx, c.callsKey()+"fault/"+strconv.Itoa(c.cfg.Rank), []byte(v))
 }
 
 // publishMismatch is publishFault for a mismatch this rank found.
 func (c *Communicator) publishMismatch(err error) {
-	c.publishFault(true, fmt.Sprintf("rank %d found %v", c.cfg.Rank, err))
+	c.publishFault(true, fmt.Sprintf("%s found %v", c.who(), err))
 }
 
 // absent names the ranks that have not published the call this rank is
@@ -159,3 +197,12 @@ type also struct{ cause, then error }
 
 func (e also) Error() string   { return e.cause.Error() }
 func (e also) Unwrap() []error { return []error{e.cause, e.then} }
+
+// who names this rank for the other ranks: its rank, and on a
+// sub-communicator its job rank too, as their errors mix both.
+func (c *Communicator) who() string {
+	if c.ext.id == 0 || c.ext.ch == nil {
+		return "rank " + strconv.Itoa(c.cfg.Rank)
+	}
+	return fmt.Sprintf("rank %d (job rank %d)", c.cfg.Rank, c.ext.ch.JobRank(c.cfg.Rank))
+}
