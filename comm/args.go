@@ -44,6 +44,10 @@ func same(a, b []byte) bool {
 	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
+func errNilContext(what string) error {
+	return fmt.Errorf("comm: %s: nil context (pass context.Background()): %w", what, ErrInvalid)
+}
+
 func errNil(what string) error {
 	return fmt.Errorf("comm: %s: nil *Communicator (Init or New failed?): %w", what, ErrInvalid)
 }

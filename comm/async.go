@@ -1,7 +1,6 @@
 package comm
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -116,7 +115,11 @@ func (c *Communicator) pass(tk ticket, had bool, err error) {
 	// Nobody holds the turn of a ticket that gave up, so nobody else
 	// moves done while it is skipped.
 	for d := o.done.Load(); o.gaveUp[d] != nil; d++ {
-		skipped = cmp.Or(skipped, o.gaveUp[d])
+		if skipped == nil && c.breakFor(o.gaveUp[d]) {
+			// Broken before the turn moves on, so that the next
+			// collective cannot run in its place.
+			skipped = o.gaveUp[d]
+		}
 		delete(o.gaveUp, d)
 		o.slow.Add(-1)
 		o.done.Store(d + 1)
@@ -129,7 +132,7 @@ func (c *Communicator) pass(tk ticket, had bool, err error) {
 	if skipped != nil {
 		// Its turn has come, and the collectives before it are done:
 		// the other ranks are now waiting for it in vain.
-		go c.breakSkipped(skipped)
+		go c.tellSkipped(skipped)
 	}
 }
 
@@ -175,7 +178,7 @@ func (c *Communicator) admitJob(ctx context.Context, j job) (context.Context, jo
 	if ctx == nil {
 		ctx = context.Background()
 		if j.err == nil {
-			j.err = fmt.Errorf("comm: %s: nil context (pass context.Background()): %w", j.what, ErrInvalid)
+			j.err = errNilContext(j.what)
 		}
 	}
 	if j.err == nil || !isRefusal(j.err) || c.cfg.Size == 1 || c.broken.Load() != nil || c.unusable() != nil {
@@ -228,6 +231,9 @@ func (c *Communicator) start(ctx context.Context, j job) *Request {
 // own context, given when it was issued, bounds it); Wait may be called
 // again.
 func (r *Request) Wait(ctx context.Context) error {
+	if ctx == nil {
+		ctx = context.Background() // waiting needs no deadline; nothing is refused
+	}
 	select {
 	case <-r.done:
 		return r.err

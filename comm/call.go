@@ -15,7 +15,7 @@ func (c *Communicator) run(ctx context.Context, what string, f func(context.Cont
 	if ctx == nil {
 		ctx = context.Background()
 		f = func(context.Context) error {
-			return fmt.Errorf("comm: %s: nil context (pass context.Background()): %w", what, ErrInvalid)
+			return errNilContext(what)
 		}
 	}
 	tk, mine := c.issue()

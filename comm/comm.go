@@ -171,6 +171,9 @@ const DefaultTimeout = 10 * time.Minute
 // launcher started leaves, from Init on, if that launcher exits
 // (ErrLauncherGone).
 func Init(ctx context.Context, opts ...Option) (*Communicator, error) {
+	if ctx == nil {
+		return nil, errNilContext("init")
+	}
 	cfg, err := bootstrap.FromEnv(os.LookupEnv)
 	if err != nil {
 		return nil, fmt.Errorf("comm: init: %w", err)
@@ -189,6 +192,9 @@ func Init(ctx context.Context, opts ...Option) (*Communicator, error) {
 
 // New joins the job that cfg describes.
 func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error) {
+	if ctx == nil {
+		return nil, errNilContext("new")
+	}
 	s, err := readSettings(opts)
 	if err != nil {
 		return nil, fmt.Errorf("comm: %w", err)
@@ -220,6 +226,9 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 			err = cause
 		} else if !errors.Is(err, bootstrap.ErrJoinRefused) { // not of this job: its departures are not ours
 			err = c.withDepartures(err)
+		}
+		if errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, ErrTimeout) {
+			err = fmt.Errorf("%w%s: %w", ErrTimeout, neverArrived(cfg), err)
 		}
 		c.drop(err)
 		c.shutdown()

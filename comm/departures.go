@@ -2,7 +2,9 @@ package comm
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -22,6 +24,10 @@ func (c *Communicator) withDepartures(err error) error {
 	ds, derr := c.store.Departures(ctx, departuresWait)
 	cancel()
 	switch {
+	case derr != nil && (errors.Is(derr, context.DeadlineExceeded) || errors.Is(derr, context.Canceled)):
+		// Our own request to the store was cut short by the deadline,
+		// which left that connection unusable: the store is not at fault.
+		return err
 	case derr != nil:
 		return fmt.Errorf("%w (rendezvous unreachable too: %v)", err, derr)
 	case len(ds) > 0 && !strings.Contains(err.Error(), ds[0].String()):
@@ -66,3 +72,39 @@ func watchDepartures(ctx context.Context, stop context.CancelCauseFunc, cfg Conf
 // soon as the kernel closes the dead rank's connection, within
 // milliseconds, but may not have when we ask.
 const departuresWait = 300 * time.Millisecond
+
+// neverArrived names the ranks that never published their host, for an
+// Init that timed out: ", rank 3 never arrived". It asks the store on a
+// connection of its own, the communicator's being cut by the deadline,
+// and says nothing if the store does not answer at once.
+func neverArrived(cfg Config) string {
+	if cfg.Addr == "" {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	store, err := bootstrap.Dial(ctx, cfg.Addr, cfg.Token)
+	if err != nil {
+		return ""
+	}
+	defer store.Close()
+	m, err := store.Scan(ctx, "comm/host/")
+	if err != nil {
+		return ""
+	}
+	var missing []string
+	for r := range cfg.Size {
+		if _, ok := m["comm/host/"+strconv.Itoa(r)]; !ok {
+			missing = append(missing, strconv.Itoa(r))
+		}
+	}
+	switch {
+	case len(missing) == 0:
+		return ""
+	case len(missing) == 1:
+		return ", rank " + missing[0] + " never arrived"
+	case len(missing) > 8:
+		missing = append(missing[:8], fmt.Sprintf("and %d more", len(missing)-8))
+	}
+	return ", ranks " + strings.Join(missing, ", ") + " never arrived"
+}

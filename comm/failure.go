@@ -30,7 +30,10 @@ func (c *Communicator) failed(what string, err error) error {
 		return fmt.Errorf("comm: rank %d: %s: %w", c.cfg.Rank, what, ferr)
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
-		err = fmt.Errorf("%w: %w", ErrTimeout, err)
+		// Name the ranks this call still waited for: those that never
+		// reached it (the waiting ones publish theirs, see probe).
+		_, at := c.probe(context.Background())
+		err = fmt.Errorf("%w%s: %w", ErrTimeout, c.absent(at), err)
 	}
 	if errors.Is(err, transport.ErrClosed) && c.kill != nil {
 		// The job's communicator failed and dropped the links every
@@ -103,17 +106,26 @@ func (c *Communicator) skipped(what string, cause error) error {
 	if c.cfg.Size == 1 || c.unusable() != nil {
 		return err
 	}
-	c.breakSkipped(err)
+	if c.breakFor(err) {
+		c.tellSkipped(err)
+	}
 	return fmt.Errorf("%w (the other ranks were told; the communicator is broken)", err)
 }
 
-// breakSkipped breaks the communicator for a collective given up before
-// it started (see skipped), once its turn has come.
-func (c *Communicator) breakSkipped(err error) {
+// breakFor breaks the communicator for a collective given up before it
+// started (see skipped), once its turn has come, unless it needs none (a
+// job of one rank) or has one already; it reports whether it did.
+func (c *Communicator) breakFor(err error) bool {
 	if c.cfg.Size == 1 || c.unusable() != nil || c.broken.Load() != nil {
-		return
+		return false
 	}
 	c.setBroken(err)
+	return true
+}
+
+// tellSkipped tells the other ranks that this one gave up a call before
+// it started, and drops the links (see skipped).
+func (c *Communicator) tellSkipped(err error) {
 	c.publishFault(false, fmt.Sprintf("%s gave up a call before it started: %v", c.who(),
 		strings.TrimPrefix(err.Error(), fmt.Sprintf("comm: rank %d: ", c.cfg.Rank))))
 	c.drop(err)

@@ -20,6 +20,9 @@ import (
 // The store is owned by rank 0's Communicator and stops when it is closed;
 // close every Communicator when done. On error nothing is left open.
 func NewLocal(ctx context.Context, n int, opts ...Option) ([]*Communicator, error) {
+	if ctx == nil {
+		return nil, errNilContext("local job")
+	}
 	if n < 1 {
 		return nil, fmt.Errorf("comm: local job of %d ranks, want at least 1: %w", n, ErrInvalid)
 	}

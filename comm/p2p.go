@@ -47,9 +47,12 @@ const MaxTag = collectives.MaxTag
 // its start.
 var ErrTruncated = collectives.ErrTruncated
 
-func (c *Communicator) p2pCheck(what string, peer, tag int) error {
+func (c *Communicator) p2pCheck(ctx context.Context, what string, peer, tag int) error {
 	if c == nil {
 		return errNil(what)
+	}
+	if ctx == nil {
+		return errNilContext(what)
 	}
 	if err := c.unusable(); err != nil {
 		return fmt.Errorf("comm: %s: %w", what, err)
@@ -74,7 +77,7 @@ func (c *Communicator) bound(ctx context.Context) (context.Context, context.Canc
 // Send sends buf to rank peer with tag. See the point-to-point notes
 // above for when it blocks.
 func Send[T Element](ctx context.Context, c *Communicator, peer, tag int, buf []T) error {
-	if err := c.p2pCheck("send", peer, tag); err != nil {
+	if err := c.p2pCheck(ctx, "send", peer, tag); err != nil {
 		return err
 	}
 	ctx, cancel := c.bound(ctx)
@@ -90,7 +93,7 @@ func Send[T Element](ctx context.Context, c *Communicator, peer, tag int, buf []
 // with ErrTruncated; one that is not a whole number of elements (the
 // sender used another type) with ErrMismatch.
 func Recv[T Element](ctx context.Context, c *Communicator, peer, tag int, buf []T) (int, error) {
-	if err := c.p2pCheck("recv", peer, tag); err != nil {
+	if err := c.p2pCheck(ctx, "recv", peer, tag); err != nil {
 		return 0, err
 	}
 	ctx, cancel := c.bound(ctx)
@@ -113,10 +116,10 @@ func Recv[T Element](ctx context.Context, c *Communicator, peer, tag int, buf []
 // received. It cannot deadlock with a matching SendRecv on the peers,
 // whatever the message sizes. send and recv must not overlap.
 func SendRecv[T Element](ctx context.Context, c *Communicator, send []T, dest, sendTag int, recv []T, source, recvTag int) (int, error) {
-	if err := c.p2pCheck("sendrecv", dest, sendTag); err != nil {
+	if err := c.p2pCheck(ctx, "sendrecv", dest, sendTag); err != nil {
 		return 0, err
 	}
-	if err := c.p2pCheck("sendrecv", source, recvTag); err != nil {
+	if err := c.p2pCheck(ctx, "sendrecv", source, recvTag); err != nil {
 		return 0, err
 	}
 	if overlap(bytesOf(send), bytesOf(recv)) {
