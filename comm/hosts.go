@@ -26,6 +26,36 @@ func WithSHMOptions(o shm.Options) Option { return func(s *settings) { s.shm = o
 // collectives). GOCOLL_FAKE_HOSTS=k does the same. For tests only.
 func WithFakeHosts(k int) Option { return func(s *settings) { s.fakeHosts = k } }
 
+// fakeHost is the fake host of rank in a job of size under
+// GOCOLL_FAKE_HOSTS=v: either a number of hosts k, the ranks in contiguous
+// blocks (rank r on host r*k/size), or a list of ranks per host, host by
+// host ("1,4": rank 0 alone, ranks 1-4 together), which must add up to
+// size: an uneven layout.
+func fakeHost(v string, rank, size int) (int, error) {
+	if !strings.Contains(v, ",") {
+		k, err := strconv.Atoi(v)
+		if err != nil || k < 1 {
+			return 0, fmt.Errorf("GOCOLL_FAKE_HOSTS=%q: want a number of hosts or a list of ranks per host (1,4): %w", v, ErrInvalid)
+		}
+		return rank * k / size, nil
+	}
+	host, sum := -1, 0
+	for i, f := range strings.Split(v, ",") {
+		k, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || k < 1 {
+			return 0, fmt.Errorf("GOCOLL_FAKE_HOSTS=%q: host %d: want a positive number of ranks: %w", v, i, ErrInvalid)
+		}
+		if host < 0 && rank < sum+k {
+			host = i
+		}
+		sum += k
+	}
+	if sum != size {
+		return 0, fmt.Errorf("GOCOLL_FAKE_HOSTS=%q lays out %d ranks, but the job has %d: %w", v, sum, size, ErrInvalid)
+	}
+	return host, nil
+}
+
 // hostID names the host this process runs on, as far as shared memory is
 // concerned: its hostname, the kernel's boot id (two VMs that happen to
 // share a hostname are not one host) and its network namespace. The last
@@ -72,11 +102,13 @@ type jobHosts struct {
 // alone, is what keeps a job whose hosts differ from splitting into ranks
 // that wait on different transports, and tells apart ranks that share a
 // few cores from ranks bound to a core each (each sees one CPU).
+//
+// fake, if not negative, is this rank's fake host (GOCOLL_FAKE_HOSTS).
 func exchangeHosts(ctx context.Context, store *bootstrap.Client, cfg Config, fake int, rdmaErr error) (jobHosts, error) {
 	host := hostID()
 	machine := machineID()
-	if fake > 0 {
-		host = "fake-host-" + strconv.Itoa(cfg.Rank*fake/cfg.Size)
+	if fake >= 0 {
+		host = "fake-host-" + strconv.Itoa(fake)
 	}
 	why := ""
 	if rdmaErr != nil {
@@ -133,13 +165,14 @@ func exchangeHosts(ctx context.Context, store *bootstrap.Client, cfg Config, fak
 // each rank's host, and the transport's name.
 func (c *Communicator) connectTransport(ctx context.Context, store *bootstrap.Client, s settings) (transport.Transport, []int, string, error) {
 	cfg := c.cfg
-	fake := s.fakeHosts
-	if v := strings.TrimSpace(os.Getenv("GOCOLL_FAKE_HOSTS")); v != "" && fake == 0 {
-		k, err := strconv.Atoi(v)
-		if err != nil || k < 1 {
-			return nil, nil, "", fmt.Errorf("GOCOLL_FAKE_HOSTS=%q: want a positive number of hosts: %w", v, ErrInvalid)
+	fake := -1
+	if s.fakeHosts > 0 {
+		fake = cfg.Rank * s.fakeHosts / cfg.Size
+	} else if v := strings.TrimSpace(os.Getenv("GOCOLL_FAKE_HOSTS")); v != "" {
+		var err error
+		if fake, err = fakeHost(v, cfg.Rank, cfg.Size); err != nil {
+			return nil, nil, "", err
 		}
-		fake = k
 	}
 	// Only auto needs to know whether RDMA would work; a forced rdma
 	// finds out in Connect, with the whole error.

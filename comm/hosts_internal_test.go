@@ -61,7 +61,7 @@ func TestExchangeHostsCPUs(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			j, err := exchangeHosts(ctx, store, Config{Rank: 0, Size: 1 + len(tc.others)}, 0, nil)
+			j, err := exchangeHosts(ctx, store, Config{Rank: 0, Size: 1 + len(tc.others)}, -1, nil)
 			if tc.err {
 				if !errors.Is(err, ErrInvalid) {
 					t.Fatalf("err = %v, want ErrInvalid", err)
