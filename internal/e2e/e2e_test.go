@@ -33,7 +33,8 @@ func TestMain(m *testing.M) {
 		"github.com/gocoll/gocoll/cmd/grun",
 		"github.com/gocoll/gocoll/examples/allreduce",
 		"github.com/gocoll/gocoll/internal/e2e/testdata/collcheck",
-		"github.com/gocoll/gocoll/internal/e2e/testdata/chaos").CombinedOutput()
+		"github.com/gocoll/gocoll/internal/e2e/testdata/chaos",
+		"github.com/gocoll/gocoll/internal/e2e/testdata/jobshape").CombinedOutput()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "building the programs: %v\n%s", err, out)
 	} else {

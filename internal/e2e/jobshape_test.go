@@ -1,0 +1,363 @@
+package e2e
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// faultKinds are the faults TestJobShapes injects, one per job, in turn.
+var faultKinds = []string{"none", "mismatch-kind", "mismatch-count", "mismatch-dtype", "mismatch-op",
+	"mismatch-root", "cancel", "abort-sub", "refuse", "kill", "stop"}
+
+// documented are the sentinels an error may match (README, "When
+// something goes wrong").
+var documented = []string{"mismatch", "peerlost", "timeout", "aborted", "canceled", "invalid", "broken", "closed", "unsupported"}
+
+// shape is one job of the test: its layout, transport, calls and fault.
+type shape struct {
+	hosts     []int  // ranks per (fake) host
+	transport string // tcp, shm, shm+tcp, auto, rdma
+	seed      uint64
+	calls     int
+	fault     string
+	culprit   int
+	at        int
+}
+
+func (s shape) size() int {
+	n := 0
+	for _, h := range s.hosts {
+		n += h
+	}
+	return n
+}
+
+func (s shape) layout() string {
+	parts := make([]string, len(s.hosts))
+	for i, h := range s.hosts {
+		parts[i] = strconv.Itoa(h)
+	}
+	return strings.Join(parts, ",")
+}
+
+func (s shape) String() string {
+	return fmt.Sprintf("%d ranks on hosts %s over %s, seed %d, %d calls, fault %s by rank %d at call %d",
+		s.size(), s.layout(), s.transport, s.seed, s.calls, s.fault, s.culprit, s.at)
+}
+
+// stopDeadline is how long the others wait for a stopped rank.
+const stopDeadline = time.Second
+
+// newShape draws job j: a random uneven layout and transport, and the
+// j-th fault kind.
+func newShape(rng *rand.Rand, j int, transport string) shape {
+	s := shape{seed: rng.Uint64(), calls: 6 + rng.IntN(5), fault: faultKinds[j%len(faultKinds)]}
+	if transport == "" {
+		transport = []string{"tcp", "shm", "shm+tcp", "auto"}[rng.IntN(4)]
+	}
+	s.transport = transport
+	switch transport {
+	case "shm":
+		s.hosts = []int{2 + rng.IntN(5)}
+	case "shm+tcp":
+		// At least one host of several ranks, one of one: uneven.
+		s.hosts = []int{1, 2 + rng.IntN(3)}
+		for len(s.hosts) < 3 && rng.IntN(2) == 0 {
+			s.hosts = append(s.hosts, 1+rng.IntN(4))
+		}
+		rng.Shuffle(len(s.hosts), func(a, b int) { s.hosts[a], s.hosts[b] = s.hosts[b], s.hosts[a] })
+	default:
+		for n := 0; n < 2 || (n < 8 && rng.IntN(3) > 0); {
+			h := min(1+rng.IntN(4), 8-n)
+			s.hosts = append(s.hosts, h)
+			n += h
+		}
+	}
+	s.culprit = rng.IntN(s.size())
+	s.at = rng.IntN(s.calls)
+	return s
+}
+
+// env is the job's environment.
+func (s shape) env() []string {
+	var env []string
+	switch s.transport {
+	case "tcp", "shm", "rdma":
+		env = append(env, "GOCOLL_TRANSPORT="+s.transport)
+	}
+	if s.transport != "shm" && len(s.hosts) > 1 {
+		env = append(env, "GOCOLL_FAKE_HOSTS="+s.layout())
+	}
+	return env
+}
+
+func (s shape) args() []string {
+	deadline := 5 * time.Second
+	if s.fault == "stop" {
+		deadline = stopDeadline
+	}
+	return []string{"-seed", fmt.Sprint(s.seed), "-calls", fmt.Sprint(s.calls), "-fault", s.fault,
+		"-culprit", fmt.Sprint(s.culprit), "-at", fmt.Sprint(s.at), "-deadline", deadline.String()}
+}
+
+// outcome is what one rank printed.
+type outcome struct {
+	ok       bool
+	errAt    int64 // Unix ns of the error, 0 if none
+	subAt    int64
+	matches  []string
+	text     string
+	subMatch []string
+	subText  string
+	wrong    string
+}
+
+var (
+	faultLine = regexp.MustCompile(`^jobshape: fault at (\d+)$`)
+	rankLine  = regexp.MustCompile(`^jobshape: rank (\d+) (ok \d+ calls|error at (\d+): (\S+): (.*)|sub error at (\d+): (\S+): (.*)|wrong: (.*))$`)
+)
+
+// parseJob reads the ranks' lines: each rank's outcome and when the fault
+// was injected (0 if never).
+func parseJob(out string, n int) ([]outcome, int64) {
+	res := make([]outcome, n)
+	var faultAt int64
+	for _, line := range strings.Split(out, "\n") {
+		line = strings.TrimSpace(line)
+		if m := faultLine.FindStringSubmatch(line); m != nil {
+			faultAt, _ = strconv.ParseInt(m[1], 10, 64)
+			continue
+		}
+		m := rankLine.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		r, _ := strconv.Atoi(m[1])
+		if r < 0 || r >= n {
+			continue
+		}
+		o := &res[r]
+		switch {
+		case strings.HasPrefix(m[2], "ok"):
+			o.ok = true
+		case m[3] != "":
+			o.errAt, _ = strconv.ParseInt(m[3], 10, 64)
+			o.matches, o.text = strings.Split(m[4], ","), m[5]
+		case m[6] != "":
+			o.subAt, _ = strconv.ParseInt(m[6], 10, 64)
+			o.subMatch, o.subText = strings.Split(m[7], ","), m[8]
+		default:
+			o.wrong = m[9]
+		}
+	}
+	return res, faultAt
+}
+
+// judge says what is wrong with a job's outcome: every rank right when no
+// fault; otherwise every rank that is still running fails within 2 s of
+// the fault (a stopped rank: within the others' deadline and 2 s more),
+// with an error that matches a documented sentinel and names the culprit;
+// an aborted sub-communicator fails its members that way while the parent
+// goes on. It returns the problems and the slowest time to error.
+func judge(s shape, res []outcome, faultAt int64) (problems []string, worst time.Duration) {
+	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	limit := 2 * time.Second
+	if s.fault == "stop" {
+		limit += stopDeadline
+	}
+	culprit := "rank " + strconv.Itoa(s.culprit)
+	timely := func(r int, at int64, what string) {
+		if faultAt == 0 {
+			bad("rank %d: %s, but the culprit never said it injected the fault", r, what)
+			return
+		}
+		d := time.Duration(at - faultAt)
+		worst = max(worst, d)
+		if d > limit {
+			bad("rank %d: %s %v after the fault (limit %v)", r, what, d.Round(time.Millisecond), limit)
+		}
+	}
+	sentinel := func(r int, matches []string, text string) {
+		if !slices.ContainsFunc(matches, func(m string) bool { return slices.Contains(documented, m) }) {
+			bad("rank %d: error matches no documented sentinel: %s", r, text)
+		}
+	}
+	for r, o := range res {
+		if o.wrong != "" {
+			bad("rank %d: wrong result: %s", r, o.wrong)
+			continue
+		}
+		gone := r == s.culprit && (s.fault == "kill" || s.fault == "stop")
+		switch {
+		case s.fault == "none":
+			if !o.ok {
+				bad("rank %d: no fault, yet: %s", r, o.text)
+			}
+		case s.fault == "abort-sub":
+			if !o.ok {
+				bad("rank %d: the parent failed after a sub-communicator's abort: %s", r, o.text)
+			}
+			if o.subAt == 0 {
+				bad("rank %d: no word of its sub-communicator's call", r)
+				continue
+			}
+			timely(r, o.subAt, "sub-communicator's call failed")
+			sentinel(r, o.subMatch, o.subText)
+			if r != s.culprit && !strings.Contains(o.subText, culprit) {
+				bad("rank %d: sub-communicator's error does not name %s: %s", r, culprit, o.subText)
+			}
+		case gone:
+			// Killed or stopped: it says nothing more.
+		case o.ok:
+			bad("rank %d: every call passed despite %s by %s", r, s.fault, culprit)
+		case o.errAt == 0:
+			bad("rank %d: neither passed nor failed (killed by the launcher?)", r)
+		default:
+			timely(r, o.errAt, "failed")
+			sentinel(r, o.matches, o.text)
+			if r != s.culprit && !strings.Contains(o.text, culprit) {
+				bad("rank %d: error does not name the culprit, %s: %s", r, culprit, o.text)
+			}
+		}
+	}
+	return problems, worst
+}
+
+// leftRunning lists the processes of prog still running.
+func leftRunning(prog string) string {
+	out, _ := exec.Command("pgrep", "-f", "-a", prog).Output()
+	return strings.TrimSpace(string(out))
+}
+
+// TestJobShapes is the randomized job-shape test: random uneven layouts
+// (fake hosts of 1-4 ranks), transports, calls of every kind with sizes
+// that cross slot boundaries, and one fault per job: each mismatch field,
+// a cancelled context, a sub-communicator's abort, a refused call, a
+// SIGKILL and a SIGSTOP. See judge for what it asserts. It prints its
+// seed (GOCOLL_SHAPE_SEED replays it), and a summary line. Knobs:
+// GOCOLL_SHAPE_JOBS, GOCOLL_SHAPE_TRANSPORT (tcp, shm, shm+tcp, auto,
+// rdma: every job over it).
+func TestJobShapes(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("GOCOLL_SHAPE_SEED"); v != "" {
+		var err error
+		if seed, err = strconv.ParseUint(v, 10, 64); err != nil {
+			t.Fatalf("GOCOLL_SHAPE_SEED=%q: %v", v, err)
+		}
+	}
+	jobs := 2 * len(faultKinds)
+	if testing.Short() {
+		jobs = len(faultKinds)
+	}
+	if v := os.Getenv("GOCOLL_SHAPE_JOBS"); v != "" {
+		jobs, _ = strconv.Atoi(v)
+	}
+	transport := os.Getenv("GOCOLL_SHAPE_TRANSPORT")
+	t.Logf("jobshape: seed %d (GOCOLL_SHAPE_SEED=%d replays it)", seed, seed)
+	fmt.Printf("jobshape: seed %d\n", seed)
+	rng := rand.New(rand.NewPCG(seed, 1))
+	prog := filepath.Join(bin, "jobshape")
+	byTransport := map[string]int{}
+	injected := map[string]int{}
+	failing := map[string]int{}
+	worst := map[string]time.Duration{}
+	calls, failed := 0, 0
+	for j := range jobs {
+		s := newShape(rng, j, transport)
+		byTransport[s.transport]++
+		injected[s.fault]++
+		calls += s.calls * s.size()
+		args := append([]string{"-n", fmt.Sprint(s.size()), prog}, s.args()...)
+		out, _ := grun(t, time.Minute, s.env(), args...)
+		res, faultAt := parseJob(out, s.size())
+		problems, w := judge(s, res, faultAt)
+		if s.fault != "none" && faultAt != 0 {
+			worst[s.fault] = max(worst[s.fault], w)
+		}
+		if left := leftRunning(prog); left != "" {
+			problems = append(problems, "left running after grun returned: "+left)
+		}
+		if len(problems) > 0 {
+			failed++
+			failing[s.fault]++
+			t.Errorf("job %d (%v):\n  %s\noutput:\n%s", j, s, strings.Join(problems, "\n  "), out)
+		}
+	}
+	var tr, inj, wst, fl []string
+	for _, k := range []string{"tcp", "shm", "shm+tcp", "auto", "rdma", "netns"} {
+		if byTransport[k] > 0 {
+			tr = append(tr, fmt.Sprintf("%s %d", k, byTransport[k]))
+		}
+	}
+	for _, f := range faultKinds {
+		if injected[f] == 0 {
+			continue
+		}
+		inj = append(inj, fmt.Sprintf("%s %d", f, injected[f]))
+		fl = append(fl, fmt.Sprintf("%s %d/%d", f, failing[f], injected[f]))
+		if f != "none" {
+			w := "-"
+			if d, ok := worst[f]; ok {
+				w = d.Round(10 * time.Microsecond).String()
+			}
+			wst = append(wst, f+" "+w)
+		}
+	}
+	summary := fmt.Sprintf("jobshape: seed %d, %d jobs (%s), %d calls, faults injected: %s; worst time to error: %s; jobs failing %d of %d (%s)",
+		seed, jobs, strings.Join(tr, ", "), calls, strings.Join(inj, ", "), strings.Join(wst, ", "), failed, jobs, strings.Join(fl, ", "))
+	t.Log(summary)
+	fmt.Println(summary)
+}
+
+// TestJudgeShape checks the judge on outcomes made up to break each rule.
+func TestJudgeShape(t *testing.T) {
+	const t0 = int64(1_000_000_000)
+	ms := func(d int) int64 { return t0 + int64(d)*int64(time.Millisecond) }
+	named := func(at int64, matches string, text string) outcome {
+		return outcome{errAt: at, matches: strings.Split(matches, ","), text: text}
+	}
+	s := func(fault string) shape { return shape{hosts: []int{1, 2}, fault: fault, culprit: 1} }
+	cases := []struct {
+		name    string
+		s       shape
+		res     []outcome
+		faultAt int64
+		want    string // a problem that must be reported; "" for none
+	}{
+		{"clean", s("none"), []outcome{{ok: true}, {ok: true}, {ok: true}}, 0, ""},
+		{"wrong result", s("none"), []outcome{{ok: true}, {wrong: "x"}, {ok: true}}, 0, "wrong result"},
+		{"mismatch caught", s("mismatch-op"), []outcome{named(ms(5), "mismatch", "rank 1 called"), named(ms(3), "mismatch", "rank 0 called"), named(ms(9), "mismatch,peerlost", "rank 1 called")}, t0, ""},
+		{"silent pass", s("mismatch-root"), []outcome{{ok: true}, named(ms(3), "mismatch", "rank 0"), named(ms(9), "mismatch", "rank 1")}, t0, "every call passed"},
+		{"too slow", s("mismatch-root"), []outcome{named(ms(2500), "mismatch", "rank 1"), named(ms(3), "mismatch", "rank 0"), named(ms(9), "mismatch", "rank 1")}, t0, "after the fault"},
+		{"no sentinel", s("kill"), []outcome{named(ms(5), "none", "rank 1 went"), {}, named(ms(9), "peerlost", "rank 1")}, t0, "no documented sentinel"},
+		{"culprit unnamed", s("kill"), []outcome{named(ms(5), "peerlost", "rank 2 went"), {}, named(ms(9), "peerlost", "rank 1")}, t0, "does not name the culprit"},
+		{"stopped within its deadline", s("stop"), []outcome{named(ms(1100), "timeout", "rank 1 never reached"), {}, named(ms(1100), "timeout", "rank 1 never reached")}, t0, ""},
+		{"sub abort", s("abort-sub"), []outcome{{ok: true, subAt: ms(60), subMatch: []string{"peerlost"}, subText: "rank 1 (job rank 1) left"}, {ok: true, subAt: ms(1), subMatch: []string{"aborted"}}, {ok: true, subAt: ms(60), subMatch: []string{"peerlost"}, subText: "rank 1 left"}}, t0, ""},
+		{"sub abort kills parent", s("abort-sub"), []outcome{{text: "transport closed", subAt: ms(60), subMatch: []string{"peerlost"}, subText: "rank 1"}, {ok: true, subAt: ms(1), subMatch: []string{"aborted"}}, {ok: true, subAt: ms(60), subMatch: []string{"peerlost"}, subText: "rank 1"}}, t0, "parent failed"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			problems, _ := judge(tc.s, tc.res, tc.faultAt)
+			got := strings.Join(problems, "; ")
+			if tc.want == "" && got != "" || tc.want != "" && !strings.Contains(got, tc.want) {
+				t.Errorf("judge = %q, want %q", got, tc.want)
+			}
+		})
+	}
+	// The parser reads what the program prints.
+	out := "jobshape: fault at 1000\njobshape: rank 0 error at 1500: mismatch,peerlost: comm: rank 0: x\njobshape: rank 1 ok 8 calls\n" +
+		"jobshape: rank 2 sub error at 1200: peerlost: y\ngrun: rank 0 exited\n"
+	res, at := parseJob(out, 3)
+	if at != 1000 || res[0].errAt != 1500 || !slices.Equal(res[0].matches, []string{"mismatch", "peerlost"}) || !res[1].ok || res[2].subAt != 1200 {
+		t.Errorf("parseJob = %+v, %d", res, at)
+	}
+}
