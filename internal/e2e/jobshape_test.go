@@ -234,7 +234,7 @@ func judge(s shape, res []outcome, faultAt int64) (problems []string, worst time
 
 // leftRunning lists the processes of prog still running.
 func leftRunning(prog string) string {
-	out, _ := exec.Command("pgrep", "-f", "-a", prog).Output()
+	out, _ := exec.Command("pgrep", "-f", prog).Output()
 	return strings.TrimSpace(string(out))
 }
 
