@@ -62,6 +62,29 @@ func AllReduceMany[T Element](ctx context.Context, c *Communicator, bufs [][]T, 
 	return c.do(ctx, allReduceManyJob(c, bufs, op))
 }
 
+// AllReduceValues allreduces a few scalars with op in one collective, each
+// in place: the loss, the token count and the correct answers of a step,
+// say, without packing them into a slice by hand. They share a type:
+// counts reduce exactly as float64 up to 2^53.
+//
+//	err := comm.AllReduceValues(ctx, c, comm.Sum, &loss, &tokens, &correct)
+func AllReduceValues[T Element](ctx context.Context, c *Communicator, op Op, vals ...*T) error {
+	buf := make([]T, len(vals))
+	for i, v := range vals {
+		if v == nil {
+			return c.refuse(ctx, "allreduce", fmt.Errorf("comm: allreduce: value %d is a nil pointer: %w", i, ErrInvalid))
+		}
+		buf[i] = *v
+	}
+	if err := AllReduce(ctx, c, buf, op); err != nil {
+		return err
+	}
+	for i, v := range vals {
+		*v = buf[i]
+	}
+	return nil
+}
+
 // AllReduceManyAsync is AllReduceMany, issued now and finished in the
 // background.
 func AllReduceManyAsync[T Element](ctx context.Context, c *Communicator, bufs [][]T, op Op) *Request {

@@ -34,7 +34,7 @@ type turns struct {
 
 	mu     sync.Mutex
 	gaveUp map[uint64]error // tickets that gave up waiting before their turn, and why
-	wake   chan struct{}   // closed when done moves; nil until someone waits
+	wake   chan struct{}    // closed when done moves; nil until someone waits
 }
 
 // ticket is a place in the issue order.

@@ -211,7 +211,9 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 		ctx, cancel = context.WithTimeout(ctx, s.timeout)
 		defer cancel()
 	}
-	c := &Communicator{cfg: cfg, log: s.logger, closed: make(chan struct{}),
+	// Every line names the rank: N ranks would otherwise print N
+	// identical lines.
+	c := &Communicator{cfg: cfg, log: s.logger.With("rank", cfg.Rank), closed: make(chan struct{}),
 		timeout: s.timeout, aborted: make(chan struct{})}
 	// A rank that dies before it connects leaves the others waiting for
 	// its address or its connection, where no link can tell them: the
@@ -248,7 +250,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 	c.g = collectives.NewGroup(c.share(maxMessage), collectives.Options{Algos: algos, Logger: c.log, Hosts: c.hosts})
 	c.calls = c.store
 	go c.watch()
-	c.log.Info("communicator ready", "rank", cfg.Rank, "size", cfg.Size, "local_rank", cfg.LocalRank,
+	c.log.Info("communicator ready", "size", cfg.Size, "local_rank", cfg.LocalRank,
 		"launcher", cfg.Source, "transport", c.tname, "simd", reduce.SIMDLevel(), "store", cfg.Addr)
 	return c, nil
 }
@@ -375,6 +377,15 @@ func (c *Communicator) Size() int { return c.cfg.Size }
 // LocalRank is this process's rank among those on its host, or -1 if the
 // launcher did not say.
 func (c *Communicator) LocalRank() int { return c.cfg.LocalRank }
+
+// LocalSize is the number of ranks on this process's host, or -1 if the
+// launcher did not say.
+func (c *Communicator) LocalSize() int {
+	if c.cfg.LocalSize <= 0 {
+		return -1
+	}
+	return c.cfg.LocalSize
+}
 
 // Err reports why the communicator is unusable, or nil: ErrClosed,
 // ErrAborted, or ErrBroken wrapping the failure that broke it.

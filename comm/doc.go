@@ -10,18 +10,30 @@
 // computes. Split and SubCommunicator make sub-communicators that share
 // the job's connections, and whose collectives may run concurrently with
 // the job's from other goroutines. Send, Recv and SendRecv carry tagged
-// point-to-point messages (see Send for the blocking rules).
+// point-to-point messages (Send's documentation has the matching,
+// blocking and deadlock rules).
 //
 // Init reads the job from the launcher's environment (grun, torchrun-style,
 // Open MPI or Slurm) and connects every rank to every other through the
 // rendezvous store; New takes an explicit Config instead. Every collective
-// takes a context first and returns an error, never panics: a bad argument
-// is refused before anything is sent (ErrInvalid, ErrUnsupported), while a
+// takes a context first and returns an error, never panics. A bad argument
+// is refused before anything is sent (ErrInvalid, ErrUnsupported); a
 // failure part-way through (a peer lost, the context ended, ranks that
-// called different collectives) leaves the ranks out of step, so it marks
-// the communicator broken and every later call fails at once with ErrBroken
-// and the original cause. Collectives on one communicator run one at a time
+// called different collectives) leaves the ranks out of step. Either way,
+// on a job of several ranks, the communicator is broken, the other ranks
+// are told (their call fails naming this rank), and every later call fails
+// at once with ErrBroken and the original cause. Collectives on one communicator run one at a time
 // and must be issued in the same order on every rank.
+//
+// The collectives are package functions, generic over the element type
+// (AllReduce[T]), because Go methods cannot have type parameters of their
+// own; what takes no buffer of elements (Barrier, Split, Close, Abort) is
+// a method.
+//
+// A program that exits on an error should close the communicator first:
+// log.Fatal and os.Exit skip deferred calls, so the peers would see this
+// rank die (ErrPeerLost) instead of leave. Return the error from a
+// function that defers Close, and exit after it (see the exit example).
 //
 // The algorithms (package collectives) are chosen by message size and rank
 // count, can be forced with GOCOLL_ALGO, and say what they chose with

@@ -254,6 +254,49 @@ func ExampleAllReduceMany() {
 	// Output: [[1] [2 2] [1]]
 }
 
+// AllReduceValues sums a step's scalars across the ranks in one
+// collective.
+func ExampleAllReduceValues() {
+	ctx := context.Background()
+	cs, err := comm.NewLocal(ctx, 3)
+	if err != nil {
+		log.Fatal(err)
+	}
+	type stats struct{ loss, tokens, correct float64 }
+	results := make([]stats, len(cs))
+	onEveryRank(cs, func(c *comm.Communicator) {
+		defer c.Close()
+		s := stats{loss: 0.5 * float64(c.Rank()+1), tokens: 1000, correct: float64(100 * c.Rank())}
+		if err := comm.AllReduceValues(ctx, c, comm.Sum, &s.loss, &s.tokens, &s.correct); err != nil {
+			log.Fatal(err)
+		}
+		results[c.Rank()] = s
+	})
+	fmt.Printf("loss %.1f over %.0f tokens, %.0f correct\n", results[0].loss, results[0].tokens, results[0].correct)
+	// Output: loss 3.0 over 3000 tokens, 300 correct
+}
+
+// A program that exits on an error must close the communicator first:
+// log.Fatal and os.Exit skip deferred calls, so the peers would see this
+// rank die (ErrPeerLost) rather than leave. Returning the error from a
+// function whose deferred Close runs, and exiting after it, does both.
+func Example_exit() {
+	run := func(ctx context.Context) error {
+		c, err := comm.Init(ctx)
+		if err != nil {
+			return err
+		}
+		defer c.Close() // runs before main exits
+		grads := make([]float32, 1024)
+		return comm.AllReduce(ctx, c, grads, comm.Sum)
+	}
+	// In main:
+	if err := run(context.Background()); err != nil {
+		log.Print(err)
+		// os.Exit(1), once run's deferred Close has run
+	}
+}
+
 // SendRecv passes a message around a ring without any rank having to
 // order its send and receive.
 func ExampleSendRecv() {

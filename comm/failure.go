@@ -47,15 +47,7 @@ func (c *Communicator) failed(what string, err error) error {
 		c.probe(context.Background())
 		c.publishMismatch(err)
 	case errors.Is(err, ErrPeerLost):
-		// The peer may have dropped its links on finding the call
-		// mismatched, or refusing it: that is the cause to report, and
-		// the losses that followed need no listing.
-		if mm, _ := c.probe(context.Background()); mm != nil {
-			err = also{mm, err}
-		}
-	}
-	if _, known := err.(also); !known {
-		err = c.withLosses(err)
+		err = c.explainLoss(err)
 	}
 	c.setBroken(err)
 	// The ranks are out of step now, and a peer may be waiting for data
@@ -63,7 +55,7 @@ func (c *Communicator) failed(what string, err error) error {
 	// at once (their calls fail with ErrPeerLost naming this rank) instead
 	// of leaving them to hang until their own deadlines.
 	c.drop(err)
-	c.log.Info("communicator broken; dropped its connections so the peers notice", "rank", c.cfg.Rank, "err", err)
+	c.log.Info("communicator broken; dropped its connections so the peers notice", "err", err)
 	return fmt.Errorf("comm: rank %d: %w", c.cfg.Rank, err)
 }
 
@@ -129,6 +121,20 @@ func (c *Communicator) tellSkipped(err error) {
 	c.publishFault(false, fmt.Sprintf("%s gave up a call before it started: %v", c.who(),
 		strings.TrimPrefix(err.Error(), fmt.Sprintf("comm: rank %d: ", c.cfg.Rank))))
 	c.drop(err)
+}
+
+// explainLoss adds to err, a failure through a lost peer, why the peer
+// went: the mismatch or refusal a rank published before dropping its
+// links (then the losses that followed need no listing), else every loss
+// and departure seen (withLosses).
+func (c *Communicator) explainLoss(err error) error {
+	if !errors.Is(err, ErrPeerLost) {
+		return err
+	}
+	if mm, _ := c.probe(context.Background()); mm != nil {
+		return also{mm, err}
+	}
+	return c.withLosses(err)
 }
 
 // lossSettle is how long the watchdog lets further losses arrive after the
@@ -278,7 +284,7 @@ func (c *Communicator) setFault(err error) {
 	}
 	c.faulted.Store(true)
 	c.faultMu.Unlock()
-	c.log.Info("communicator fault; dropping its connections", "rank", c.cfg.Rank, "err", err)
+	c.log.Info("communicator fault; dropping its connections", "err", err)
 	c.drop(err)
 }
 
@@ -327,7 +333,7 @@ func (c *Communicator) Abort(reason error) {
 		c.abortErr = fmt.Errorf("%w: %w", ErrAborted, reason)
 		c.stopping.Store(true)
 		close(c.aborted)
-		c.log.Info("communicator aborted; dropping its connections", "rank", c.cfg.Rank, "reason", reason)
+		c.log.Info("communicator aborted; dropping its connections", "reason", reason)
 		c.drop(c.abortErr)
 	})
 }

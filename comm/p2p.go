@@ -8,37 +8,6 @@ import (
 	"github.com/gocoll/gocoll/collectives"
 )
 
-// Point-to-point messages.
-//
-// Matching: a message goes to the Recv for the same (sender, tag) on the
-// same communicator; messages of one (sender, tag) are received in the
-// order their Sends were called (Sends from several goroutines to one
-// (peer, tag) are ordered by whichever starts first). Tags are in
-// [0, MaxTag]. Messages of different tags or peers are independent, and
-// never mix with collectives: each has its own lane on the shared
-// connections (see collectives.Mux).
-//
-// Blocking: Send returns once the whole message is in the receiver's
-// slots or in its queue of unexpected messages. The receiving rank drains
-// its connection from a peer whenever any of its goroutines receives from
-// that peer (a Recv or a collective), copying messages for other lanes
-// into their queues, so Send blocks only while the receiver reads nothing
-// at all from this rank and the slots are full: a message up to a few
-// slots long (the transport's, see tcp.Options) is sent eagerly, a longer
-// one waits for the receiver. Recv blocks until a matching message
-// arrives. Both honour ctx, and when ctx has no deadline, the
-// communicator's timeout (WithTimeout, GOCOLL_TIMEOUT).
-//
-// Deadlock freedom: SendRecv sends and receives at the same time (the send
-// from a goroutine of its own), so every rank of a ring or a pairwise
-// exchange can call it at once without any ordering, whatever the sizes.
-// Two ranks that both Send a large message to each other before calling
-// Recv may wait for each other, as with MPI_Send; use SendRecv.
-//
-// A failed Send or Recv does not break the communicator: a cancelled Send
-// may have delivered part of a message, which the peer then cannot match,
-// and the program should stop using the communicator for that pair.
-
 // MaxTag is the largest tag.
 const MaxTag = collectives.MaxTag
 
@@ -74,8 +43,36 @@ func (c *Communicator) bound(ctx context.Context) (context.Context, context.Canc
 	return context.WithTimeout(ctx, c.timeout)
 }
 
-// Send sends buf to rank peer with tag. See the point-to-point notes
-// above for when it blocks.
+// Send sends buf to rank peer with tag: a point-to-point message.
+//
+// Matching: a message goes to the Recv for the same (sender, tag) on the
+// same communicator; messages of one (sender, tag) are received in the
+// order their Sends were called (Sends from several goroutines to one
+// (peer, tag) are ordered by whichever starts first). Tags are in
+// [0, MaxTag]. Messages of different tags or peers are independent, and
+// never mix with collectives: each has its own lane on the shared
+// connections (see collectives.Mux).
+//
+// Blocking: Send returns once the whole message is in the receiver's
+// slots or in its queue of unexpected messages. The receiving rank drains
+// its connection from a peer whenever any of its goroutines receives from
+// that peer (a Recv or a collective), copying messages for other lanes
+// into their queues, so Send blocks only while the receiver reads nothing
+// at all from this rank and the slots are full: a message up to a few
+// slots long (the transport's, see tcp.Options) is sent eagerly, a longer
+// one waits for the receiver. Recv blocks until a matching message
+// arrives. Both honour ctx, and when ctx has no deadline, the
+// communicator's timeout (WithTimeout, GOCOLL_TIMEOUT).
+//
+// Deadlock freedom: SendRecv sends and receives at the same time (the send
+// from a goroutine of its own), so every rank of a ring or a pairwise
+// exchange can call it at once without any ordering, whatever the sizes.
+// Two ranks that both Send a large message to each other before calling
+// Recv may wait for each other, as with MPI_Send; use SendRecv.
+//
+// A failed Send or Recv does not break the communicator: a cancelled Send
+// may have delivered part of a message, which the peer then cannot match,
+// and the program should stop using the communicator for that pair.
 func Send[T Element](ctx context.Context, c *Communicator, peer, tag int, buf []T) error {
 	if err := c.p2pCheck(ctx, "send", peer, tag); err != nil {
 		return err
@@ -83,7 +80,7 @@ func Send[T Element](ctx context.Context, c *Communicator, peer, tag int, buf []
 	ctx, cancel := c.bound(ctx)
 	defer cancel()
 	if err := c.ext.ch.SendTagged(ctx, peer, tag, bytesOf(buf)); err != nil {
-		return fmt.Errorf("comm: rank %d: send to rank %d tag %d: %w", c.Rank(), peer, tag, timedOut(err))
+		return fmt.Errorf("comm: rank %d: send to rank %d tag %d: %w", c.Rank(), peer, tag, c.explainLoss(timedOut(err)))
 	}
 	return nil
 }
@@ -102,7 +99,7 @@ func Recv[T Element](ctx context.Context, c *Communicator, peer, tag int, buf []
 	n, err := c.ext.ch.RecvTagged(ctx, peer, tag, b)
 	es := dtypeOf[T]().Size()
 	if err != nil {
-		return n / es, fmt.Errorf("comm: rank %d: recv from rank %d tag %d: %w", c.Rank(), peer, tag, timedOut(err))
+		return n / es, fmt.Errorf("comm: rank %d: recv from rank %d tag %d: %w", c.Rank(), peer, tag, c.explainLoss(timedOut(err)))
 	}
 	if n%es != 0 {
 		return n / es, fmt.Errorf("comm: rank %d: recv from rank %d tag %d: %d bytes are not a whole number of %v elements: %w",
@@ -134,6 +131,11 @@ func SendRecv[T Element](ctx context.Context, c *Communicator, send []T, dest, s
 		cancel() // the exchange failed: do not leave the send waiting
 	}
 	serr := <-sent
+	if rerr != nil && errors.Is(serr, context.Canceled) && ctx.Err() != nil {
+		// The send was cancelled because the receive failed: the
+		// receive's error is the cause.
+		return n, rerr
+	}
 	return n, errors.Join(serr, rerr)
 }
 

@@ -113,7 +113,7 @@ func (c *Communicator) Split(ctx context.Context, color, key int) (*Communicator
 	sub := &Communicator{
 		cfg:     Config{Rank: ch.Rank(), Size: ch.Size(), LocalRank: -1, Source: c.cfg.Source},
 		t:       ch,
-		log:     c.log,
+		log:     c.log.With("comm", fmt.Sprintf("%x", id), "comm_rank", ch.Rank()),
 		closed:  make(chan struct{}),
 		timeout: c.timeout,
 		aborted: make(chan struct{}),
