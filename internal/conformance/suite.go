@@ -21,6 +21,7 @@ import (
 
 	"github.com/gocoll/gocoll/collectives"
 	"github.com/gocoll/gocoll/internal/reduce"
+	"github.com/gocoll/gocoll/internal/testmode"
 	"github.com/gocoll/gocoll/transport"
 )
 
@@ -92,7 +93,11 @@ func sizes(n, maxMsg, es int) []int {
 
 // Run runs the whole suite over mesh.
 func Run(t *testing.T, mesh Mesh) {
-	for _, n := range RankCounts {
+	counts := RankCounts
+	if testmode.Quick() {
+		counts = []int{2, 3}
+	}
+	for _, n := range counts {
 		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
 			ts := mesh(t, n)
 			t.Run("AllReduce", func(t *testing.T) { testAllReduce(t, ts) })
@@ -116,7 +121,10 @@ func Run(t *testing.T, mesh Mesh) {
 			}
 		})
 	}
-	t.Run("Large", func(t *testing.T) { testLarge(t, mesh) })
+	t.Run("Large", func(t *testing.T) {
+		testmode.SkipIfQuick(t)
+		testLarge(t, mesh)
+	})
 }
 
 func algoJobs(ts []transport.Transport, kind collectives.Kind, names ...string) map[string]*job {

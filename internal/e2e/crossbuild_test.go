@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gocoll/gocoll/internal/testmode"
 )
 
 // TestCrossBuild compiles the whole module, tests included, for the
@@ -21,6 +23,7 @@ import (
 // the three systems take about 6 s together; with it cold, about 25 s
 // each, compiling the standard library for them.
 func TestCrossBuild(t *testing.T) {
+	testmode.SkipIfQuick(t)
 	goTool, err := exec.LookPath("go")
 	if err != nil {
 		t.Skipf("no go command: %v", err)

@@ -18,6 +18,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gocoll/gocoll/internal/testmode"
 )
 
 var bin string
@@ -78,7 +80,11 @@ func grun(t *testing.T, timeout time.Duration, env []string, args ...string) (st
 // separate processes, for several rank counts, and checks every rank
 // reported success.
 func TestCollectivesAcrossProcesses(t *testing.T) {
-	for _, n := range []int{1, 2, 3, 4, 8} {
+	counts := []int{1, 2, 3, 4, 8}
+	if testmode.Quick() {
+		counts = []int{3}
+	}
+	for _, n := range counts {
 		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
 			out, code := grun(t, 3*time.Minute, nil, "-n", fmt.Sprint(n), filepath.Join(bin, "collcheck"))
 			if code != 0 {
@@ -114,6 +120,7 @@ func TestExampleAllReduce(t *testing.T) {
 // death must still be the one grun reports, and an exit status must at
 // least be named among the failures.
 func TestRankDiesMidJob(t *testing.T) {
+	testmode.SkipIfQuick(t)
 	tests := []struct {
 		how  string
 		code int    // grun's exit status; 0: any non-zero
@@ -151,6 +158,7 @@ func TestRankDiesMidJob(t *testing.T) {
 // exit 137 naming it.
 // GOCOLL_KILLS sets the number of kills (default 16).
 func TestKillAtRandomPoints(t *testing.T) {
+	testmode.SkipIfQuick(t)
 	kills := 16
 	if v, err := strconv.Atoi(os.Getenv("GOCOLL_KILLS")); err == nil && v > 0 {
 		kills = v

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gocoll/gocoll/internal/testmode"
 )
 
 // faultKinds are the faults TestJobShapes injects, one per job, in turn.
@@ -71,8 +73,8 @@ func newShape(rng *rand.Rand, j int, transport string) shape {
 	case "shm+tcp":
 		// At least one host of several ranks, one of one: uneven.
 		s.hosts = []int{1, 2 + rng.IntN(3)}
-		for len(s.hosts) < 3 && rng.IntN(2) == 0 {
-			s.hosts = append(s.hosts, 1+rng.IntN(4))
+		if rng.IntN(2) == 0 {
+			s.hosts = append(s.hosts, min(1+rng.IntN(4), 8-s.hosts[1]-1))
 		}
 		rng.Shuffle(len(s.hosts), func(a, b int) { s.hosts[a], s.hosts[b] = s.hosts[b], s.hosts[a] })
 	default:
@@ -257,6 +259,9 @@ func TestJobShapes(t *testing.T) {
 	jobs := 2 * len(faultKinds)
 	if testing.Short() {
 		jobs = len(faultKinds)
+	}
+	if testmode.Quick() {
+		jobs = 4
 	}
 	if v := os.Getenv("GOCOLL_SHAPE_JOBS"); v != "" {
 		jobs, _ = strconv.Atoi(v)

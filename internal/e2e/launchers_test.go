@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gocoll/gocoll/internal/testmode"
 )
 
 // launcherEnv is this process's environment without anything a launcher
@@ -50,6 +52,7 @@ func freePort(t *testing.T) string {
 // grun: comm.Init must find its rank in them, rank 0 must serve the
 // rendezvous store, and every collective check must pass on every rank.
 func TestUnderOtherLaunchers(t *testing.T) {
+	testmode.SkipIfQuick(t)
 	const n = 3
 	styles := []struct {
 		name string
@@ -109,6 +112,7 @@ func TestUnderOtherLaunchers(t *testing.T) {
 // serves the store, and the other job must neither join it nor wait out
 // its timeout; its ranks fail at once saying why. The first job succeeds.
 func TestTwoJobsOnePort(t *testing.T) {
+	testmode.SkipIfQuick(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	port := freePort(t)

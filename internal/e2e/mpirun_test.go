@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/gocoll/gocoll/internal/testmode"
 )
 
 const mpirunPath, mpirunPkgs = "/usr/bin/mpirun", "openmpi-bin"
@@ -16,6 +18,7 @@ const mpirunPath, mpirunPkgs = "/usr/bin/mpirun", "openmpi-bin"
 // mpirun: 4 ranks on this host, then a rank SIGKILLed, then mpirun itself
 // SIGKILLed.
 func TestOpenMPI(t *testing.T) {
+	testmode.SkipIfQuick(t)
 	needBinary(t, mpirunPath, mpirunPkgs)
 	recipe := readmeRecipe(t, "Open MPI")
 	vars := func(t *testing.T) []string {

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gocoll/gocoll/internal/testmode"
 )
 
 // cluster is a set of test hosts built from network namespaces: a
@@ -174,6 +176,7 @@ func (c *cluster) grunIn(t *testing.T, timeout time.Duration, env []string, args
 // hosts, by --iface or by GOCOLL_IFACE; GOCOLL_DEBUG=info must log the
 // choice.
 func TestMultiHost(t *testing.T) {
+	testmode.SkipIfQuick(t)
 	c := newCluster(t, 2)
 	tests := []struct {
 		name  string
@@ -262,6 +265,7 @@ func comm(pid int) string {
 // and leave no process behind on either host; the first host's ranks must
 // not report success (they lost peers) and must not hang.
 func TestHostDies(t *testing.T) {
+	testmode.SkipIfQuick(t)
 	c := newCluster(t, 2)
 	dead := c.hosts[1]
 	tests := []struct {
@@ -356,6 +360,7 @@ func TestHostDies(t *testing.T) {
 // (or, when they ignore that, SIGKILL does after --grace). No process may be left on
 // either host.
 func TestMultiHostJobControl(t *testing.T) {
+	testmode.SkipIfQuick(t)
 	c := newCluster(t, 2)
 	hosts := []string{"-H", c.hosts[0] + ":2," + c.hosts[1] + ":2", "--rsh", c.rsh(t)}
 	noneLeft := func(t *testing.T) {

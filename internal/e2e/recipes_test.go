@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gocoll/gocoll/internal/testmode"
 )
 
 // readmeRecipe is the recipe README.md's launcher table gives for launcher
@@ -59,6 +61,7 @@ func splitRow(line string) []string {
 }
 
 func TestReadmeRecipe(t *testing.T) {
+	testmode.SkipIfQuick(t)
 	if got := splitRow("| a \\| b | `x \\| y` |"); len(got) != 2 || got[0] != "a | b" || got[1] != "`x | y`" {
 		t.Fatalf("splitRow = %q", got)
 	}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gocoll/gocoll/internal/testmode"
 )
 
 func devShm(t *testing.T) []string {
@@ -73,6 +75,7 @@ func TestSHMAcrossProcesses(t *testing.T) {
 // others fail promptly, grun names the dead rank, and nothing is left in
 // /dev/shm.
 func TestSHMRankKilled(t *testing.T) {
+	testmode.SkipIfQuick(t)
 	before := devShm(t)
 	start := time.Now()
 	out, code := grun(t, 2*time.Minute, []string{"GOCOLL_TIMEOUT=60s", "GOCOLL_TRANSPORT=shm"},

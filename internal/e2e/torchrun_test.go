@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gocoll/gocoll/internal/testmode"
 )
 
 const torchrunPath, torchrunPkgs = "/usr/bin/torchrun", "python3-torch"
@@ -17,6 +19,7 @@ const torchrunPath, torchrunPkgs = "/usr/bin/torchrun", "python3-torch"
 // (as two nodes would run them); then a rank SIGKILLed, and the agent
 // itself SIGKILLed.
 func TestTorchrun(t *testing.T) {
+	testmode.SkipIfQuick(t)
 	needBinary(t, torchrunPath, torchrunPkgs)
 	standalone := readmeRecipe(t, "torchrun --standalone")
 	t.Run("standalone", func(t *testing.T) {
