@@ -145,61 +145,102 @@ func (g *Group) newCall(ctx context.Context, s spec) *call {
 	// rather than allocated for every collective; NewGroup set the fields
 	// that never change.
 	g.cur.ctx, g.cur.hdr = ctx, header{s, g.seq}
+	// Seqlock order: the sequence word is cleared first and set last, so
+	// that Recent, which reads it before and after the rest, never takes
+	// a half-written header for a whole one.
 	w0, w1, w2, w3 := g.cur.hdr.words()
-	g.running[0].Store(w0)
-	g.running[1].Store(w1)
-	g.running[2].Store(w2)
-	g.running[3].Store(w3)
+	slot := &g.recent[g.seq%recentCalls]
+	slot[1].Store(0)
+	slot[0].Store(w0)
+	slot[2].Store(w2)
+	slot[3].Store(w3)
+	slot[1].Store(w1)
 	return &g.cur
 }
 
-// Running is the header of the call this group began last, as it travels
-// (see Disagree), or nil before the first. It may be read from any
-// goroutine: a watchdog that sees a call wait for long publishes it where
-// the other ranks can compare it with theirs.
-func (g *Group) Running() []byte {
-	b := make([]byte, hdrLen)
-	for i := range g.running {
-		binary.LittleEndian.PutUint64(b[8*i:], g.running[i].Load())
-	}
-	if _, ok := parseHeader(b); !ok {
-		return nil
+// recentCalls is how many of its last calls a group keeps for Recent:
+// ranks that finished a call a rank is stuck in have moved on by a few
+// calls at most before they need it again.
+const recentCalls = 8
+
+// Recent is the headers of the last calls this group began (up to
+// recentCalls, in no order), as they travel, hdrLen bytes each; empty
+// before the first. It may be read from any goroutine: a watchdog that
+// sees a call wait for long publishes them where the other ranks compare
+// them with theirs (Disagree).
+func (g *Group) Recent() []byte {
+	var b []byte
+	var w [4]uint64
+	for i := range g.recent {
+		slot := &g.recent[i]
+		seq := slot[1].Load()
+		w[0], w[2], w[3] = slot[0].Load(), slot[2].Load(), slot[3].Load()
+		if seq == 0 || slot[1].Load() != seq {
+			continue // never written, or being rewritten
+		}
+		w[1] = seq
+		for _, x := range w {
+			b = binary.LittleEndian.AppendUint64(b, x)
+		}
 	}
 	return b
 }
 
-// Disagree compares two calls as Running gives them, this rank's and
-// rank peer's: if they are the same call (the same number) with different
-// arguments, it says how in an error that matches ErrMismatch; otherwise
-// nil. Ranks stuck in a call that no message can show to be mismatched (a
-// broadcast whose ranks disagree on the root all wait to receive) find
-// each other this way.
-func Disagree(mine, theirs []byte, peer int) error {
-	a, ok := parseHeader(mine)
-	b, ok2 := parseHeader(theirs)
-	if !ok || !ok2 || a.seq != b.seq || a == b {
-		return nil
+// headers splits what Recent returned into headers.
+func headers(b []byte) []header {
+	var hs []header
+	for ; len(b) >= hdrLen; b = b[hdrLen:] {
+		if h, ok := parseHeader(b[:hdrLen]); ok {
+			hs = append(hs, h)
+		}
 	}
-	return fmt.Errorf("this rank called %v, rank %d called %v: %w", a, peer, b, ErrMismatch)
+	return hs
 }
 
-// DescribeCall says what the call in a header as Running gives it is, as
+// latest is the header of the highest call number in b, as Recent gives.
+func latest(b []byte) (header, bool) {
+	var best header
+	found := false
+	for _, h := range headers(b) {
+		if !found || h.seq > best.seq {
+			best, found = h, true
+		}
+	}
+	return best, found
+}
+
+// Disagree compares the calls of this rank and of rank peer, as Recent
+// gives them: if both hold a call of the same number with different
+// arguments, it says how in an error that matches ErrMismatch; otherwise
+// nil. Ranks stuck in a call that no message can show to be mismatched
+// (a broadcast whose ranks disagree on the root all wait to receive, or
+// the others finish and wait in the next call) find each other this way.
+func Disagree(mine, theirs []byte, peer int) error {
+	hs := headers(theirs)
+	for _, a := range headers(mine) {
+		for _, b := range hs {
+			if a.seq == b.seq && a != b {
+				return fmt.Errorf("this rank called %v, rank %d called %v: %w", a, peer, b, ErrMismatch)
+			}
+		}
+	}
+	return nil
+}
+
+// DescribeCall says what the latest call in b (as Recent gives) is, as
 // errors name calls: "gather #3 (algo linear, 10 x int32, root 0)".
 func DescribeCall(b []byte) string {
-	h, ok := parseHeader(b)
+	h, ok := latest(b)
 	if !ok {
 		return "no call yet"
 	}
 	return h.String()
 }
 
-// CallNumber is the number of the call in a header as Running gives it
-// (calls count from 1), or 0 if b is not one.
+// CallNumber is the number of the latest call in b, as Recent gives
+// (calls count from 1), or 0 if b holds none.
 func CallNumber(b []byte) uint64 {
-	h, ok := parseHeader(b)
-	if !ok {
-		return 0
-	}
+	h, _ := latest(b)
 	return h.seq
 }
 

@@ -44,9 +44,10 @@ type Group struct {
 	sentSeq, gotSeq []uint64
 	small           []byte // header + small payload scratch
 	cur             call   // the call in progress (see newCall)
-	// running is cur's header as it travels, for a watchdog on another
-	// goroutine (see Running): cur itself belongs to the call's goroutine.
-	running [4]atomic.Uint64
+	// recent holds the headers of the last calls as they travel, call k
+	// in slot k%len, for a watchdog on another goroutine (see Recent):
+	// cur itself belongs to the call's goroutine.
+	recent [recentCalls][4]atomic.Uint64
 
 	logMu  sync.Mutex
 	logged map[decision]bool

@@ -114,3 +114,31 @@ func TestRefusedCallTellsPeers(t *testing.T) {
 		})
 	}
 }
+
+// TestRootMismatchOthersFinish: rank 3 of 6 names another root in a small
+// broadcast, and in the others' tree it is a leaf: they all finish the
+// broadcast and wait in the next call, while rank 3 waits for a parent
+// that never sends. The watchdog must still find the disagreement, from
+// the calls each rank published (the last few, not only the current).
+func TestRootMismatchOthersFinish(t *testing.T) {
+	cs := local(t, 6, comm.WithTransport("tcp"))
+	start := time.Now()
+	errs := each(t, cs, func(ctx context.Context, c *comm.Communicator) error {
+		root := 0
+		if c.Rank() == 3 {
+			root = 1
+		}
+		if err := comm.Broadcast(ctx, c, make([]int32, 7), root); err != nil {
+			return err
+		}
+		return comm.AllGather(ctx, c, make([]int32, 10), make([]int32, 60))
+	})
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("took %v", d)
+	}
+	for r, err := range errs {
+		if !errors.Is(err, comm.ErrMismatch) || !strings.Contains(err.Error(), "root 1") {
+			t.Errorf("rank %d: %v, want ErrMismatch naming root 1", r, err)
+		}
+	}
+}

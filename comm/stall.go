@@ -59,7 +59,7 @@ func (c *Communicator) callsKey() string { return "calls/" + strconv.FormatUint(
 // and the number of each rank's last published call (0: none), for a
 // timeout to say which ranks never came.
 func (c *Communicator) probe(ctx context.Context) (mismatch error, at map[int]uint64) {
-	mine := c.g.Running()
+	mine := c.g.Recent()
 	if c.calls == nil || mine == nil {
 		return nil, nil
 	}
@@ -167,7 +167,7 @@ func (c *Communicator) publishMismatch(err error) {
 // Ranks that are themselves waiting publish their call, so the ones
 // missing are stopped, busy elsewhere, or in an earlier call.
 func (c *Communicator) absent(at map[int]uint64) string {
-	mine := collectives.CallNumber(c.g.Running())
+	mine := collectives.CallNumber(c.g.Recent())
 	if at == nil || mine == 0 {
 		return ""
 	}
