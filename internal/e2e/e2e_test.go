@@ -43,6 +43,9 @@ func TestMain(m *testing.M) {
 		"github.com/gocoll/gocoll/internal/e2e/testdata/collcheck",
 		"github.com/gocoll/gocoll/internal/e2e/testdata/chaos",
 		"github.com/gocoll/gocoll/internal/e2e/testdata/jobshape").CombinedOutput()
+	if err == nil {
+		out, err = exec.Command("go", "build", "-o", filepath.Join(dir, "collbench"), "github.com/gocoll/gocoll/bench").CombinedOutput()
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "building the programs: %v\n%s", err, out)
 	} else {

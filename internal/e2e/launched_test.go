@@ -33,11 +33,13 @@ func needBinary(t *testing.T, path, pkgs string) {
 	}
 }
 
-// trainDir is a directory holding ./train, a copy of collcheck.
-func trainDir(t *testing.T) (dir, train string) {
+// trainDir is a directory holding ./train, a copy of prog, as the
+// launcher recipes name the program.
+func trainDir(t *testing.T, prog string) (dir, train string) {
 	t.Helper()
 	dir = t.TempDir()
-	b, err := os.ReadFile(filepath.Join(bin, "collcheck"))
+	os.Chmod(dir, 0o755)
+	b, err := os.ReadFile(filepath.Join(bin, prog))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ func TestOpenMPI(t *testing.T) {
 		return []string{"NP=4", "HOSTS=localhost:4", "HEAD=127.0.0.1", "PORT=" + freePort(t)}
 	}
 	t.Run("one host", func(t *testing.T) {
-		dir, _ := trainDir(t)
+		dir, _ := trainDir(t, "collcheck")
 		checkOK(t, startRecipe(t, dir, recipe, vars(t)...), 4)
 	})
 	// Two hosts, each a network namespace: mpirun runs in the launcher's
@@ -33,7 +33,7 @@ func TestOpenMPI(t *testing.T) {
 	// would through ssh; 2 ranks a host, shared memory within, TCP between.
 	t.Run("two hosts", func(t *testing.T) {
 		c := newCluster(t, 2)
-		dir, _ := trainDir(t)
+		dir, _ := trainDir(t, "collcheck")
 		agent, err := filepath.Abs(filepath.Join("testdata", "netns-ssh"))
 		if err != nil {
 			t.Fatal(err)
@@ -61,7 +61,7 @@ func TestOpenMPI(t *testing.T) {
 		}
 	})
 	t.Run("rank killed", func(t *testing.T) {
-		dir, train := trainDir(t)
+		dir, train := trainDir(t, "collcheck")
 		killRank(t, "mpirun", stopsJob, dir, train, recipe, 4, 2, vars(t)...)
 	})
 	// mpirun ends the job within milliseconds of a rank's death, often
@@ -69,11 +69,11 @@ func TestOpenMPI(t *testing.T) {
 	// lets them (and then exits 0), so each can be heard naming the dead
 	// rank. The recipe's text is the same.
 	t.Run("rank killed, recovery on", func(t *testing.T) {
-		dir, train := trainDir(t)
+		dir, train := trainDir(t, "collcheck")
 		killRank(t, "mpirun", letsLive, dir, train, recipe, 4, 2, append(vars(t), "OMPI_MCA_orte_enable_recovery=1")...)
 	})
 	t.Run("mpirun killed", func(t *testing.T) {
-		dir, train := trainDir(t)
+		dir, train := trainDir(t, "collcheck")
 		killLauncher(t, "mpirun", dir, train, recipe, 4, vars(t)...)
 	})
 }

@@ -23,11 +23,11 @@ func TestTorchrun(t *testing.T) {
 	needBinary(t, torchrunPath, torchrunPkgs)
 	standalone := readmeRecipe(t, "torchrun --standalone")
 	t.Run("standalone", func(t *testing.T) {
-		dir, _ := trainDir(t)
+		dir, _ := trainDir(t, "collcheck")
 		checkOK(t, startRecipe(t, dir, standalone, "NPROC=4"), 4)
 	})
 	twoAgents := func(t *testing.T, recipe string, env ...string) {
-		dir, _ := trainDir(t)
+		dir, _ := trainDir(t, "collcheck")
 		a := startRecipe(t, dir, recipe, append(env, "K=0")...)
 		b := startRecipe(t, dir, recipe, append(env, "K=1")...)
 		for k, j := range []*job{a, b} {
@@ -58,7 +58,7 @@ func TestTorchrun(t *testing.T) {
 		if !strings.HasPrefix(recipe, prefix) {
 			t.Fatalf("the static recipe %q no longer starts with %q", recipe, prefix)
 		}
-		dir, _ := trainDir(t)
+		dir, _ := trainDir(t, "collcheck")
 		start := time.Now()
 		j := startRecipe(t, dir, strings.TrimPrefix(recipe, prefix), "NNODES=1", "K=0", "NPROC=2", "HEAD=127.0.0.1", "PORT="+freePort(t))
 		code := j.wait(t, time.Minute)
@@ -69,11 +69,11 @@ func TestTorchrun(t *testing.T) {
 		t.Logf("static rendezvous without GRUN_ADDR: torchrun exited %d after %v", code, time.Since(start).Round(time.Millisecond))
 	})
 	t.Run("rank killed", func(t *testing.T) {
-		dir, train := trainDir(t)
+		dir, train := trainDir(t, "collcheck")
 		killRank(t, "torchrun", stopsJob, dir, train, standalone, 4, 2, "NPROC=4")
 	})
 	t.Run("torchrun killed", func(t *testing.T) {
-		dir, train := trainDir(t)
+		dir, train := trainDir(t, "collcheck")
 		killLauncher(t, "torchrun", dir, train, standalone, 4, "NPROC=4")
 	})
 }

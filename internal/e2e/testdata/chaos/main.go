@@ -39,7 +39,7 @@ func main() {
 	ctx := context.Background()
 	// The clock starts before Init, so that a short -after kills the
 	// victim while the job is still connecting.
-	if rank := os.Getenv("GRUN_RANK"); rank == fmt.Sprint(*victim) {
+	if rank := launcherRank(); rank == fmt.Sprint(*victim) {
 		go func() {
 			time.Sleep(*after)
 			fmt.Printf("chaos: kill rank %s at %d\n", rank, time.Now().UnixNano())
@@ -48,7 +48,7 @@ func main() {
 	}
 	c, err := comm.Init(ctx)
 	if err != nil {
-		fmt.Printf("chaos: rank %s failed at %d: %v\n", os.Getenv("GRUN_RANK"), time.Now().UnixNano(), err)
+		fmt.Printf("chaos: rank %s failed at %d: %v\n", launcherRank(), time.Now().UnixNano(), err)
 		os.Exit(1)
 	}
 	me := c.Rank()
@@ -105,4 +105,15 @@ func stream(ctx context.Context, c *comm.Communicator) (int, error) {
 		}
 	}
 	return *calls, nil
+}
+
+// launcherRank is this process's rank as its launcher says, before Init:
+// grun's, srun's, Open MPI's or torchrun's variable.
+func launcherRank() string {
+	for _, v := range []string{"GRUN_RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "RANK"} {
+		if r := os.Getenv(v); r != "" {
+			return r
+		}
+	}
+	return "?"
 }
