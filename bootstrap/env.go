@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 
@@ -84,7 +85,8 @@ const DefaultMasterPort = "29500"
 // A shell, a batch script or an outer launcher may leave another launcher's
 // variables behind, so FromEnv prefers the launcher that started this very
 // process, known by a variable only it sets for its tasks, innermost first:
-// grun, then torchrun (TORCHELASTIC_RUN_ID), Open MPI, srun (SLURM_STEP_ID).
+// grun, then srun's task itself (SLURM_TASK_PID is this process), torchrun
+// (TORCHELASTIC_RUN_ID), Open MPI, srun (SLURM_STEP_ID).
 // RANK and WORLD_SIZE without torchrun's marks count only when no launcher
 // is found; beside a Slurm batch step it is not clear which was meant, and
 // FromEnv fails listing both. A Slurm batch script (SLURM_PROCID without
@@ -201,10 +203,16 @@ func pickLauncher(e *envReader) (string, error) {
 	ompi := e.has("OMPI_COMM_WORLD_RANK")
 	slurm := e.has("SLURM_PROCID")
 	step := slurm && e.has("SLURM_STEP_ID")
+	// srun's task itself: slurmstepd sets SLURM_TASK_PID to the pid of the
+	// process it started, so whatever else is set (OMPI_* from an mpirun
+	// around the job script, RANK from a shell profile) is left over.
+	task := step && e.str("SLURM_TASK_PID", false) == strconv.Itoa(os.Getpid())
 	var src string
 	switch {
 	case grun:
 		return "grun", nil // grun drops inherited GRUN_* for its ranks
+	case task:
+		src = "slurm"
 	case elastic:
 		src = "torchrun"
 	case ompi:

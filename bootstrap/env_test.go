@@ -3,7 +3,9 @@ package bootstrap
 import (
 	"bytes"
 	"errors"
+	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -168,6 +170,20 @@ func TestFromEnv(t *testing.T) {
 		{
 			name: "Open MPI wins over Slurm",
 			env:  merge(slurmEnv, ompiEnv, env{"SLURM_PROCID": "3", "MASTER_ADDR": "head"}),
+			want: Config{Rank: 1, Size: 4, LocalRank: 1, LocalSize: 2, Addr: "head:29500", Source: "openmpi"},
+		},
+		{
+			// An mpirun around the job script (or a shell that ran one)
+			// leaves OMPI_*; srun's task is this very process.
+			name: "srun's own task wins over stale OMPI_*",
+			env:  merge(ompiEnv, slurmEnv, env{"SLURM_TASK_PID": strconv.Itoa(os.Getpid()), "MASTER_ADDR": "node7"}),
+			want: Config{Rank: 1, Size: 4, LocalRank: 1, LocalSize: -1, Addr: "node7:29500", Source: "slurm", Job: "slurm 812.0"},
+		},
+		{
+			// mpirun started inside an srun step: its ranks are not the
+			// task srun started, so Open MPI is the inner launcher.
+			name: "mpirun inside an srun step",
+			env:  merge(slurmEnv, ompiEnv, env{"SLURM_TASK_PID": "1", "MASTER_ADDR": "head"}),
 			want: Config{Rank: 1, Size: 4, LocalRank: 1, LocalSize: 2, Addr: "head:29500", Source: "openmpi"},
 		},
 		{
