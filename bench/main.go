@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -17,6 +18,7 @@ import (
 	"github.com/gocoll/gocoll/bench/internal/report"
 	"github.com/gocoll/gocoll/bootstrap"
 	"github.com/gocoll/gocoll/comm"
+	"github.com/klauspost/cpuid/v2"
 )
 
 func main() {
@@ -124,7 +126,8 @@ func metadata(cfg config, ranks int, start time.Time) report.Meta {
 	}
 	return report.Meta{
 		Tool: "collbench", Date: start.UTC().Format(time.RFC3339), Host: host,
-		Cores: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), Ranks: ranks,
+		Cores: cmp.Or(machineCPUs(), runtime.NumCPU()), CPUModel: cpuid.CPU.BrandName, BoundCPUs: boundCPUs(),
+		GOMAXPROCS: runtime.GOMAXPROCS(0), Ranks: ranks,
 		Op: cfg.op, DType: cfg.dtype, Redop: cfg.redop, Root: cfg.root,
 		Transport: cfg.transport, Algo: algoFor(cfg.algo, cfg.op),
 		Iters: cfg.iters, Warmup: cfg.warmup, Check: cfg.check,
@@ -166,7 +169,7 @@ func version() string {
 func plotCmd(args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("collbench plot", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	out := fs.String("o", "collbench.png", "PNG to write")
+	out := fs.String("o", "collbench.png", "PNG to write (its path is printed)")
 	var files []string
 	for {
 		if err := fs.Parse(args); err != nil {
@@ -201,5 +204,6 @@ func plotCmd(args []string, stderr io.Writer) error {
 	if err := report.Plot(*out, results, labels); err != nil {
 		return fmt.Errorf("plot: %w", err)
 	}
+	fmt.Fprintf(stderr, "collbench plot: wrote %s\n", *out)
 	return nil
 }

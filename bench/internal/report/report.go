@@ -14,11 +14,15 @@ var ErrFormat = errors.New("not a collbench result")
 // Meta describes where and how a result was measured, so that a plot or a
 // comparison can say which run is which.
 type Meta struct {
-	Tool       string   `json:"tool"` // "collbench", or the peer's name for converted results
-	Date       string   `json:"date"` // RFC 3339, UTC
-	Host       string   `json:"host"`
-	Cores      int      `json:"cores"`
-	GOMAXPROCS int      `json:"gomaxprocs,omitempty"`
+	Tool string `json:"tool"` // "collbench", or the peer's name for converted results
+	Date string `json:"date"` // RFC 3339, UTC
+	Host string `json:"host"`
+	// The machine, and this rank's share of it: a rank grun bound to one
+	// CPU sees runtime.NumCPU() = 1 on a machine of many.
+	Cores      int      `json:"cores"`                // the machine's online CPUs
+	CPUModel   string   `json:"cpu_model,omitempty"`  // as the CPU names itself
+	BoundCPUs  string   `json:"bound_cpus,omitempty"` // the CPUs rank 0 may run on, "1" or "0-3" as a list
+	GOMAXPROCS int      `json:"gomaxprocs,omitempty"` // rank 0's
 	Ranks      int      `json:"ranks"`
 	Op         string   `json:"op"`
 	DType      string   `json:"dtype"`
