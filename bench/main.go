@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -186,21 +185,16 @@ func plotCmd(args []string, stderr io.Writer) error {
 	}
 	results := make([]report.Result, len(files))
 	labels := make([]string, len(files))
-	seen := map[string]int{}
 	for i, f := range files {
 		r, err := report.ReadFile(f)
 		if err != nil {
 			return fmt.Errorf("plot: %w", err)
 		}
-		results[i], labels[i] = r, r.Label()
-		seen[labels[i]]++
+		results[i] = r
 	}
-	// Two runs of the same setup would share a label: tell them apart by file.
-	for i := range labels {
-		if seen[labels[i]] > 1 {
-			labels[i] += " (" + filepath.Base(files[i]) + ")"
-		}
-	}
+	labels = report.ShortLabels(results)
+	// Runs of the same setup share a label: Plot draws them as one line
+	// through their medians, in a band from their minimum to maximum.
 	if err := report.Plot(*out, results, labels); err != nil {
 		return fmt.Errorf("plot: %w", err)
 	}

@@ -6,7 +6,9 @@ import (
 	"image/color"
 	"math"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -33,8 +35,13 @@ var palette = []color.RGBA{
 	{0xe3, 0x77, 0xc2, 0xff}, {0x7f, 0x7f, 0x7f, 0xff},
 }
 
-// Plot draws busbw (left) and time (right) against size, on log axes, one
-// line per result labelled by labels[i], into a PNG at path.
+// Plot draws busbw (left) and time (right) against size, on log axes,
+// into a PNG at path. Results with the same label are repeats of one
+// setup: they draw as one line through the medians, in a shaded band from
+// the minimum to the maximum, so that run-to-run spread shows and a noisy
+// minute is not taken for real behaviour. The title says what every
+// result shares (collective, type, ranks) and where and when they ran;
+// the legend, only what sets them apart.
 func Plot(path string, results []Result, labels []string) (err error) {
 	if len(results) != len(labels) {
 		return fmt.Errorf("plot: %d results but %d labels", len(results), len(labels))
@@ -46,11 +53,15 @@ func Plot(path string, results []Result, labels []string) (err error) {
 			err = fmt.Errorf("plot %s: %v", path, p)
 		}
 	}()
-	bw, err := panel("bus bandwidth", "busbw (GB/s)", results, labels, func(r Row) float64 { return r.BusBW })
+	groups := group(results, labels)
+	title := caption(results)
+	// Bandwidth grows with size, time too: the legend goes where each
+	// panel's data is not, bottom right and top left.
+	bw, err := panel("bus bandwidth, "+title, "busbw (GB/s)", groups, false, func(r Row) float64 { return r.BusBW })
 	if err != nil {
 		return err
 	}
-	lat, err := panel("time per call", "time (us)", results, labels, func(r Row) float64 { return r.TimeUS })
+	lat, err := panel("time per call, "+title, "time (µs)", groups, true, func(r Row) float64 { return r.TimeUS })
 	if err != nil {
 		return err
 	}
@@ -73,7 +84,89 @@ func Plot(path string, results []Result, labels []string) (err error) {
 	return f.Close()
 }
 
-func panel(title, ylabel string, results []Result, labels []string, y func(Row) float64) (*plot.Plot, error) {
+// series is the runs of one setup, drawn as one line and band.
+type series struct {
+	label string
+	runs  []Result
+}
+
+// group gathers results by label, in order of first appearance.
+func group(results []Result, labels []string) []series {
+	var out []series
+	at := map[string]int{}
+	for i, r := range results {
+		k, ok := at[labels[i]]
+		if !ok {
+			k = len(out)
+			at[labels[i]] = k
+			out = append(out, series{label: labels[i]})
+		}
+		out[k].runs = append(out[k].runs, r)
+	}
+	for i := range out {
+		if n := len(out[i].runs); n > 1 {
+			out[i].label += fmt.Sprintf(" (median of %d runs, band min–max)", n)
+		}
+	}
+	return out
+}
+
+// caption is what the results share, and where and when they ran:
+// "allreduce float32, 4 ranks; host vm, 2026-11-25".
+func caption(results []Result) string {
+	same := func(f func(Meta) string) string {
+		v := f(results[0].Meta)
+		for _, r := range results[1:] {
+			if f(r.Meta) != v {
+				return ""
+			}
+		}
+		return v
+	}
+	var parts []string
+	for _, f := range []func(Meta) string{
+		func(m Meta) string { return m.Op },
+		func(m Meta) string { return m.DType },
+		func(m Meta) string {
+			if m.Ranks == 0 {
+				return ""
+			}
+			return strconv.Itoa(m.Ranks) + " ranks"
+		},
+	} {
+		if v := same(f); v != "" {
+			parts = append(parts, v)
+		}
+	}
+	where := []string{}
+	if h := same(func(m Meta) string { return m.Host }); h != "" {
+		where = append(where, "host "+h)
+	}
+	first, last := "", ""
+	for _, r := range results {
+		if d := r.Meta.Date; len(d) >= 10 {
+			if first == "" || d[:10] < first {
+				first = d[:10]
+			}
+			if d[:10] > last {
+				last = d[:10]
+			}
+		}
+	}
+	if first != "" {
+		if last != first {
+			first += " to " + last
+		}
+		where = append(where, first)
+	}
+	s := strings.Join(parts, " ")
+	if len(where) > 0 {
+		s += "; " + strings.Join(where, ", ")
+	}
+	return s
+}
+
+func panel(title, ylabel string, groups []series, topLeft bool, y func(Row) float64) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text = title
 	p.X.Label.Text = "size (bytes)"
@@ -81,25 +174,33 @@ func panel(title, ylabel string, results []Result, labels []string, y func(Row) 
 	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
 	p.X.Tick.Marker, p.Y.Tick.Marker = sizeTicks{}, plainLogTicks{}
 	p.Add(plotter.NewGrid())
-	p.Legend.Top, p.Legend.Left = true, true
+	// Entries are spaced so that their text never touches.
+	p.Legend.Top, p.Legend.Left = topLeft, topLeft
 	p.Legend.XOffs, p.Legend.YOffs = vg.Millimeter*3, -vg.Millimeter*3
+	if !topLeft {
+		p.Legend.XOffs, p.Legend.YOffs = -vg.Millimeter*3, vg.Millimeter*3
+	}
+	p.Legend.Padding = vg.Points(3)
 	lines := 0
-	for i, res := range results {
-		var xys plotter.XYs
-		for _, r := range res.Rows {
-			// Log axes cannot show 0 (a barrier's size, a busbw of 0).
-			if v := y(r); r.Size > 0 && v > 0 {
-				xys = append(xys, plotter.XY{X: float64(r.Size), Y: v})
-			}
-		}
-		if len(xys) == 0 {
+	for i, g := range groups {
+		med, lo, hi := spread(g.runs, y)
+		if len(med) == 0 {
 			continue
 		}
-		l, s, err := plotter.NewLinePoints(xys)
-		if err != nil {
-			return nil, fmt.Errorf("plot %q: %w", labels[i], err)
-		}
 		c := palette[i%len(palette)]
+		if len(g.runs) > 1 {
+			band, err := plotter.NewPolygon(append(lo, reversed(hi)...))
+			if err != nil {
+				return nil, fmt.Errorf("plot %q: %w", g.label, err)
+			}
+			band.Color = color.NRGBA{c.R, c.G, c.B, 0x40}
+			band.LineStyle.Width = 0
+			p.Add(band)
+		}
+		l, s, err := plotter.NewLinePoints(med)
+		if err != nil {
+			return nil, fmt.Errorf("plot %q: %w", g.label, err)
+		}
 		l.Color, s.Color = c, c
 		l.Width = vg.Points(1.5)
 		if d := i / len(palette) % 3; d > 0 {
@@ -108,7 +209,7 @@ func panel(title, ylabel string, results []Result, labels []string, y func(Row) 
 		s.Shape = draw.CircleGlyph{}
 		s.Radius = vg.Points(2)
 		p.Add(l, s)
-		p.Legend.Add(labels[i], l, s)
+		p.Legend.Add(g.label, l, s)
 		lines++
 	}
 	if lines == 0 {
@@ -122,6 +223,48 @@ func panel(title, ylabel string, results []Result, labels []string, y func(Row) 
 		p.Y.Min, p.Y.Max = p.Y.Min/2, p.Y.Max*2
 	}
 	return p, nil
+}
+
+// spread is, for each size the runs measured, the median, minimum and
+// maximum of y over the runs. Log axes cannot show 0 (a barrier's size,
+// a busbw of 0): such points are left out.
+func spread(runs []Result, y func(Row) float64) (med, lo, hi plotter.XYs) {
+	by := map[int64][]float64{}
+	var sizes []int64
+	for _, res := range runs {
+		for _, r := range res.Rows {
+			v := y(r)
+			if r.Size <= 0 || v <= 0 {
+				continue
+			}
+			if _, ok := by[r.Size]; !ok {
+				sizes = append(sizes, r.Size)
+			}
+			by[r.Size] = append(by[r.Size], v)
+		}
+	}
+	slices.Sort(sizes)
+	for _, sz := range sizes {
+		vs := by[sz]
+		slices.Sort(vs)
+		m := vs[len(vs)/2]
+		if len(vs)%2 == 0 {
+			m = (vs[len(vs)/2-1] + vs[len(vs)/2]) / 2
+		}
+		x := float64(sz)
+		med = append(med, plotter.XY{X: x, Y: m})
+		lo = append(lo, plotter.XY{X: x, Y: vs[0]})
+		hi = append(hi, plotter.XY{X: x, Y: vs[len(vs)-1]})
+	}
+	return med, lo, hi
+}
+
+func reversed(xys plotter.XYs) plotter.XYs {
+	out := make(plotter.XYs, len(xys))
+	for i, p := range xys {
+		out[len(xys)-1-i] = p
+	}
+	return out
 }
 
 // sizeTicks marks every power of two on a log axis of bytes and labels

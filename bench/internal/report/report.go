@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 )
 
 // ErrFormat reports a file that is not a collbench result.
@@ -71,6 +72,54 @@ func (r Result) Label() string {
 		s += " @" + m.Version
 	}
 	return s
+}
+
+// ShortLabels names each result in a legend by what sets it apart from the
+// others (tool and transport always; op, type, ranks, host and version
+// where they differ): what they share goes in the plot's title. A result
+// with its own Label keeps it.
+func ShortLabels(results []Result) []string {
+	differs := func(f func(Meta) string) bool {
+		for _, r := range results[1:] {
+			if f(r.Meta) != f(results[0].Meta) {
+				return true
+			}
+		}
+		return false
+	}
+	fields := []func(Meta) string{
+		func(m Meta) string { return m.Op },
+		func(m Meta) string { return m.DType },
+		func(m Meta) string { return fmt.Sprintf("%d ranks", m.Ranks) },
+		func(m Meta) string { return "on " + m.Host },
+		func(m Meta) string {
+			if m.Version == "" {
+				return ""
+			}
+			return "@" + m.Version
+		},
+	}
+	var vary []func(Meta) string
+	for _, f := range fields {
+		if len(results) > 0 && differs(f) {
+			vary = append(vary, f)
+		}
+	}
+	labels := make([]string, len(results))
+	for i, r := range results {
+		if r.Meta.Label != "" {
+			labels[i] = r.Meta.Label
+			continue
+		}
+		parts := []string{r.Meta.Tool, r.Meta.Transport}
+		for _, f := range vary {
+			if v := f(r.Meta); v != "" {
+				parts = append(parts, v)
+			}
+		}
+		labels[i] = strings.Join(parts, " ")
+	}
+	return labels
 }
 
 // Write writes r as indented JSON.
