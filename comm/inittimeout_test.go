@@ -56,7 +56,7 @@ func TestInitTimeout(t *testing.T) {
 }
 
 // TestTimeoutNamesAbsent: rank 2 of 3 is busy elsewhere when the others
-// call an allgather with a deadline; their timeout says rank 2 never
+// call an allgather with a deadline; their errors say rank 2 never
 // reached the call.
 func TestTimeoutNamesAbsent(t *testing.T) {
 	cs := local(t, 3)
@@ -72,9 +72,11 @@ func TestTimeoutNamesAbsent(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	// The first to time out drops its links, so the other may see that
+	// first: either way the error says which rank never came.
 	for r, err := range errs {
-		if !errors.Is(err, comm.ErrTimeout) || !strings.Contains(err.Error(), "rank 2 never reached call #1") {
-			t.Errorf("rank %d: %v, want ErrTimeout saying rank 2 never reached call #1", r, err)
+		if !(errors.Is(err, comm.ErrTimeout) || errors.Is(err, comm.ErrPeerLost)) || !strings.Contains(err.Error(), "rank 2 never reached call #1") {
+			t.Errorf("rank %d: %v, want ErrTimeout (or ErrPeerLost from the rank that timed out first) saying rank 2 never reached call #1", r, err)
 		}
 	}
 	t.Logf("rank 0: %v", errs[0])
