@@ -34,6 +34,23 @@
 //     delivered can still be received first.
 //   - Close releases every resource (connections, slabs, goroutines), wakes
 //     pending calls with ErrClosed, and is safe to call more than once.
+//
+// Beyond the contract, five optional interfaces, each found by a type
+// assertion, let a transport offer what only some can; the mux
+// (collectives.Mux) and the communicator use them where present and do
+// without otherwise:
+//
+//	               tcp  shm  rdma  shm.Hybrid  why
+//	LossNotifier    x    x    x     x          a loss anywhere fails the running call at once, not when it next reads that peer
+//	Aborter         x    x    x     x          a broken rank drops its links so peers learn at once, not after a linger
+//	CreditReporter  x    x    x     x          the mux sends only when a slot is free, reading meanwhile instead of blocking
+//	PartSender           x    x     x          header and payload go straight into the slot: one copy less per message
+//	Registrar                 x     x          memory registered once is sent from without a copy into a registered buffer
+//
+// tcp has no Registrar, having nothing to register, and no PartSender yet:
+// the mux copies header and payload into one buffer before tcp's writev,
+// a copy that a SendParts writing both parts in one writev would save.
+// Hybrid forwards each to the transport that carries the peer.
 package transport
 
 import (
