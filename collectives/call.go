@@ -29,11 +29,9 @@ type header struct {
 // It is four fields, the kind, algorithm, type and op packed into one, and
 // a header is two, because the compiler keeps a struct of at most four
 // fields (and 32 bytes) in registers: from the collective that fills it in
-// through newCall, and into the words the wire carries. With a byte per
-// field the header went through memory instead, and the 16-byte loads that
-// copied it, of what had just been stored a byte at a time, stalled on
-// store forwarding: about a tenth of an 8-byte allreduce above the
-// transport.
+// through newCall, and into the words the wire carries, rather than
+// through memory, where copying what was just stored a byte at a time
+// stalls on store forwarding.
 type spec struct {
 	what  uint32 // see tag
 	root  uint32
@@ -270,8 +268,7 @@ func (c *call) send(peer int, data []byte) error {
 // recv receives the next message of this call from peer, which must carry
 // exactly want bytes of payload: msg.Data is the payload, without the
 // call header. The caller releases msg once done with it. (The payload is
-// not returned beside msg: the extra slice made the results spill from
-// registers to memory, a measurable share of a small collective.)
+// not returned beside msg, so that the results fit in registers.)
 func (c *call) recv(peer, want int) (msg transport.Message, err error) {
 	if msg, err = c.next(peer); err != nil {
 		return msg, c.wrap(err)

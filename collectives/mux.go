@@ -40,8 +40,7 @@ type Mux struct {
 	parts   transport.PartSender     // t's, or nil
 	peers   []*muxPeer
 	// t's rank and largest message, asked once: every message needs
-	// them, and an interface call each time is a measurable share of a
-	// small message's cost.
+	// them, and a small message cannot afford an interface call for each.
 	rank, maxMessage int
 }
 
@@ -122,8 +121,7 @@ func (m *Mux) sendTo(ctx context.Context, peer int, l lane, hdr *header, p []byt
 			return err
 		}
 	}
-	// Not deferred: a deferred call was a tenth of the mux's instructions
-	// per small message.
+	// Not deferred: this is every small message's path.
 	err := m.sendLocked(ctx, ps, peer, l, hdr, p)
 	m.unlockSend(peer)
 	return err

@@ -26,7 +26,7 @@ func (c *Communicator) allReduce(ctx context.Context, b []byte, dt reduce.DType,
 		return c.refuse(ctx, "allreduce", err)
 	}
 	// Not allReduceJob's closure: one returned from a function is
-	// allocated on every call, a tenth of a small allreduce's time.
+	// allocated on every call.
 	return c.run(ctx, "allreduce", func(ctx context.Context) error { return c.g.AllReduce(ctx, b, dt, reduce.Op(op)) })
 }
 

@@ -21,9 +21,8 @@ import (
 // made only when some goroutine has to wait for its turn.
 //
 // Taking a ticket whose turn has come, and passing the turn on when
-// nobody waits, are one atomic add each, with no lock: the two lock and
-// unlock pairs they took before were a tenth of an 8-byte allreduce over
-// shared memory. The lock guards the slow cases. A goroutine that waits
+// nobody waits, are one atomic add each, with no lock, as every blocking
+// collective does both. The lock guards the slow cases. A goroutine that waits
 // for its turn, and a ticket that gave up, count themselves in slow first
 // and only then look at done; pass moves done first and only then looks
 // at slow. So whichever comes second sees the other.

@@ -23,7 +23,7 @@ func (c *Communicator) run(ctx context.Context, what string, f func(context.Cont
 		return c.runAt(ctx, tk, mine, what, f)
 	}
 	// The usual blocking call, whose turn has come: runAt without its
-	// frame and its closure, a measurable share of a small collective.
+	// frame and its closure, on every small collective's path.
 	// The ticket of a blocking call has no then, so the error need not
 	// reach pass, and the turn still moves on whatever happens in f.
 	defer c.pass(tk, true, nil)

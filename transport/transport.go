@@ -183,8 +183,7 @@ func Abort(t Transport, cause error) error {
 // keeps a value that small in registers as it passes up through the
 // layers, while a bigger one goes through memory at each, copied in
 // 16-byte loads of what was just stored 8 bytes at a time, a pattern the
-// core cannot forward and stalls on. With 64-bit fields those copies were
-// a quarter of the CPU time of an 8-byte allreduce above the transport.
+// core cannot forward and stalls on.
 type Message struct {
 	// Data is the payload: a view of the slot, valid until Release.
 	Data []byte

@@ -578,8 +578,7 @@ func (t *Transport) send(ctx context.Context, to int, head, body []byte, wait bo
 		t.exit()
 		return false, &transport.PeerError{Peer: to, Op: "send to", Err: transport.ErrClosed}
 	}
-	// Not deferred: a deferred call was a tenth of a small message's
-	// instructions here.
+	// Not deferred: this is every small message's path.
 	sent, err := t.put(ctx, p, head, body, wait)
 	t.exit()
 	return sent, err

@@ -8,10 +8,9 @@ import (
 
 // The calls below are made on non-blocking sockets on the busy-polling
 // path, so they return at once. They skip the runtime's blocking-syscall
-// bookkeeping (entersyscall/exitsyscall): on a path that makes a call every
-// microsecond or two that bookkeeping is a measurable share of an 8-byte
-// allreduce, and it invites the scheduler to hand this thread's P to
-// another thread in the middle of a spin. Blocking polls still go through
+// bookkeeping (entersyscall/exitsyscall), which a path making a call every
+// microsecond or two cannot afford, and which invites the scheduler to
+// hand this thread's P to another thread in the middle of a spin. Blocking polls still go through
 // unix.Poll, so a parked rank never holds up the Go scheduler.
 
 func errnoErr(e unix.Errno) error {
