@@ -260,9 +260,15 @@ func (s *Server) serveConn(c net.Conn) {
 	for {
 		op, key, val, err := readRequest(r)
 		if err != nil {
-			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+			// A client that proved the token and then broke the protocol
+			// is refused; one whose connection merely ended (a rank that
+			// died or gave up: its departure is recorded) is not a
+			// stranger, and is not counted as one.
+			if errors.Is(err, ErrBadFrame) {
 				s.refused.Add(1)
 				logging.L().Warn("rendezvous: dropped a client", "remote", c.RemoteAddr().String(), "err", err)
+			} else if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				logging.L().Info("rendezvous: a client's connection ended mid-request", "remote", c.RemoteAddr().String(), "rank", rank, "err", err)
 			}
 			return
 		}
@@ -461,6 +467,9 @@ func decodeDepartures(b []byte) ([]Departure, error) {
 func readRequest(r *bufio.Reader) (op byte, key string, val []byte, err error) {
 	var hdr [4]byte
 	if _, err = io.ReadFull(r, hdr[:]); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return 0, "", nil, fmt.Errorf("truncated frame length: %w", ErrBadFrame)
+		}
 		return 0, "", nil, err
 	}
 	n := binary.LittleEndian.Uint32(hdr[:])
@@ -469,6 +478,11 @@ func readRequest(r *bufio.Reader) (op byte, key string, val []byte, err error) {
 	}
 	body := make([]byte, n)
 	if _, err = io.ReadFull(r, body); err != nil {
+		if !errors.Is(err, io.ErrUnexpectedEOF) {
+			// Reset mid-frame: a client that died, not one that lied
+			// about its frame's length.
+			return 0, "", nil, fmt.Errorf("connection lost mid-frame: %w", err)
+		}
 		return 0, "", nil, fmt.Errorf("truncated frame: %w", ErrBadFrame)
 	}
 	return parseRequest(body)

@@ -804,7 +804,7 @@ func TestReadRequest(t *testing.T) {
 	}{
 		{"round trip", request(opPut, "k", []byte("v")), nil},
 		{"nothing", nil, io.EOF},
-		{"half a length", []byte{1, 0}, io.ErrUnexpectedEOF},
+		{"half a length", []byte{1, 0}, ErrBadFrame},
 		{"zero length", []byte{0, 0, 0, 0}, ErrBadFrame},
 		{"over the limit", binary.LittleEndian.AppendUint32(nil, maxFrame+1), ErrBadFrame},
 		{"truncated body", append(binary.LittleEndian.AppendUint32(nil, 10), opPut, 1, 0), ErrBadFrame},
@@ -934,5 +934,24 @@ func TestDeparturesWait(t *testing.T) {
 	}
 	if err := dial(t, s).Join(ctx, -1, 1, ""); !errors.Is(err, ErrBadFrame) {
 		t.Fatalf("join as -1: %v, want ErrBadFrame", err)
+	}
+}
+
+// TestStoreResetNotRefused: a client that proved the token and whose
+// connection is then reset mid-request (a rank killed, or one that gave
+// up) is not a stranger: Refused, which grun reports as possible
+// intrusions, does not count it.
+func TestStoreResetNotRefused(t *testing.T) {
+	s := newServer(t, testToken)
+	c := rawConn(t, s)
+	req := request(opPut, "k", []byte("some value"))
+	if _, err := c.Write(req[:len(req)-3]); err != nil {
+		t.Fatal(err)
+	}
+	c.(*net.TCPConn).SetLinger(0) // Close sends a reset
+	c.Close()
+	time.Sleep(100 * time.Millisecond)
+	if n := s.Refused(); n != 0 {
+		t.Errorf("Refused() = %d after a client's reset, want 0", n)
 	}
 }

@@ -279,7 +279,7 @@ func (j *job) run(ctx context.Context, sigs <-chan os.Signal) int {
 
 	code := j.report()
 	if n := store.Refused(); n > 0 {
-		j.out.say("the rendezvous store refused %s (wrong token, not a gocoll client, or cut off mid-request)", plural(n, "connection"))
+		j.out.say("the rendezvous store refused %s (wrong token, or not a gocoll client)", plural(n, "connection"))
 	}
 	return code
 }
