@@ -26,6 +26,7 @@ type options struct {
 	n                  int
 	min, max           string
 	transport, mpiMode string
+	peer               string // openmpi, mpich or gloo
 	algo               string
 	repeat             int
 	alternate          bool
@@ -56,18 +57,19 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.min, "min", "8", "smallest size in bytes (K/M/G suffixes)")
 	fs.StringVar(&o.max, "max", "64M", "largest size in bytes (K/M/G suffixes)")
 	fs.StringVar(&o.transport, "transport", "tcp", "gocoll's transport (collbench -transport)")
-	fs.StringVar(&o.mpiMode, "mpi", "", "Open MPI's path, run-mpi.sh's first argument: tcp or shm (default: tcp for -transport tcp or rdma, shm for shm)")
+	fs.StringVar(&o.peer, "peer", "openmpi", "the peer to compare with: openmpi, mpich or gloo (PyTorch's gloo backend)")
+	fs.StringVar(&o.mpiMode, "mpi", "", "the peer's path: tcp or shm (default: tcp for -transport tcp or rdma, and for gloo, which has no shm; shm for shm)")
 	fs.StringVar(&o.algo, "algo", "", "collbench -algo")
 	fs.IntVar(&o.repeat, "repeat", 1, "pairs of runs; the table shows the median per size")
 	fs.BoolVar(&o.alternate, "alternate", true, "alternate which side runs first from pair to pair")
-	fs.StringVar(&o.peers, "peers", "", "run-mpi.sh (default: $GOCOLL_PEERS, else shared/peers/run-mpi.sh in a parent directory of the module)")
+	fs.StringVar(&o.peers, "peers", "", "the peers' script (default: $GOCOLL_PEERS, else bench/compare/peers/run.sh of this module)")
 	fs.StringVar(&o.collbench, "collbench", "", "collbench binary (default: built from this module)")
 	fs.StringVar(&o.grun, "grun", "", "grun binary (default: built from this module)")
 	fs.StringVar(&o.ours, "ours", "", "launch template for collbench, run by bash; {np} {collbench} {grun} are replaced and collbench's flags appended (default: {grun} -n {np} {collbench})")
-	fs.StringVar(&o.theirs, "theirs", "", "command template for the Open MPI side, run by bash; {np} {min} {max} {mode} {peers} are replaced (default: bash {peers} {mode} {np} {min} {max})")
-	fs.BoolVar(&o.membw, "membw", true, "print the machine's memory bandwidth (run-mpi.sh membw)")
+	fs.StringVar(&o.theirs, "theirs", "", "command template for the peer's side, run by bash; {peer} {np} {min} {max} {mode} {peers} are replaced (default: bash {peers} {peer} {mode} {np} {min} {max})")
+	fs.BoolVar(&o.membw, "membw", true, "print the machine's memory bandwidth (the peers' script's membw)")
 	large := fs.String("large", "1M", "from this size on the busbw ratio is the headline, below it the time ratio")
-	fs.StringVar(&o.save, "save", "", "directory to keep every run's output in (collbench JSON, Open MPI text and JSON)")
+	fs.StringVar(&o.save, "save", "", "directory to keep every run's output in (collbench JSON, the peer's text and JSON)")
 	fs.StringVar(&o.plot, "plot", "", "draw the medians of both sides into this PNG")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Minute, "bound on each run")
 	if err := fs.Parse(args); err != nil {
@@ -93,19 +95,22 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	if lo < 1 || lo > hi {
 		return o, fmt.Errorf("-min %d, -max %d: want 1 <= min <= max: %w", lo, hi, errUsage)
 	}
-	// run-mpi.sh takes plain byte counts.
+	// The peers take plain byte counts.
 	o.min, o.max = strconv.FormatInt(lo, 10), strconv.FormatInt(hi, 10)
 	if o.large, err = parseSize(*large); err != nil {
 		return o, fmt.Errorf("-large: %w", err)
 	}
+	if _, ok := peerNames[o.peer]; !ok {
+		return o, fmt.Errorf("-peer %q: want openmpi, mpich or gloo: %w", o.peer, errUsage)
+	}
 	if o.mpiMode == "" {
 		o.mpiMode = "tcp"
-		if o.transport == "shm" {
+		if o.transport == "shm" && o.peer != "gloo" {
 			o.mpiMode = "shm"
 		}
 	}
-	if o.mpiMode != "tcp" && o.mpiMode != "shm" {
-		return o, fmt.Errorf("-mpi %q: want tcp or shm: %w", o.mpiMode, errUsage)
+	if o.mpiMode != "tcp" && o.mpiMode != "shm" || o.peer == "gloo" && o.mpiMode != "tcp" {
+		return o, fmt.Errorf("-mpi %q with -peer %s: want tcp or shm (gloo: tcp only): %w", o.mpiMode, o.peer, errUsage)
 	}
 	return o, nil
 }
@@ -182,7 +187,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			first, second = second, first
 		}
 		for _, side := range []string{first, second} {
-			fmt.Fprintf(stderr, "compare: run %d of %d: %s\n", i+1, o.repeat, map[string]string{"ours": "collbench", "theirs": "Open MPI"}[side])
+			fmt.Fprintf(stderr, "compare: run %d of %d: %s\n", i+1, o.repeat, map[string]string{"ours": "collbench", "theirs": peerNames[o.peer]}[side])
 			if side == "ours" {
 				r, err := runOurs(ctx, o, root, i)
 				if err != nil {
@@ -202,13 +207,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if o.membw {
 		out, err := command(ctx, o.timeout, "", "bash", o.peers, "membw")
 		if err != nil {
-			return fmt.Errorf("run-mpi.sh membw: %w", err)
+			return fmt.Errorf("%s membw: %w", o.peers, err)
 		}
 		membw = strings.Split(strings.TrimSpace(string(out)), "\n")
 	}
 	a, b := median(ours), median(theirs)
 	a.Meta.Label = fmt.Sprintf("gocoll %s, %d ranks", o.transport, o.n)
-	b.Meta.Label = fmt.Sprintf("Open MPI %s, %d ranks", o.mpiMode, o.n)
+	b.Meta.Label = fmt.Sprintf("%s %s, %d ranks", peerNames[o.peer], o.mpiMode, o.n)
 	printTable(stdout, o, a, b, membw)
 	if o.plot != "" {
 		if err := report.Plot(o.plot, []report.Result{a, b}, []string{a.Meta.Label, b.Meta.Label}); err != nil {
@@ -251,15 +256,15 @@ func runOurs(ctx context.Context, o options, root string, i int) (report.Result,
 func runTheirs(ctx context.Context, o options, i int) (report.Result, error) {
 	tmpl := o.theirs
 	if tmpl == "" {
-		tmpl = "bash {peers} {mode} {np} {min} {max}"
+		tmpl = "bash {peers} {peer} {mode} {np} {min} {max}"
 	}
 	min, warm := peerMin(o.min)
-	line := fill(tmpl, map[string]string{"np": strconv.Itoa(o.n), "min": min, "max": o.max, "mode": o.mpiMode, "peers": shellQuote(o.peers)})
+	line := fill(tmpl, map[string]string{"np": strconv.Itoa(o.n), "min": min, "max": o.max, "mode": o.mpiMode, "peers": shellQuote(o.peers), "peer": o.peer})
 	out, err := command(ctx, o.timeout, "", "bash", "-c", line)
 	if err != nil {
-		return report.Result{}, fmt.Errorf("Open MPI: %w", err)
+		return report.Result{}, fmt.Errorf("%s: %w", peerNames[o.peer], err)
 	}
-	res, err := parseMPI(out, o.n)
+	res, err := parseMPI(out, o.n, peerNames[o.peer])
 	if err != nil {
 		return report.Result{}, err
 	}
@@ -268,20 +273,20 @@ func runTheirs(ctx context.Context, o options, i int) (report.Result, error) {
 	}
 	res.Meta.Transport, res.Meta.Args = o.mpiMode, []string{line}
 	if o.save != "" {
-		os.WriteFile(filepath.Join(o.save, fmt.Sprintf("ompi-%d.txt", i+1)), out, 0o644)
+		os.WriteFile(filepath.Join(o.save, fmt.Sprintf("%s-%d.txt", o.peer, i+1)), out, 0o644)
 		var buf bytes.Buffer
 		report.Write(&buf, res)
-		os.WriteFile(filepath.Join(o.save, fmt.Sprintf("ompi-%d.json", i+1)), buf.Bytes(), 0o644)
+		os.WriteFile(filepath.Join(o.save, fmt.Sprintf("%s-%d.json", o.peer, i+1)), buf.Bytes(), 0o644)
 	}
 	return res, nil
 }
 
-// peerMin is the size Open MPI's sweep starts at, for a comparison that
+// peerMin is the size the peer's sweep starts at, for a comparison that
 // starts at min (plain bytes): half of it, a row to be dropped, when that
-// is still a whole number of float32 elements. run-mpi.sh times each size
+// is still a whole number of float32 elements. A peer times each size
 // after only three untimed calls, and its first size runs cold: 8 bytes
 // took 0.33-0.41 us as the first row and 0.19-0.27 us after a 4-byte row
-// (four runs each of run-mpi.sh shm 2 8 8 and shm 2 4 8 on this VM).
+// (Open MPI over shared memory, 2 ranks, four runs each way on this VM).
 // collbench settles before its first row, so without this the comparison
 // would favour gocoll at its smallest size.
 func peerMin(min string) (string, bool) {
@@ -304,12 +309,13 @@ func dropBelow(rows []report.Row, min string) []report.Row {
 	return kept
 }
 
-// parseMPI reads run-mpi.sh's table (size count time_us algbw busbw wrong)
-// into a result, skipping its header and anything else mpirun printed.
-func parseMPI(out []byte, n int) (report.Result, error) {
+// parseMPI reads a peer's table (size count time_us algbw busbw wrong)
+// into a result, skipping its header and anything else the launcher
+// printed.
+func parseMPI(out []byte, n int, tool string) (report.Result, error) {
 	host, _ := os.Hostname()
-	res := report.Result{Meta: report.Meta{Tool: "Open MPI", Date: time.Now().UTC().Format(time.RFC3339), Host: host,
-		Ranks: n, Op: "allreduce", DType: "float32", Redop: "sum", Root: -1, Algo: "ompi", Check: true}}
+	res := report.Result{Meta: report.Meta{Tool: tool, Date: time.Now().UTC().Format(time.RFC3339), Host: host,
+		Ranks: n, Op: "allreduce", DType: "float32", Redop: "sum", Root: -1, Algo: "peer", Check: true}}
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
@@ -332,10 +338,10 @@ func parseMPI(out []byte, n int) (report.Result, error) {
 		// The bandwidths are recomputed from the time: the script rounds
 		// them to 3 decimals, which leaves small sizes at 0.000.
 		res.Rows = append(res.Rows, withBW(report.Row{Size: int64(v[0]), Count: int64(v[1]), Type: "float32", Redop: "sum", Root: -1,
-			TimeUS: v[2], Wrong: int64(v[5]), Algo: "ompi"}, n))
+			TimeUS: v[2], Wrong: int64(v[5]), Algo: "peer"}, n))
 	}
 	if len(res.Rows) == 0 {
-		return res, fmt.Errorf("Open MPI printed no rows of size count time_us algbw busbw wrong:\n%s", out)
+		return res, fmt.Errorf("%s printed no rows of size count time_us algbw busbw wrong:\n%s", tool, out)
 	}
 	return res, nil
 }
@@ -391,19 +397,19 @@ func printTable(w io.Writer, o options, ours, theirs report.Result, membw []stri
 	if o.alternate && o.repeat > 1 {
 		order = "order alternated"
 	}
-	fmt.Fprintf(w, "# allreduce float32 sum, %d ranks: gocoll (transport %s) vs Open MPI (%s); median of %d run(s), %s\n",
-		o.n, o.transport, o.mpiMode, o.repeat, order)
+	fmt.Fprintf(w, "# allreduce float32 sum, %d ranks: gocoll (transport %s) vs %s (%s); median of %d run(s), %s\n",
+		o.n, o.transport, peerNames[o.peer], o.mpiMode, o.repeat, order)
 	host, _ := os.Hostname()
 	fmt.Fprintf(w, "# host %s, %s\n", host, time.Now().UTC().Format(time.RFC3339))
 	for _, l := range membw {
 		fmt.Fprintf(w, "# membw: %s\n", l)
 	}
-	fmt.Fprintf(w, "# time_ratio = gocoll/ompi time (<1: gocoll faster); bw_ratio = gocoll/ompi busbw (>1: gocoll faster);\n")
+	fmt.Fprintf(w, "# time_ratio = gocoll/peer time (<1: gocoll faster); bw_ratio = gocoll/peer busbw (>1: gocoll faster);\n")
 	fmt.Fprintf(w, "# ahead judges by time below %d B, by busbw from there on\n", o.large)
 	if warmAt, warm := peerMin(o.min); warm {
-		fmt.Fprintf(w, "# Open MPI's sweep starts at %s B, a row left out: run-mpi.sh times its first size cold\n", warmAt)
+		fmt.Fprintf(w, "# %s's sweep starts at %s B, a row left out: its first size runs cold\n", peerNames[o.peer], warmAt)
 	}
-	fmt.Fprintf(w, cmpHead, "size(B)", "gocoll(us)", "ompi(us)", "time_ratio", "gocoll_busbw", "ompi_busbw", "bw_ratio", "#wrong", "ahead")
+	fmt.Fprintf(w, cmpHead, "size(B)", "gocoll(us)", "peer(us)", "time_ratio", "gocoll_busbw", "peer_busbw", "bw_ratio", "#wrong", "ahead")
 	theirsBy := map[int64]report.Row{}
 	for _, r := range theirs.Rows {
 		theirsBy[r.Size] = r
@@ -476,19 +482,17 @@ func moduleRoot() (string, error) {
 	return filepath.Dir(mod), nil
 }
 
-// findPeers looks for shared/peers/run-mpi.sh beside the module or in a
-// parent directory (the worktrees live next to shared/).
+// peerNames are the peers compare knows, as tables and plots name them.
+var peerNames = map[string]string{"openmpi": "Open MPI", "mpich": "MPICH", "gloo": "gloo"}
+
+// findPeers is the peers' script this module carries, or $GOCOLL_PEERS.
 func findPeers(root string) (string, error) {
 	if p := os.Getenv("GOCOLL_PEERS"); p != "" {
 		return p, nil
 	}
-	for dir := root; ; dir = filepath.Dir(dir) {
-		p := filepath.Join(dir, "shared", "peers", "run-mpi.sh")
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
-		if filepath.Dir(dir) == dir {
-			return "", fmt.Errorf("no shared/peers/run-mpi.sh above %s: pass -peers or set GOCOLL_PEERS: %w", root, errUsage)
-		}
+	p := filepath.Join(root, "bench", "compare", "peers", "run.sh")
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("the peers' script: %w: pass -peers or set GOCOLL_PEERS", err)
 	}
+	return p, nil
 }

@@ -2,13 +2,17 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"math"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/gocoll/gocoll/bench/internal/report"
+	"github.com/gocoll/gocoll/internal/testmode"
 )
 
 // mpiOut is run-mpi.sh's output as printed on this machine, with mpirun's
@@ -23,7 +27,7 @@ WARNING: a note from mpirun
 `
 
 func TestParseMPI(t *testing.T) {
-	res, err := parseMPI([]byte(mpiOut), 2)
+	res, err := parseMPI([]byte(mpiOut), 2, "Open MPI")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +45,7 @@ func TestParseMPI(t *testing.T) {
 	if res.Rows[0].BusBW == 0 {
 		t.Error("8 B row: busbw 0, the script's rounding was kept")
 	}
-	if _, err := parseMPI([]byte("mpirun: nothing\n"), 2); err == nil {
+	if _, err := parseMPI([]byte("mpirun: nothing\n"), 2, "Open MPI"); err == nil {
 		t.Error("output without rows accepted")
 	}
 }
@@ -139,5 +143,47 @@ func TestShellQuote(t *testing.T) {
 		if got := shellQuote(in); got != want {
 			t.Errorf("shellQuote(%q) = %s, want %s", in, got, want)
 		}
+	}
+}
+
+// TestPeersForReal runs the comparison briefly against each peer this
+// module carries (bench/compare/peers: Open MPI and MPICH over TCP and
+// shared memory, PyTorch's gloo over TCP), so that a clone can reproduce
+// the README's comparison and CI keeps the peers' programs building and
+// their columns parsing. It asserts every peer's rows come back right
+// (0 wrong elements); the figures themselves are for a quiet machine.
+func TestPeersForReal(t *testing.T) {
+	testmode.SkipIfQuick(t)
+	dir := t.TempDir()
+	for name, pkg := range map[string]string{"collbench": "github.com/gocoll/gocoll/bench", "grun": "github.com/gocoll/gocoll/cmd/grun"} {
+		if out, err := exec.Command("go", "build", "-o", filepath.Join(dir, name), pkg).CombinedOutput(); err != nil {
+			t.Fatalf("go build %s: %v\n%s", pkg, err, out)
+		}
+	}
+	for _, c := range []struct{ peer, mode string }{{"openmpi", "tcp"}, {"openmpi", "shm"}, {"mpich", "tcp"}, {"mpich", "shm"}, {"gloo", "tcp"}} {
+		t.Run(c.peer+"/"+c.mode, func(t *testing.T) {
+			var out, errs bytes.Buffer
+			args := []string{"-n", "2", "-min", "8", "-max", "1K", "-peer", c.peer, "-mpi", c.mode, "-transport", "tcp", "-membw=false",
+				"-collbench", filepath.Join(dir, "collbench"), "-grun", filepath.Join(dir, "grun")}
+			if err := run(context.Background(), args, &out, &errs); err != nil {
+				t.Fatalf("compare %s: %v\n%s", strings.Join(args, " "), err, errs.String())
+			}
+			if !strings.Contains(out.String(), "vs "+peerNames[c.peer]+" ("+c.mode+")") {
+				t.Errorf("the table does not say it compares with %s %s:\n%s", peerNames[c.peer], c.mode, out.String())
+			}
+			rows := 0
+			for _, line := range strings.Split(out.String(), "\n") {
+				f := strings.Fields(line)
+				if len(f) == 9 && f[7] != "#wrong" {
+					rows++
+					if f[7] != "0/0" {
+						t.Errorf("wrong elements: %s", line)
+					}
+				}
+			}
+			if rows != 8 { // 8 B to 1 KiB, doubling
+				t.Errorf("%d rows, want 8:\n%s", rows, out.String())
+			}
+		})
 	}
 }
