@@ -236,6 +236,35 @@ func TestMultiHost(t *testing.T) {
 	}
 }
 
+// TestMultiHostUneven runs collcheck on hosts that hold different
+// numbers of ranks (-H a:2,b:1): the two ranks of the first run shared
+// memory between them and TCP to the third, which has TCP alone, with
+// larger slots. Messages of several slots must still travel in segments
+// both ends agree on.
+func TestMultiHostUneven(t *testing.T) {
+	testmode.SkipIfQuick(t)
+	c := newCluster(t, 2)
+	_, done := c.grunIn(t, 3*time.Minute, nil, "-H", c.hosts[0]+":2,"+c.hosts[1]+":1", "--rsh", c.rsh(t),
+		"-x", "GOCOLL_TIMEOUT=60s", filepath.Join(bin, "collcheck"), "-addrs")
+	out, code := done()
+	if code != 0 {
+		t.Fatalf("exit code %d:\n%s", code, out)
+	}
+	for r, host := range []string{c.hosts[0], c.hosts[0], c.hosts[1]} {
+		if want := fmt.Sprintf("rank %d addrs %s\n", r, host); !strings.Contains(out, want) {
+			t.Errorf("no %q in the output: rank %d did not run on host %s:\n%s", want, r, host, out)
+		}
+		if want := fmt.Sprintf("rank %d of 3: ok", r); !strings.Contains(out, want) {
+			t.Errorf("no %q in the output:\n%s", want, out)
+		}
+	}
+	for _, ns := range c.ns {
+		if ps := pids(ns); len(ps) > 0 {
+			t.Errorf("processes %v still run in %s after grun exited", ps, ns)
+		}
+	}
+}
+
 // ppid is pid's parent, or -1.
 func ppid(pid int) int {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
