@@ -1,5 +1,5 @@
 // Command collbench measures gocoll's collectives in the columns of
-// nccl-tests, so that its rows compare with the peers' (bench/compare):
+// nccl-tests, so that its rows compare with ../shared/peers/run-mpi.sh's:
 //
 //	go build -o collbench ./bench
 //	grun -n 2 ./collbench -op allreduce -dtype float32 -redop sum -min 8 -max 64M

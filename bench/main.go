@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -17,7 +16,6 @@ import (
 	"github.com/gocoll/gocoll/bench/internal/report"
 	"github.com/gocoll/gocoll/bootstrap"
 	"github.com/gocoll/gocoll/comm"
-	"github.com/klauspost/cpuid/v2"
 )
 
 func main() {
@@ -89,6 +87,7 @@ func runBench(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 		if perr := report.Plot(cfg.plot, []report.Result{res}, []string{res.Label()}); perr != nil {
 			return errors.Join(err, perr)
 		}
+		fmt.Fprintf(stderr, "collbench: wrote %s\n", cfg.plot)
 	}
 	return err
 }
@@ -123,10 +122,10 @@ func metadata(cfg config, ranks int, start time.Time) report.Meta {
 			cfg.root = -1
 		}
 	}
+	cores, model := report.Machine()
 	return report.Meta{
 		Tool: "collbench", Date: start.UTC().Format(time.RFC3339), Host: host,
-		Cores: cmp.Or(machineCPUs(), runtime.NumCPU()), CPUModel: cpuid.CPU.BrandName, BoundCPUs: boundCPUs(),
-		GOMAXPROCS: runtime.GOMAXPROCS(0), Ranks: ranks,
+		Cores: cores, CPUModel: model, CPUs: report.BoundCPUs(), GOMAXPROCS: runtime.GOMAXPROCS(0), Ranks: ranks,
 		Op: cfg.op, DType: cfg.dtype, Redop: cfg.redop, Root: cfg.root,
 		Transport: cfg.transport, Algo: algoFor(cfg.algo, cfg.op),
 		Iters: cfg.iters, Warmup: cfg.warmup, Check: cfg.check,
@@ -168,7 +167,7 @@ func version() string {
 func plotCmd(args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("collbench plot", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	out := fs.String("o", "collbench.png", "PNG to write (its path is printed)")
+	out := fs.String("o", "collbench.png", "PNG to write")
 	var files []string
 	for {
 		if err := fs.Parse(args); err != nil {
@@ -183,21 +182,32 @@ func plotCmd(args []string, stderr io.Writer) error {
 	if len(files) == 0 {
 		return fmt.Errorf("plot: no result files (usage: collbench plot [-o out.png] a.json [b.json ...]): %w", errUsage)
 	}
-	results := make([]report.Result, len(files))
-	labels := make([]string, len(files))
-	for i, f := range files {
+	// Files of the same setup share a label: they are repeated runs, drawn
+	// as one line (the median) in a band from the fastest to the slowest,
+	// so that a noisy minute does not pass for the setup's behaviour.
+	var labels []string
+	runs := map[string][]report.Result{}
+	for _, f := range files {
 		r, err := report.ReadFile(f)
 		if err != nil {
 			return fmt.Errorf("plot: %w", err)
 		}
-		results[i] = r
+		l := r.Label()
+		if _, ok := runs[l]; !ok {
+			labels = append(labels, l)
+		}
+		runs[l] = append(runs[l], r)
 	}
-	labels = report.ShortLabels(results)
-	// Runs of the same setup share a label: Plot draws them as one line
-	// through their medians, in a band from their minimum to maximum.
+	results := make([]report.Result, len(labels))
+	for i, l := range labels {
+		results[i] = report.Merge(runs[l])
+		if n := len(runs[l]); n > 1 {
+			labels[i] += fmt.Sprintf(" (median of %d runs)", n)
+		}
+	}
 	if err := report.Plot(*out, results, labels); err != nil {
 		return fmt.Errorf("plot: %w", err)
 	}
-	fmt.Fprintf(stderr, "collbench plot: wrote %s\n", *out)
+	fmt.Fprintf(stderr, "collbench plot: wrote %s (%d line(s) from %d file(s))\n", *out, len(labels), len(files))
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -190,12 +191,12 @@ func TestBusFactors(t *testing.T) {
 
 func TestJSONRoundTrip(t *testing.T) {
 	in := report.Result{
-		Meta: report.Meta{Tool: "collbench", Date: "2026-01-02T03:04:05Z", Host: "h", Cores: 2, GOMAXPROCS: 2, Ranks: 4,
+		Meta: report.Meta{Tool: "collbench", Date: "2026-01-02T03:04:05Z", Host: "h", Cores: 2, CPUModel: "AMD EPYC", CPUs: "0", GOMAXPROCS: 1, Ranks: 4,
 			Op: "allreduce", DType: "float32", Redop: "sum", Root: 0, Transport: "tcp", Algo: "auto", Iters: 0, Warmup: 3,
 			Check: true, GoVersion: "go1.26", Version: "abc123", Args: []string{"-min", "8"}},
 		Rows: []report.Row{
 			{Size: 8, Count: 2, Type: "float32", Redop: "sum", Root: -1, TimeUS: 12.5, AlgBW: 0.00064, BusBW: 0.00096, Wrong: 0, Algo: "auto", Iters: 200},
-			{Size: 64 << 20, Count: 16 << 20, Type: "float32", Redop: "sum", Root: -1, TimeUS: 1e5, AlgBW: 0.671, BusBW: 1.0066, Wrong: -1, Algo: "ring", Iters: 5},
+			{Size: 64 << 20, Count: 16 << 20, Type: "float32", Redop: "sum", Root: -1, TimeUS: 1e5, AlgBW: 0.671, BusBW: 1.0066, Wrong: -1, Algo: "ring", Iters: 5, TimeMinUS: 9e4, TimeMaxUS: 2e5, Runs: 3},
 		},
 	}
 	var buf bytes.Buffer
@@ -572,6 +573,10 @@ func TestCollbenchUnderGrun(t *testing.T) {
 		!m.Check || m.Cores < 1 || m.GoVersion == "" || m.Date == "" || m.Transport == "" {
 		t.Errorf("meta %+v", m)
 	}
+	// The machine is every CPU, whatever rank 0 was bound to.
+	if cores, _ := report.Machine(); m.Cores != cores || m.GOMAXPROCS < 1 || (runtime.GOOS == "linux" && m.CPUs == "") {
+		t.Errorf("meta: cores %d (machine has %d), cpus %q, gomaxprocs %d", m.Cores, cores, m.CPUs, m.GOMAXPROCS)
+	}
 	if len(res.Rows) != 14 { // 8 B to 64 KiB
 		t.Fatalf("%d rows, want 14 (8 B to 64 KiB by 2)", len(res.Rows))
 	}
@@ -630,6 +635,10 @@ func TestPlot(t *testing.T) {
 	var stderr bytes.Buffer
 	if code := realMain([]string{"plot", a, b, "-o", out}, io.Discard, &stderr); code != 0 {
 		t.Fatalf("plot exited %d: %s", code, stderr.String())
+	}
+	// Two runs of one setup: one line, their median, and the user is told where it went.
+	if want := "collbench plot: wrote " + out + " (1 line(s) from 2 file(s))"; !strings.Contains(stderr.String(), want) {
+		t.Errorf("stderr %q, want %q", stderr.String(), want)
 	}
 	f, err := os.Open(out)
 	if err != nil {

@@ -32,7 +32,7 @@ type kept struct{ list []report.Row }
 func (k *kept) rows() []report.Row { return k.list }
 
 // The table's columns are nccl-tests'; size, count, time and bandwidths
-// use the peers' units and decimals, so the two tools' rows divide
+// use run-mpi.sh's units and decimals, so the two tools' rows divide
 // directly.
 const (
 	tableHead = "%12s %12s %8s %6s %5s %10s %12s %12s %6s  %s\n"

@@ -1,13 +1,17 @@
-// Command compare runs collbench and a peer's allreduce benchmark (Open
-// MPI, MPICH or PyTorch's gloo, float32 sum; the peers' programs and
-// script are in bench/compare/peers) for the same ranks and sizes back to
-// back on the same machine, and prints per size both times and bandwidths
-// and their ratios, with the machine's memory bandwidth for scale:
+// Command compare measures gocoll's allreduce (collbench) beside Open MPI's
+// and MPICH's MPI_Allreduce and PyTorch's gloo backend, float32 sum, for
+// the same ranks and sizes on the same machine in one run:
 //
-//	go run ./bench/compare -n 2 -transport tcp -peer mpich -min 8 -max 64M -repeat 3
+//	go run ./bench/compare -n 2 -transport tcp -min 8 -max 64M -repeat 3
 //
-// Timings on a shared machine drift from minute to minute, so only runs
-// taken side by side compare; -repeat N takes N pairs, alternating which
-// side goes first, and reports the median per size. See bench/README.md
-// for running it on a cluster (-ours and -theirs command templates).
+// Each round runs every side once, the first side rotating from round to
+// round, because timings on a shared machine drift from minute to minute
+// and only runs taken side by side compare. It prints per size each side's
+// time (median, fastest and slowest round), busbw, and gocoll's time over
+// each peer's.
+//
+// The peers' benchmark programs live in peers/ and are carried inside
+// this binary: peers/allreduce.c is compiled with mpicc.openmpi and
+// mpicc.mpich into a temporary directory, peers/gloo_allreduce.py runs
+// under a python3 that imports torch. See bench/README.md.
 package main

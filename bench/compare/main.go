@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	_ "embed"
 	"errors"
 	"flag"
 	"fmt"
@@ -12,31 +13,42 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gocoll/gocoll/bench/internal/report"
 )
 
-var errUsage = errors.New("usage")
+var (
+	errUsage = errors.New("usage")
+	// errMissing reports a peer whose tools are not installed.
+	errMissing = errors.New("not installed")
+)
+
+//go:embed peers/allreduce.c
+var allreduceC []byte
+
+//go:embed peers/gloo_allreduce.py
+var glooPy []byte
 
 type options struct {
-	n                  int
-	min, max           string
-	transport, mpiMode string
-	peer               string // openmpi, mpich or gloo
-	algo               string
-	repeat             int
-	alternate          bool
-	peers              string
-	collbench, grun    string
-	ours, theirs       string
-	membw              bool
-	large              int64
-	save, plot         string
-	timeout            time.Duration
+	n               int
+	min, max        int64
+	iters           int
+	transport, path string
+	algo            string
+	repeat          int
+	alternate       bool
+	peers           []string
+	python          string
+	collbench, grun string
+	ours, theirs    string
+	membw           bool
+	save, plot      string
+	timeout         time.Duration
 }
 
 func main() {
@@ -49,29 +61,32 @@ func main() {
 	}
 }
 
+// knownPeers are the -peers names, in the order the tables show them.
+var knownPeers = []string{"ompi", "mpich", "gloo"}
+
 func parseOptions(args []string, stderr io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.IntVar(&o.n, "n", 2, "ranks")
-	fs.StringVar(&o.min, "min", "8", "smallest size in bytes (K/M/G suffixes)")
-	fs.StringVar(&o.max, "max", "64M", "largest size in bytes (K/M/G suffixes)")
+	min := fs.String("min", "8", "smallest size in bytes (K/M/G suffixes); sizes double up to -max")
+	max := fs.String("max", "64M", "largest size in bytes (K/M/G suffixes)")
+	fs.IntVar(&o.iters, "iters", 0, "timed calls per size on every side (0: 200 below 1 MiB, 20 below 16 MiB, else 5)")
 	fs.StringVar(&o.transport, "transport", "tcp", "gocoll's transport (collbench -transport)")
-	fs.StringVar(&o.peer, "peer", "openmpi", "the peer to compare with: openmpi, mpich or gloo (PyTorch's gloo backend)")
-	fs.StringVar(&o.mpiMode, "mpi", "", "the peer's path: tcp or shm (default: tcp for -transport tcp or rdma, and for gloo, which has no shm; shm for shm)")
+	fs.StringVar(&o.path, "mpi", "", "the MPIs' path: tcp (TCP on loopback only) or shm (their default on one host); default: shm for -transport shm, else tcp")
 	fs.StringVar(&o.algo, "algo", "", "collbench -algo")
-	fs.IntVar(&o.repeat, "repeat", 1, "pairs of runs; the table shows the median per size")
-	fs.BoolVar(&o.alternate, "alternate", true, "alternate which side runs first from pair to pair")
-	fs.StringVar(&o.peers, "peers", "", "the peers' script (default: $GOCOLL_PEERS, else bench/compare/peers/run.sh of this module)")
+	fs.IntVar(&o.repeat, "repeat", 1, "rounds; each runs every side once and the tables show median [min-max] per size")
+	fs.BoolVar(&o.alternate, "alternate", true, "rotate which side runs first from round to round")
+	peers := fs.String("peers", strings.Join(knownPeers, ","), "peers to run, comma-separated: ompi (Open MPI), mpich, gloo (PyTorch); empty for gocoll alone")
+	fs.StringVar(&o.python, "python", "", "python3 that imports torch (default: $PYTHON, else the first python3 on PATH or /usr/bin/python3 that does)")
 	fs.StringVar(&o.collbench, "collbench", "", "collbench binary (default: built from this module)")
 	fs.StringVar(&o.grun, "grun", "", "grun binary (default: built from this module)")
 	fs.StringVar(&o.ours, "ours", "", "launch template for collbench, run by bash; {np} {collbench} {grun} are replaced and collbench's flags appended (default: {grun} -n {np} {collbench})")
-	fs.StringVar(&o.theirs, "theirs", "", "command template for the peer's side, run by bash; {peer} {np} {min} {max} {mode} {peers} are replaced (default: bash {peers} {peer} {mode} {np} {min} {max})")
-	fs.BoolVar(&o.membw, "membw", true, "print the machine's memory bandwidth (the peers' script's membw)")
-	large := fs.String("large", "1M", "from this size on the busbw ratio is the headline, below it the time ratio")
-	fs.StringVar(&o.save, "save", "", "directory to keep every run's output in (collbench JSON, the peer's text and JSON)")
-	fs.StringVar(&o.plot, "plot", "", "draw the medians of both sides into this PNG")
-	fs.DurationVar(&o.timeout, "timeout", 30*time.Minute, "bound on each run")
+	fs.StringVar(&o.theirs, "theirs", "", "command template for the Open MPI side, run by bash; {np} {min} {max} {iters} {exe} (peers/allreduce.c built with mpicc.openmpi) are replaced")
+	fs.BoolVar(&o.membw, "membw", true, "print this machine's single-core memory copy bandwidth, for scale")
+	fs.StringVar(&o.save, "save", "", "directory to keep every run's result in, as collbench JSON (collbench plot draws them)")
+	fs.StringVar(&o.plot, "plot", "", "draw every side's median with its min-max band into this PNG")
+	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "bound on each side's run in a round; a run cut off counts as a failed round")
 	if err := fs.Parse(args); err != nil {
 		return o, fmt.Errorf("%w: %w", errUsage, err)
 	}
@@ -81,38 +96,50 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	if o.n < 1 {
 		return o, fmt.Errorf("-n %d: want at least 1 rank: %w", o.n, errUsage)
 	}
-	if o.repeat < 1 {
-		return o, fmt.Errorf("-repeat %d: want at least 1: %w", o.repeat, errUsage)
+	if o.repeat < 1 || o.iters < 0 {
+		return o, fmt.Errorf("-repeat %d, -iters %d: want at least 1 round and iters >= 0: %w", o.repeat, o.iters, errUsage)
 	}
-	lo, err := parseSize(o.min)
-	if err != nil {
+	var err error
+	if o.min, err = parseSize(*min); err != nil {
 		return o, fmt.Errorf("-min: %w", err)
 	}
-	hi, err := parseSize(o.max)
-	if err != nil {
+	if o.max, err = parseSize(*max); err != nil {
 		return o, fmt.Errorf("-max: %w", err)
 	}
-	if lo < 1 || lo > hi {
-		return o, fmt.Errorf("-min %d, -max %d: want 1 <= min <= max: %w", lo, hi, errUsage)
+	// Every side sweeps float32 elements.
+	if o.min < 4 || o.min%4 != 0 || o.min > o.max {
+		return o, fmt.Errorf("-min %d, -max %d: want 4 <= min <= max, min a multiple of 4: %w", o.min, o.max, errUsage)
 	}
-	// The peers take plain byte counts.
-	o.min, o.max = strconv.FormatInt(lo, 10), strconv.FormatInt(hi, 10)
-	if o.large, err = parseSize(*large); err != nil {
-		return o, fmt.Errorf("-large: %w", err)
-	}
-	if _, ok := peerNames[o.peer]; !ok {
-		return o, fmt.Errorf("-peer %q: want openmpi, mpich or gloo: %w", o.peer, errUsage)
-	}
-	if o.mpiMode == "" {
-		o.mpiMode = "tcp"
-		if o.transport == "shm" && o.peer != "gloo" {
-			o.mpiMode = "shm"
+	if o.path == "" {
+		o.path = "tcp"
+		if o.transport == "shm" {
+			o.path = "shm"
 		}
 	}
-	if o.mpiMode != "tcp" && o.mpiMode != "shm" || o.peer == "gloo" && o.mpiMode != "tcp" {
-		return o, fmt.Errorf("-mpi %q with -peer %s: want tcp or shm (gloo: tcp only): %w", o.mpiMode, o.peer, errUsage)
+	if o.path != "tcp" && o.path != "shm" {
+		return o, fmt.Errorf("-mpi %q: want tcp or shm: %w", o.path, errUsage)
+	}
+	for _, p := range strings.Split(*peers, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		if !contains(knownPeers, p) {
+			return o, fmt.Errorf("-peers: unknown peer %q (want some of %s): %w", p, strings.Join(knownPeers, ","), errUsage)
+		}
+		if !contains(o.peers, p) {
+			o.peers = append(o.peers, p)
+		}
 	}
 	return o, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
 }
 
 // parseSize reads bytes with an optional K, M or G suffix (powers of 1024).
@@ -139,245 +166,380 @@ func parseSize(s string) (int64, error) {
 	return n * mult, nil
 }
 
+// side is one contender: gocoll or a peer.
+type side struct {
+	name  string // column heading: gocoll, ompi, mpich, gloo
+	label string // in the plot's legend and the header
+	about string // how it runs, for the header
+	// failed says which rounds failed and how, for the header.
+	failed []string
+	run    func(ctx context.Context, round int) (report.Result, error)
+}
+
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o, err := parseOptions(args, stderr)
 	if err != nil {
 		return err
 	}
-	// A launch template without {grun} (mpirun on a cluster) needs no grun.
-	needGrun := o.ours == "" || strings.Contains(o.ours, "{grun}")
-	root, err := moduleRoot()
-	if err != nil && (o.collbench == "" || (needGrun && o.grun == "") || o.peers == "") {
+	work, err := os.MkdirTemp("", "gocoll-compare")
+	if err != nil {
 		return err
 	}
-	if o.peers == "" {
-		if o.peers, err = findPeers(root); err != nil {
-			return err
-		}
-	}
-	if o.collbench == "" || (needGrun && o.grun == "") {
-		dir, err := os.MkdirTemp("", "compare-bin")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(dir)
-		fmt.Fprintf(stderr, "compare: building collbench and grun from %s\n", root)
-		if o.collbench == "" {
-			o.collbench = filepath.Join(dir, "collbench")
-			if err := goBuild(ctx, root, o.collbench, "./bench"); err != nil {
-				return err
-			}
-		}
-		if needGrun && o.grun == "" {
-			o.grun = filepath.Join(dir, "grun")
-			if err := goBuild(ctx, root, o.grun, "./cmd/grun"); err != nil {
-				return err
-			}
-		}
-	}
+	defer os.RemoveAll(work)
 	if o.save != "" {
 		if err := os.MkdirAll(o.save, 0o755); err != nil {
 			return err
 		}
 	}
-	var ours, theirs []report.Result
-	for i := 0; i < o.repeat; i++ {
-		first, second := "ours", "theirs"
-		if o.alternate && i%2 == 1 {
-			first, second = second, first
-		}
-		for _, side := range []string{first, second} {
-			fmt.Fprintf(stderr, "compare: run %d of %d: %s\n", i+1, o.repeat, map[string]string{"ours": "collbench", "theirs": peerNames[o.peer]}[side])
-			if side == "ours" {
-				r, err := runOurs(ctx, o, root, i)
-				if err != nil {
-					return err
-				}
-				ours = append(ours, r)
-			} else {
-				r, err := runTheirs(ctx, o, i)
-				if err != nil {
-					return err
-				}
-				theirs = append(theirs, r)
-			}
-		}
+	sides := []side{}
+	ours, err := gocollSide(ctx, o, work, stderr)
+	if err != nil {
+		return err
 	}
-	var membw []string
-	if o.membw {
-		out, err := command(ctx, o.timeout, "", "bash", o.peers, "membw")
+	sides = append(sides, ours)
+	for _, p := range o.peers {
+		var s side
+		switch p {
+		case "ompi":
+			s, err = ompiSide(ctx, o, work)
+		case "mpich":
+			s, err = mpichSide(ctx, o, work)
+		case "gloo":
+			s, err = glooSide(ctx, o, work)
+		}
 		if err != nil {
-			return fmt.Errorf("%s membw: %w", o.peers, err)
-		}
-		membw = strings.Split(strings.TrimSpace(string(out)), "\n")
-	}
-	a, b := median(ours), median(theirs)
-	a.Meta.Label = fmt.Sprintf("gocoll %s, %d ranks", o.transport, o.n)
-	b.Meta.Label = fmt.Sprintf("%s %s, %d ranks", peerNames[o.peer], o.mpiMode, o.n)
-	printTable(stdout, o, a, b, membw)
-	if o.plot != "" {
-		if err := report.Plot(o.plot, []report.Result{a, b}, []string{a.Meta.Label, b.Meta.Label}); err != nil {
 			return err
 		}
+		sides = append(sides, s)
+	}
+	runs := make([][]report.Result, len(sides))
+	failed := make([][]string, len(sides))
+	for round := 0; round < o.repeat; round++ {
+		for k := range sides {
+			i := k
+			if o.alternate {
+				i = (k + round) % len(sides)
+			}
+			fmt.Fprintf(stderr, "compare: round %d of %d: %s\n", round+1, o.repeat, sides[i].label)
+			r, err := sides[i].run(ctx, round)
+			if err != nil {
+				// One peer's bad round (a hang cut by -timeout, a crash)
+				// must not throw away everyone's measurements: report it,
+				// and the tables count the rounds each side completed.
+				if ctx.Err() != nil {
+					return err
+				}
+				msg, _, _ := strings.Cut(err.Error(), "\n")
+				fmt.Fprintf(stderr, "compare: round %d of %d: %s failed: %v\n", round+1, o.repeat, sides[i].label, err)
+				failed[i] = append(failed[i], fmt.Sprintf("round %d: %s", round+1, msg))
+				continue
+			}
+			r.Meta.Label = sides[i].label
+			if o.save != "" {
+				var buf bytes.Buffer
+				report.Write(&buf, r)
+				if err := os.WriteFile(filepath.Join(o.save, fmt.Sprintf("%s-%d.json", sides[i].name, round+1)), buf.Bytes(), 0o644); err != nil {
+					return err
+				}
+			}
+			runs[i] = append(runs[i], r)
+		}
+	}
+	merged := make([]report.Result, len(sides))
+	for i := range sides {
+		if len(runs[i]) == 0 {
+			return fmt.Errorf("%s failed in every round: %s", sides[i].label, failed[i][0])
+		}
+		merged[i] = report.Merge(runs[i])
+		sides[i].failed = failed[i]
+	}
+	var membw float64
+	if o.membw {
+		membw = copyBandwidth()
+	}
+	printTables(stdout, o, sides, merged, membw)
+	if o.plot != "" {
+		labels := make([]string, len(sides))
+		for i, s := range sides {
+			labels[i] = s.label
+		}
+		if err := report.Plot(o.plot, merged, labels); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "compare: wrote %s\n", o.plot)
 	}
 	return nil
 }
 
-func runOurs(ctx context.Context, o options, root string, i int) (report.Result, error) {
-	flags := []string{"-op", "allreduce", "-dtype", "float32", "-redop", "sum", "-min", o.min, "-max", o.max,
+// gocollSide builds collbench and grun unless given, and runs collbench
+// under grun (or the -ours template).
+func gocollSide(ctx context.Context, o options, work string, stderr io.Writer) (side, error) {
+	needGrun := o.ours == "" || strings.Contains(o.ours, "{grun}")
+	if o.collbench == "" || (needGrun && o.grun == "") {
+		root, err := moduleRoot()
+		if err != nil {
+			return side{}, err
+		}
+		fmt.Fprintf(stderr, "compare: building collbench and grun from %s\n", root)
+		if o.collbench == "" {
+			o.collbench = filepath.Join(work, "collbench")
+			if err := goBuild(ctx, root, o.collbench, "./bench"); err != nil {
+				return side{}, err
+			}
+		}
+		if needGrun && o.grun == "" {
+			o.grun = filepath.Join(work, "grun")
+			if err := goBuild(ctx, root, o.grun, "./cmd/grun"); err != nil {
+				return side{}, err
+			}
+		}
+	}
+	flags := []string{"-op", "allreduce", "-dtype", "float32", "-redop", "sum",
+		"-min", strconv.FormatInt(o.min, 10), "-max", strconv.FormatInt(o.max, 10),
 		"-transport", o.transport, "-format", "json"}
+	if o.iters > 0 {
+		flags = append(flags, "-iters", strconv.Itoa(o.iters))
+	}
 	if o.algo != "" {
 		flags = append(flags, "-algo", o.algo)
 	}
-	var out []byte
-	var err error
-	if o.ours == "" {
-		out, err = command(ctx, o.timeout, root, o.grun, append([]string{"-n", strconv.Itoa(o.n), o.collbench}, flags...)...)
-	} else {
-		line := fill(o.ours, map[string]string{"np": strconv.Itoa(o.n), "collbench": o.collbench, "grun": o.grun})
-		for _, f := range flags {
-			line += " " + shellQuote(f)
+	s := side{name: "gocoll", label: fmt.Sprintf("gocoll %s", o.transport),
+		about: fmt.Sprintf("collbench under grun, transport %s", o.transport)}
+	if o.ours != "" {
+		s.about = "collbench launched by -ours"
+	}
+	s.run = func(ctx context.Context, _ int) (report.Result, error) {
+		var out []byte
+		var err error
+		if o.ours == "" {
+			out, err = command(ctx, o.timeout, nil, o.grun, append([]string{"-n", strconv.Itoa(o.n), o.collbench}, flags...)...)
+		} else {
+			line := fill(o.ours, map[string]string{"np": strconv.Itoa(o.n), "collbench": o.collbench, "grun": o.grun})
+			for _, f := range flags {
+				line += " " + shellQuote(f)
+			}
+			out, err = command(ctx, o.timeout, nil, "bash", "-c", line)
 		}
-		out, err = command(ctx, o.timeout, root, "bash", "-c", line)
+		if err != nil {
+			return report.Result{}, err
+		}
+		start := bytes.IndexByte(out, '{')
+		if start < 0 {
+			return report.Result{}, fmt.Errorf("collbench printed no JSON:\n%s", out)
+		}
+		return report.Decode(bytes.NewReader(out[start:]))
 	}
-	if err != nil {
-		return report.Result{}, fmt.Errorf("collbench: %w", err)
-	}
-	if o.save != "" {
-		os.WriteFile(filepath.Join(o.save, fmt.Sprintf("gocoll-%d.json", i+1)), out, 0o644)
-	}
-	start := bytes.IndexByte(out, '{')
-	if start < 0 {
-		return report.Result{}, fmt.Errorf("collbench printed no JSON:\n%s", out)
-	}
-	return report.Decode(bytes.NewReader(out[start:]))
+	return s, nil
 }
 
-func runTheirs(ctx context.Context, o options, i int) (report.Result, error) {
-	tmpl := o.theirs
-	if tmpl == "" {
-		tmpl = "bash {peers} {peer} {mode} {np} {min} {max}"
+// mpiBuild compiles peers/allreduce.c with the given MPI's own wrapper,
+// named explicitly, so that whichever MPI the mpicc alternative points at
+// is never measured under the other's name.
+func mpiBuild(ctx context.Context, work, mpicc, exe, pkgs string) error {
+	if _, err := exec.LookPath(mpicc); err != nil {
+		return fmt.Errorf("%s: %w (apt-get install %s, or leave it out of -peers)", mpicc, errMissing, pkgs)
 	}
-	min, warm := peerMin(o.min)
-	line := fill(tmpl, map[string]string{"np": strconv.Itoa(o.n), "min": min, "max": o.max, "mode": o.mpiMode, "peers": shellQuote(o.peers), "peer": o.peer})
-	out, err := command(ctx, o.timeout, "", "bash", "-c", line)
-	if err != nil {
-		return report.Result{}, fmt.Errorf("%s: %w", peerNames[o.peer], err)
+	src := filepath.Join(work, "allreduce.c")
+	if err := os.WriteFile(src, allreduceC, 0o644); err != nil {
+		return err
 	}
-	res, err := parseMPI(out, o.n, peerNames[o.peer])
-	if err != nil {
-		return report.Result{}, err
+	if out, err := exec.CommandContext(ctx, mpicc, "-O2", "-o", exe, src).CombinedOutput(); err != nil {
+		return fmt.Errorf("%s: %w (is %s installed?)\n%s", mpicc, err, pkgs, out)
 	}
-	if warm {
-		res.Rows = dropBelow(res.Rows, o.min)
-	}
-	res.Meta.Transport, res.Meta.Args = o.mpiMode, []string{line}
-	if o.save != "" {
-		os.WriteFile(filepath.Join(o.save, fmt.Sprintf("%s-%d.txt", o.peer, i+1)), out, 0o644)
-		var buf bytes.Buffer
-		report.Write(&buf, res)
-		os.WriteFile(filepath.Join(o.save, fmt.Sprintf("%s-%d.json", o.peer, i+1)), buf.Bytes(), 0o644)
-	}
-	return res, nil
+	return nil
 }
 
-// peerMin is the size the peer's sweep starts at, for a comparison that
-// starts at min (plain bytes): half of it, a row to be dropped, when that
-// is still a whole number of float32 elements. A peer times each size
-// after only three untimed calls, and its first size runs cold: 8 bytes
-// took 0.33-0.41 us as the first row and 0.19-0.27 us after a 4-byte row
-// (Open MPI over shared memory, 2 ranks, four runs each way on this VM).
-// collbench settles before its first row, so without this the comparison
-// would favour gocoll at its smallest size.
-func peerMin(min string) (string, bool) {
-	n, err := strconv.ParseInt(min, 10, 64)
-	if err != nil || n < 8 || (n/2)%4 != 0 {
-		return min, false
+func ompiSide(ctx context.Context, o options, work string) (side, error) {
+	exe := filepath.Join(work, "allreduce.openmpi")
+	if err := mpiBuild(ctx, work, "mpicc.openmpi", exe, "openmpi-bin libopenmpi-dev"); err != nil {
+		return side{}, fmt.Errorf("Open MPI: %w", err)
 	}
-	return strconv.FormatInt(n/2, 10), true
+	// Root is what CI runs as; more ranks than cores is this comparison's
+	// 4-ranks-on-2-cores case.
+	env := []string{"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", "OMPI_MCA_rmaps_base_oversubscribe=1"}
+	args := []string{"-np", strconv.Itoa(o.n)}
+	about := "mpirun.openmpi, its default single-host path (shared memory)"
+	if o.path == "tcp" {
+		args = append([]string{"--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo", "--mca", "pml", "ob1"}, args...)
+		about = "mpirun.openmpi --mca btl self,tcp --mca btl_tcp_if_include lo --mca pml ob1"
+	}
+	if v := firstLine(ctx, "mpirun.openmpi", "--version"); v != "" {
+		about += "; " + v
+	}
+	tail := []string{exe, strconv.FormatInt(o.min, 10), strconv.FormatInt(o.max, 10), strconv.Itoa(o.iters)}
+	s := side{name: "ompi", label: "Open MPI " + o.path, about: about}
+	if o.theirs != "" {
+		s.about = "-theirs template"
+	}
+	s.run = func(ctx context.Context, _ int) (report.Result, error) {
+		var out []byte
+		var err error
+		if o.theirs != "" {
+			line := fill(o.theirs, map[string]string{"np": strconv.Itoa(o.n), "exe": shellQuote(exe), "min": tail[1], "max": tail[2], "iters": tail[3]})
+			out, err = command(ctx, o.timeout, env, "bash", "-c", line)
+		} else {
+			out, err = command(ctx, o.timeout, env, "mpirun.openmpi", append(args, tail...)...)
+		}
+		if err != nil {
+			return report.Result{}, err
+		}
+		return parsePeer(out, "Open MPI", o)
+	}
+	return s, nil
 }
 
-// dropBelow keeps the rows of min bytes (plain bytes) or more.
-func dropBelow(rows []report.Row, min string) []report.Row {
-	n, _ := strconv.ParseInt(min, 10, 64)
-	kept := rows[:0]
-	for _, r := range rows {
-		if r.Size >= n {
-			kept = append(kept, r)
+func mpichSide(ctx context.Context, o options, work string) (side, error) {
+	exe := filepath.Join(work, "allreduce.mpich")
+	if err := mpiBuild(ctx, work, "mpicc.mpich", exe, "mpich libmpich-dev"); err != nil {
+		return side{}, fmt.Errorf("MPICH: %w", err)
+	}
+	var env []string
+	about := "mpiexec.mpich, its default single-host path (ch4 POSIX shared memory)"
+	if o.path == "tcp" {
+		// NOLOCAL makes every rank look remote, so no shared-memory module
+		// or node-aware collective is used; Debian's MPICH talks through
+		// UCX, which would still pick its own shared memory unless held to
+		// TCP on loopback.
+		env = []string{"MPIR_CVAR_NOLOCAL=1", "UCX_TLS=self,tcp", "UCX_NET_DEVICES=lo"}
+		about = "mpiexec.mpich with MPIR_CVAR_NOLOCAL=1 UCX_TLS=self,tcp UCX_NET_DEVICES=lo"
+	}
+	if v := firstLine(ctx, "mpichversion"); v != "" {
+		about += "; " + strings.Join(strings.Fields(v), " ")
+	}
+	// Hydra leaves ranks unbound, where Open MPI binds each to a core (for
+	// up to 2 ranks) and grun does whenever they fit: bind MPICH's too,
+	// or its ranks, which poll without yielding, wander between cores.
+	args := []string{"-n", strconv.Itoa(o.n)}
+	if o.n <= runtime.NumCPU() {
+		args = append(args, "-bind-to", "core")
+		about += ", -bind-to core"
+	}
+	s := side{name: "mpich", label: "MPICH " + o.path, about: about}
+	s.run = func(ctx context.Context, _ int) (report.Result, error) {
+		out, err := command(ctx, o.timeout, env, "mpiexec.mpich", append(args, exe,
+			strconv.FormatInt(o.min, 10), strconv.FormatInt(o.max, 10), strconv.Itoa(o.iters))...)
+		if err != nil {
+			return report.Result{}, err
+		}
+		return parsePeer(out, "MPICH", o)
+	}
+	return s, nil
+}
+
+// findPython returns a python3 that imports torch.distributed with gloo.
+// A pyenv shim often shadows Debian's python3, which is the one
+// python3-torch installs into; hence every candidate is tried.
+func findPython(ctx context.Context, given string) (string, error) {
+	cands := []string{given}
+	if given == "" {
+		cands = []string{os.Getenv("PYTHON")}
+		for _, dir := range filepath.SplitList(os.Getenv("PATH")) {
+			cands = append(cands, filepath.Join(dir, "python3"))
+		}
+		cands = append(cands, "/usr/bin/python3")
+	}
+	for _, c := range cands {
+		if c == "" {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(ctx, time.Minute)
+		err := exec.CommandContext(ctx, c, "-c", "import torch.distributed as d; assert d.is_gloo_available()").Run()
+		cancel()
+		if err == nil {
+			return c, nil
 		}
 	}
-	return kept
+	return "", fmt.Errorf("gloo: no python3 imports torch.distributed with gloo: %w (apt-get install python3-torch, pass -python, or leave gloo out of -peers)", errMissing)
 }
 
-// parseMPI reads a peer's table (size count time_us algbw busbw wrong)
-// into a result, skipping its header and anything else the launcher
-// printed.
-func parseMPI(out []byte, n int, tool string) (report.Result, error) {
+func glooSide(ctx context.Context, o options, work string) (side, error) {
+	py, err := findPython(ctx, o.python)
+	if err != nil {
+		return side{}, err
+	}
+	script := filepath.Join(work, "gloo_allreduce.py")
+	if err := os.WriteFile(script, glooPy, 0o644); err != nil {
+		return side{}, err
+	}
+	ver := firstLine(ctx, py, "-c", "import torch; print(torch.__version__)")
+	// torch's gloo allreduce with no algorithm chosen is gloo's ring
+	// (reduce-scatter, then allgather); this gloo has no shared-memory
+	// transport, so on one host it always runs over loopback TCP.
+	s := side{name: "gloo", label: "gloo tcp", about: fmt.Sprintf("torch %s ProcessGroupGloo (ring allreduce) over TCP on lo, %s", ver, py)}
+	s.run = func(ctx context.Context, round int) (report.Result, error) {
+		store := filepath.Join(work, fmt.Sprintf("store-%d", round))
+		ctx, cancel := context.WithTimeout(ctx, o.timeout)
+		defer cancel()
+		var wg sync.WaitGroup
+		errs := make([]error, o.n)
+		var out0 bytes.Buffer
+		for r := 0; r < o.n; r++ {
+			cmd := exec.CommandContext(ctx, py, script, strconv.Itoa(r), strconv.Itoa(o.n), store,
+				strconv.FormatInt(o.min, 10), strconv.FormatInt(o.max, 10), strconv.Itoa(o.iters))
+			cmd.Env = append(os.Environ(), "GLOO_SOCKET_IFNAME=lo", "OMP_NUM_THREADS=1")
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			if r == 0 {
+				cmd.Stdout = &out0
+			}
+			if err := cmd.Start(); err != nil {
+				cancel()
+				wg.Wait()
+				return report.Result{}, err
+			}
+			wg.Add(1)
+			go func(r int) {
+				defer wg.Done()
+				if err := cmd.Wait(); err != nil {
+					errs[r] = fmt.Errorf("rank %d: %w\n%s", r, err, lastLines(stderr.String(), 5))
+					cancel() // one rank gone: the others would wait for it forever
+				}
+			}(r)
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return report.Result{}, err
+		}
+		return parsePeer(out0.Bytes(), "gloo", o)
+	}
+	return s, nil
+}
+
+// parsePeer reads a peer program's lines (bytes count time_us wrong),
+// skipping whatever else its launcher printed.
+func parsePeer(out []byte, tool string, o options) (report.Result, error) {
 	host, _ := os.Hostname()
+	cores, model := report.Machine()
 	res := report.Result{Meta: report.Meta{Tool: tool, Date: time.Now().UTC().Format(time.RFC3339), Host: host,
-		Ranks: n, Op: "allreduce", DType: "float32", Redop: "sum", Root: -1, Algo: "peer", Check: true}}
+		Cores: cores, CPUModel: model, Ranks: o.n, Op: "allreduce", DType: "float32", Redop: "sum", Root: -1,
+		Transport: o.path, Algo: "auto", Iters: o.iters, Warmup: 3, Check: true}}
+	if tool == "gloo" {
+		res.Meta.Transport = "tcp"
+	}
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
-		if len(f) != 6 {
+		if len(f) != 4 {
 			continue
 		}
-		var v [6]float64
-		ok := true
-		for i, s := range f {
-			x, err := strconv.ParseFloat(s, 64)
-			if err != nil {
-				ok = false
-				break
-			}
-			v[i] = x
-		}
-		if !ok {
+		size, err1 := strconv.ParseInt(f[0], 10, 64)
+		count, err2 := strconv.ParseInt(f[1], 10, 64)
+		us, err3 := strconv.ParseFloat(f[2], 64)
+		wrong, err4 := strconv.ParseInt(f[3], 10, 64)
+		if errors.Join(err1, err2, err3, err4) != nil {
 			continue
 		}
-		// The bandwidths are recomputed from the time: the script rounds
-		// them to 3 decimals, which leaves small sizes at 0.000.
-		res.Rows = append(res.Rows, withBW(report.Row{Size: int64(v[0]), Count: int64(v[1]), Type: "float32", Redop: "sum", Root: -1,
-			TimeUS: v[2], Wrong: int64(v[5]), Algo: "peer"}, n))
+		res.Rows = append(res.Rows, withBW(report.Row{Size: size, Count: count, Type: "float32", Redop: "sum", Root: -1,
+			TimeUS: us, Wrong: wrong, Algo: "auto", Iters: o.iters}, o.n))
 	}
 	if len(res.Rows) == 0 {
-		return res, fmt.Errorf("%s printed no rows of size count time_us algbw busbw wrong:\n%s", tool, out)
+		return res, fmt.Errorf("%s printed no rows of bytes count time_us wrong:\n%s", tool, out)
 	}
 	return res, nil
 }
 
-// median merges repeated runs: per size, the median time, bandwidths
-// recomputed from it, and the worst #wrong.
-func median(runs []report.Result) report.Result {
-	out := report.Result{Meta: runs[0].Meta}
-	bySize := map[int64][]report.Row{}
-	var sizes []int64
-	for _, r := range runs {
-		for _, row := range r.Rows {
-			if _, ok := bySize[row.Size]; !ok {
-				sizes = append(sizes, row.Size)
-			}
-			bySize[row.Size] = append(bySize[row.Size], row)
-		}
-	}
-	sort.Slice(sizes, func(i, j int) bool { return sizes[i] < sizes[j] })
-	for _, s := range sizes {
-		rows := bySize[s]
-		sort.Slice(rows, func(i, j int) bool { return rows[i].TimeUS < rows[j].TimeUS })
-		m := rows[len(rows)/2]
-		if len(rows)%2 == 0 {
-			m.TimeUS = (rows[len(rows)/2-1].TimeUS + m.TimeUS) / 2
-		}
-		for _, r := range rows {
-			m.Wrong = max(m.Wrong, r.Wrong)
-		}
-		out.Rows = append(out.Rows, withBW(m, runs[0].Meta.Ranks))
-	}
-	return out
-}
-
-// withBW sets r's bandwidths from its time, in full precision: algbw is
-// size/time, busbw scales it by allreduce's 2(n-1)/n.
+// withBW sets r's bandwidths from its time: algbw is size/time, busbw
+// scales it by allreduce's 2(n-1)/n, as collbench does.
 func withBW(r report.Row, n int) report.Row {
 	r.AlgBW, r.BusBW = 0, 0
 	if r.TimeUS > 0 && n > 0 {
@@ -387,49 +549,21 @@ func withBW(r report.Row, n int) report.Row {
 	return r
 }
 
-const (
-	cmpHead = "%12s %12s %12s %10s %12s %12s %10s %9s  %s\n"
-	cmpRow  = "%12d %12.2f %12.2f %10.3f %12.4f %12.4f %10.3f %9s  %s\n"
-)
-
-func printTable(w io.Writer, o options, ours, theirs report.Result, membw []string) {
-	order := "same order each time"
-	if o.alternate && o.repeat > 1 {
-		order = "order alternated"
+// copyBandwidth is one core's memory copy rate in GB/s, the best of a few
+// copies of 64 MiB: the ceiling for any transport that copies through
+// memory.
+func copyBandwidth() float64 {
+	src, dst := make([]byte, 64<<20), make([]byte, 64<<20)
+	for i := range src {
+		src[i] = byte(i)
 	}
-	fmt.Fprintf(w, "# allreduce float32 sum, %d ranks: gocoll (transport %s) vs %s (%s); median of %d run(s), %s\n",
-		o.n, o.transport, peerNames[o.peer], o.mpiMode, o.repeat, order)
-	host, _ := os.Hostname()
-	fmt.Fprintf(w, "# host %s, %s\n", host, time.Now().UTC().Format(time.RFC3339))
-	for _, l := range membw {
-		fmt.Fprintf(w, "# membw: %s\n", l)
+	best := time.Duration(math.MaxInt64)
+	for i := 0; i < 5; i++ {
+		t := time.Now()
+		copy(dst, src)
+		best = min(best, time.Since(t))
 	}
-	fmt.Fprintf(w, "# time_ratio = gocoll/peer time (<1: gocoll faster); bw_ratio = gocoll/peer busbw (>1: gocoll faster);\n")
-	fmt.Fprintf(w, "# ahead judges by time below %d B, by busbw from there on\n", o.large)
-	if warmAt, warm := peerMin(o.min); warm {
-		fmt.Fprintf(w, "# %s's sweep starts at %s B, a row left out: its first size runs cold\n", peerNames[o.peer], warmAt)
-	}
-	fmt.Fprintf(w, cmpHead, "size(B)", "gocoll(us)", "peer(us)", "time_ratio", "gocoll_busbw", "peer_busbw", "bw_ratio", "#wrong", "ahead")
-	theirsBy := map[int64]report.Row{}
-	for _, r := range theirs.Rows {
-		theirsBy[r.Size] = r
-	}
-	for _, a := range ours.Rows {
-		b, ok := theirsBy[a.Size]
-		if !ok || a.TimeUS <= 0 || b.TimeUS <= 0 {
-			continue
-		}
-		tr := a.TimeUS / b.TimeUS
-		br := math.NaN()
-		if b.BusBW > 0 {
-			br = a.BusBW / b.BusBW
-		}
-		ahead := "no"
-		if (a.Size < o.large && tr < 1) || (a.Size >= o.large && br > 1) {
-			ahead = "yes"
-		}
-		fmt.Fprintf(w, cmpRow, a.Size, a.TimeUS, b.TimeUS, tr, a.BusBW, b.BusBW, br, fmt.Sprintf("%d/%d", a.Wrong, b.Wrong), ahead)
-	}
+	return float64(len(src)) / best.Seconds() / 1e9
 }
 
 func fill(tmpl string, vals map[string]string) string {
@@ -446,19 +580,40 @@ func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
-// command runs name and returns its stdout; a failure carries its stderr.
-func command(ctx context.Context, timeout time.Duration, dir, name string, args ...string) ([]byte, error) {
+// command runs name with env added and returns its stdout; a failure
+// carries the end of its stderr.
+func command(ctx context.Context, timeout time.Duration, env []string, name string, args ...string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return out, fmt.Errorf("%s %s: %w\n%s%s", name, strings.Join(args, " "), err, out, stderr.Bytes())
+		return out, fmt.Errorf("%s: %w\n%s", name, err, lastLines(string(out)+stderr.String(), 10))
 	}
 	return out, nil
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// firstLine is the first line cmd prints, or "" if it fails.
+func firstLine(ctx context.Context, name string, args ...string) string {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, name, args...).Output()
+	if err != nil {
+		return ""
+	}
+	l, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	return strings.TrimSpace(l)
 }
 
 func goBuild(ctx context.Context, root, out, pkg string) error {
@@ -473,26 +628,11 @@ func goBuild(ctx context.Context, root, out, pkg string) error {
 func moduleRoot() (string, error) {
 	out, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil {
-		return "", fmt.Errorf("finding the module (run compare inside the gocoll checkout, or pass -collbench, -grun and -peers): %w", err)
+		return "", fmt.Errorf("finding the module (run compare inside the gocoll checkout, or pass -collbench and -grun): %w", err)
 	}
 	mod := strings.TrimSpace(string(out))
 	if mod == "" || mod == os.DevNull {
-		return "", errors.New("not inside the gocoll module: run compare from the checkout, or pass -collbench, -grun and -peers")
+		return "", errors.New("not inside the gocoll module: run compare from the checkout, or pass -collbench and -grun")
 	}
 	return filepath.Dir(mod), nil
-}
-
-// peerNames are the peers compare knows, as tables and plots name them.
-var peerNames = map[string]string{"openmpi": "Open MPI", "mpich": "MPICH", "gloo": "gloo"}
-
-// findPeers is the peers' script this module carries, or $GOCOLL_PEERS.
-func findPeers(root string) (string, error) {
-	if p := os.Getenv("GOCOLL_PEERS"); p != "" {
-		return p, nil
-	}
-	p := filepath.Join(root, "bench", "compare", "peers", "run.sh")
-	if _, err := os.Stat(p); err != nil {
-		return "", fmt.Errorf("the peers' script: %w: pass -peers or set GOCOLL_PEERS", err)
-	}
-	return p, nil
 }

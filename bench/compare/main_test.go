@@ -10,24 +10,23 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gocoll/gocoll/bench/internal/report"
 	"github.com/gocoll/gocoll/internal/testmode"
 )
 
-// mpiOut is run-mpi.sh's output as printed on this machine, with mpirun's
-// noise around it.
-const mpiOut = `--------------------------------------------------------------------------
+// peerOut is a peer program's output with a launcher's noise around it.
+const peerOut = `--------------------------------------------------------------------------
 WARNING: a note from mpirun
 --------------------------------------------------------------------------
-        size        count    time_us      algbw      busbw  wrong
-           8            2      10.61      0.001      0.001      0
-          16            4      23.85      0.001      0.001      0
-     1048576       262144    2000.00      0.524      0.524      3
+8 2 10.610 0
+16 4 23.850 0
+1048576 262144 2000.000 3
 `
 
-func TestParseMPI(t *testing.T) {
-	res, err := parseMPI([]byte(mpiOut), 2, "Open MPI")
+func TestParsePeer(t *testing.T) {
+	res, err := parsePeer([]byte(peerOut), "Open MPI", options{n: 2, path: "tcp"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,103 +37,70 @@ func TestParseMPI(t *testing.T) {
 	if r.Size != 1048576 || r.Count != 262144 || r.TimeUS != 2000 || r.Wrong != 3 {
 		t.Errorf("row %+v", r)
 	}
-	// Bandwidths come from the time, in full precision: 1 MiB in 2 ms.
+	// 1 MiB in 2 ms; on 2 ranks busbw equals algbw.
 	if want := 1048576 / 2000e-6 / 1e9; math.Abs(r.AlgBW-want) > 1e-12 || r.BusBW != r.AlgBW {
 		t.Errorf("algbw %v busbw %v, want %v for both on 2 ranks", r.AlgBW, r.BusBW, want)
 	}
-	if res.Rows[0].BusBW == 0 {
-		t.Error("8 B row: busbw 0, the script's rounding was kept")
-	}
-	if _, err := parseMPI([]byte("mpirun: nothing\n"), 2, "Open MPI"); err == nil {
+	if _, err := parsePeer([]byte("mpirun: nothing\n"), "Open MPI", options{n: 2}); err == nil {
 		t.Error("output without rows accepted")
 	}
 }
 
-func TestMedian(t *testing.T) {
-	mk := func(times ...float64) report.Result {
-		r := report.Result{Meta: report.Meta{Tool: "collbench", Op: "allreduce", Ranks: 4}}
-		for i, tu := range times {
-			r.Rows = append(r.Rows, report.Row{Size: int64(8) << i, TimeUS: tu})
-		}
+func TestPrintTables(t *testing.T) {
+	o := options{n: 2, transport: "tcp", path: "tcp", repeat: 3, alternate: true}
+	row := func(size int64, lo, med, hi float64) report.Row {
+		r := withBW(report.Row{Size: size, TimeUS: med}, 2)
+		r.TimeMinUS, r.TimeMaxUS = lo, hi
 		return r
 	}
-	three := median([]report.Result{mk(10, 100), mk(30, 50), mk(20, 70)})
-	if three.Rows[0].TimeUS != 20 || three.Rows[1].TimeUS != 70 {
-		t.Errorf("median of 3: %+v", three.Rows)
+	sides := []side{{name: "gocoll", about: "ours"}, {name: "ompi", about: "theirs", failed: []string{"round 2: mpirun: signal: killed"}}}
+	res := []report.Result{
+		{Rows: []report.Row{row(8, 4, 5, 6), row(1<<20, 900, 1000, 1100)}},
+		{Rows: []report.Row{row(8, 9, 10, 11), row(1<<20, 500, 500, 500)}},
 	}
-	two := median([]report.Result{mk(10, 100), mk(30)})
-	if two.Rows[0].TimeUS != 20 || two.Rows[1].TimeUS != 100 {
-		t.Errorf("median of 2 and of 1: %+v", two.Rows)
-	}
-	// busbw on 4 ranks is algbw * 1.5.
-	if r := three.Rows[0]; math.Abs(r.BusBW-1.5*r.AlgBW) > 1e-15 || math.Abs(r.AlgBW-8/20e-6/1e9) > 1e-15 {
-		t.Errorf("bandwidths of %+v", r)
-	}
-}
-
-func TestPrintTable(t *testing.T) {
-	o := options{n: 2, transport: "tcp", mpiMode: "tcp", repeat: 3, alternate: true, large: 1 << 20}
-	ours := report.Result{Rows: []report.Row{withBW(report.Row{Size: 8, TimeUS: 5}, 2), withBW(report.Row{Size: 1 << 20, TimeUS: 1000}, 2)}}
-	theirs := report.Result{Rows: []report.Row{withBW(report.Row{Size: 8, TimeUS: 10}, 2), withBW(report.Row{Size: 1 << 20, TimeUS: 500}, 2)}}
 	var b bytes.Buffer
-	printTable(&b, o, ours, theirs, []string{"memcpy 5 GB/s"})
-	var rows [][]string
-	for _, l := range strings.Split(b.String(), "\n") {
-		if f := strings.Fields(l); len(f) > 0 && f[0] != "#" && f[0] != "size(B)" {
-			rows = append(rows, f)
+	printTables(&b, o, sides, res, 5)
+	out := b.String()
+	for _, want := range []string{
+		"5.00 [4.00-6.00]", "10.00 [9.00-11.00]", "1000.00 [900.00-1100.00]",
+		"3 round(s), each running every side once, first side rotated",
+		"# gocoll: ours", "# ompi:   theirs", "#         failed round 2: mpirun: signal: killed (left out)", "memory copy: 5.0 GB/s",
+		// 8 B: half the time; 1 MiB: twice; geometric mean 1.
+		"gocoll vs ompi: time ratio 1.000 (geometric mean over 2 sizes); gocoll faster at 1 of them",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in\n%s", want, out)
 		}
 	}
-	if len(rows) != 2 {
-		t.Fatalf("want 2 rows:\n%s", b.String())
+	var ratios []string
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) == 5 && f[4] == "0/0" {
+			ratios = append(ratios, f[3])
+		}
 	}
-	// 8 B: half the time, ahead by time; 1 MiB: half the busbw, behind.
-	if rows[0][3] != "0.500" || rows[0][6] != "2.000" || rows[0][8] != "yes" {
-		t.Errorf("8 B row %q", rows[0])
-	}
-	if rows[1][3] != "2.000" || rows[1][6] != "0.500" || rows[1][8] != "no" {
-		t.Errorf("1 MiB row %q", rows[1])
-	}
-	if !strings.Contains(b.String(), "# membw: memcpy 5 GB/s") || !strings.Contains(b.String(), "median of 3 run(s), order alternated") {
-		t.Errorf("header lines:\n%s", b.String())
+	if strings.Join(ratios, " ") != "0.500 2.000" {
+		t.Errorf("ratios %q, want 0.500 2.000:\n%s", ratios, out)
 	}
 }
 
 func TestParseOptions(t *testing.T) {
-	o, err := parseOptions([]string{"-n", "4", "-min", "1K", "-max", "64M", "-transport", "shm"}, io.Discard)
+	o, err := parseOptions([]string{"-n", "4", "-min", "1K", "-max", "64M", "-transport", "shm", "-peers", "gloo,ompi,gloo"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.min != "1024" || o.max != "67108864" || o.mpiMode != "shm" || o.n != 4 || o.large != 1<<20 {
+	if o.min != 1024 || o.max != 64<<20 || o.path != "shm" || o.n != 4 || strings.Join(o.peers, ",") != "gloo,ompi" {
 		t.Errorf("%+v", o)
 	}
+	if o, _ := parseOptions(nil, io.Discard); strings.Join(o.peers, ",") != "ompi,mpich,gloo" || o.path != "tcp" {
+		t.Errorf("defaults: %+v", o)
+	}
 	for _, args := range [][]string{
-		{"-n", "0"}, {"-repeat", "0"}, {"-min", "1M", "-max", "8"}, {"-min", "x"}, {"-mpi", "ib"}, {"stray"},
+		{"-n", "0"}, {"-repeat", "0"}, {"-iters", "-1"}, {"-min", "1M", "-max", "8"}, {"-min", "x"},
+		{"-min", "6"}, {"-mpi", "ib"}, {"-peers", "nccl"}, {"stray"},
 	} {
 		if _, err := parseOptions(args, io.Discard); !errors.Is(err, errUsage) {
 			t.Errorf("%v: %v, want a usage error", args, err)
 		}
-	}
-}
-
-func TestPeerMin(t *testing.T) {
-	for _, tc := range []struct {
-		min, want string
-		warm      bool
-	}{
-		{"8", "4", true}, // the usual sweep: a 4-byte warm-up row
-		{"1024", "512", true},
-		{"4", "4", false},   // half would be 2 bytes, not a float32
-		{"12", "12", false}, // half would be 6 bytes
-		{"x", "x", false},
-	} {
-		got, warm := peerMin(tc.min)
-		if got != tc.want || warm != tc.warm {
-			t.Errorf("peerMin(%q) = %q, %v; want %q, %v", tc.min, got, warm, tc.want, tc.warm)
-		}
-	}
-	rows := dropBelow([]report.Row{{Size: 4}, {Size: 8}, {Size: 16}}, "8")
-	if len(rows) != 2 || rows[0].Size != 8 || rows[1].Size != 16 {
-		t.Errorf("dropBelow kept %+v, want the 8- and 16-byte rows", rows)
 	}
 }
 
@@ -146,44 +112,77 @@ func TestShellQuote(t *testing.T) {
 	}
 }
 
-// TestPeersForReal runs the comparison briefly against each peer this
-// module carries (bench/compare/peers: Open MPI and MPICH over TCP and
-// shared memory, PyTorch's gloo over TCP), so that a clone can reproduce
-// the README's comparison and CI keeps the peers' programs building and
-// their columns parsing. It asserts every peer's rows come back right
-// (0 wrong elements); the figures themselves are for a quiet machine.
-func TestPeersForReal(t *testing.T) {
+// TestCompare runs the whole comparison for real, briefly: every peer
+// installed on this machine (.ci/run installs all three), two rounds so
+// the order rotates, tiny sizes and few calls.
+func TestCompare(t *testing.T) {
 	testmode.SkipIfQuick(t)
-	dir := t.TempDir()
-	for name, pkg := range map[string]string{"collbench": "github.com/gocoll/gocoll/bench", "grun": "github.com/gocoll/gocoll/cmd/grun"} {
-		if out, err := exec.Command("go", "build", "-o", filepath.Join(dir, name), pkg).CombinedOutput(); err != nil {
-			t.Fatalf("go build %s: %v\n%s", pkg, err, out)
+	peers := []string{}
+	for _, p := range []struct{ name, tool string }{{"ompi", "mpicc.openmpi"}, {"mpich", "mpicc.mpich"}} {
+		if _, err := exec.LookPath(p.tool); err == nil {
+			peers = append(peers, p.name)
+		} else {
+			t.Logf("%s not installed (.ci/run installs it): comparing without %s", p.tool, p.name)
 		}
 	}
-	for _, c := range []struct{ peer, mode string }{{"openmpi", "tcp"}, {"openmpi", "shm"}, {"mpich", "tcp"}, {"mpich", "shm"}, {"gloo", "tcp"}} {
-		t.Run(c.peer+"/"+c.mode, func(t *testing.T) {
-			var out, errs bytes.Buffer
-			args := []string{"-n", "2", "-min", "8", "-max", "1K", "-peer", c.peer, "-mpi", c.mode, "-transport", "tcp", "-membw=false",
-				"-collbench", filepath.Join(dir, "collbench"), "-grun", filepath.Join(dir, "grun")}
-			if err := run(context.Background(), args, &out, &errs); err != nil {
-				t.Fatalf("compare %s: %v\n%s", strings.Join(args, " "), err, errs.String())
+	if _, err := findPython(context.Background(), ""); err == nil {
+		peers = append(peers, "gloo")
+	} else {
+		t.Logf("%v: comparing without gloo", err)
+	}
+	dir := t.TempDir()
+	png := filepath.Join(dir, "c.png")
+	args := []string{"-n", "2", "-min", "8", "-max", "64", "-iters", "5", "-repeat", "2", "-membw=false",
+		"-peers", strings.Join(peers, ","), "-save", dir, "-plot", png, "-timeout", "3m"}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var out, stderr bytes.Buffer
+	if err := run(ctx, args, &out, &stderr); err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	t.Logf("\n%s", out.String())
+	// Every side measured every size in both rounds, and got it right.
+	for _, name := range append([]string{"gocoll"}, peers...) {
+		for _, round := range []string{"1", "2"} {
+			r, err := report.ReadFile(filepath.Join(dir, name+"-"+round+".json"))
+			if err != nil {
+				t.Fatal(err)
 			}
-			if !strings.Contains(out.String(), "vs "+peerNames[c.peer]+" ("+c.mode+")") {
-				t.Errorf("the table does not say it compares with %s %s:\n%s", peerNames[c.peer], c.mode, out.String())
+			if len(r.Rows) != 4 {
+				t.Errorf("%s round %s: %d rows, want 8, 16, 32, 64 bytes", name, round, len(r.Rows))
 			}
-			rows := 0
-			for _, line := range strings.Split(out.String(), "\n") {
-				f := strings.Fields(line)
-				if len(f) == 9 && f[7] != "#wrong" {
-					rows++
-					if f[7] != "0/0" {
-						t.Errorf("wrong elements: %s", line)
-					}
+			for _, row := range r.Rows {
+				if row.TimeUS <= 0 || row.Wrong != 0 {
+					t.Errorf("%s round %s: row %+v", name, round, row)
 				}
 			}
-			if rows != 8 { // 8 B to 1 KiB, doubling
-				t.Errorf("%d rows, want 8:\n%s", rows, out.String())
-			}
-		})
+		}
+	}
+	if n := strings.Count(out.String(), "gocoll vs "); n != len(peers) {
+		t.Errorf("%d ratio summaries, want one per peer (%d):\n%s", n, len(peers), out.String())
+	}
+	if !strings.Contains(stderr.String(), "wrote "+png) {
+		t.Errorf("plot not reported:\n%s", stderr.String())
+	}
+}
+
+// A peer that is not installed is refused before anything runs, naming
+// the packages to install.
+func TestMissingPeer(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		err  func() error
+		want string
+	}{
+		{"mpicc", func() error {
+			return mpiBuild(ctx, t.TempDir(), "mpicc.nosuchmpi", filepath.Join(t.TempDir(), "x"), "nosuchmpi-dev")
+		}, "apt-get install nosuchmpi-dev"},
+		{"python", func() error { _, err := findPython(ctx, "/nonexistent/python3"); return err }, "apt-get install python3-torch"},
+	} {
+		err := tc.err()
+		if !errors.Is(err, errMissing) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want errMissing saying %q", tc.name, err, tc.want)
+		}
 	}
 }

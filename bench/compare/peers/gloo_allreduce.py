@@ -1,74 +1,69 @@
-"""The gloo side of bench/compare: torch.distributed's all_reduce with the
-gloo backend on CPU, float32 sum, over a size sweep doubling from MIN to MAX
-bytes, one process per rank started here (no torchrun needed), meeting over
-TCP on 127.0.0.1. It prints nccl-tests' columns, as collbench does:
+"""gloo side of bench/compare: torch.distributed.all_reduce on a float32 CPU
+tensor with SUM, gloo backend, over a sweep of sizes. One process per rank;
+compare starts them all and reads rank 0's output.
 
-    size count time_us algbw busbw wrong
+usage: gloo_allreduce.py RANK SIZE STOREFILE MINBYTES MAXBYTES ITERS
 
-time_us is the slowest rank's mean per call; busbw is algbw*2(n-1)/n. Each
-size runs three untimed calls, then as many timed ones as collbench would,
-then one call whose result every rank checks.
+The ranks meet through a torch FileStore at STOREFILE (no port to pick); gloo
+then connects its pairs over TCP on GLOO_SOCKET_IFNAME (compare sets lo).
+Rank 0 prints one line per size: bytes, elements, the slowest rank's mean time
+per call in microseconds, wrong elements summed over ranks. As in a training
+script, each timed call is a plain synchronous all_reduce from Python.
 
-Usage: python3 gloo_allreduce.py NRANKS MIN MAX
+all_reduce works in place: each size is checked once on patterned data, then
+timed on zeros, whose sum stays zero however often it is repeated.
 """
-import os
-import socket
 import sys
 import time
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 
-def iters_for(nbytes):
+def iterations(nbytes, fixed):
+    if fixed > 0:
+        return fixed
     if nbytes < 1 << 20:
         return 200
-    if nbytes < 16 << 20:
-        return 20
-    return 5
+    return 20 if nbytes < 16 << 20 else 5
 
 
-def rank_main(rank, n, port, lo, hi):
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=n)
-    if rank == 0:
-        print("# size count time_us algbw busbw wrong", flush=True)
-    size = max(lo, 4)
-    while size <= hi:
-        count = size // 4
-        pattern = (torch.arange(count) % 7).float()
-        buf = pattern + (rank + 1)
+def main(argv):
+    if len(argv) != 6:
+        print(__doc__.splitlines()[4].strip(), file=sys.stderr)
+        return 2
+    rank, size = int(argv[0]), int(argv[1])
+    lo, hi, fixed = int(argv[3]), int(argv[4]), int(argv[5])
+    dist.init_process_group("gloo", store=dist.FileStore(argv[2], size), rank=rank, world_size=size)
+    pattern = (torch.arange(hi // 4) % 7 + 1).to(torch.float32)
+    buf = torch.zeros(hi // 4, dtype=torch.float32)
+    for _ in range(100):
+        dist.all_reduce(buf[: lo // 4])
+    b = lo
+    while b <= hi:
+        n = b // 4
+        t = buf[:n]
+        torch.mul(pattern[:n], rank + 1, out=t)
+        dist.all_reduce(t)
+        wrong = torch.tensor([int((t != pattern[:n] * (size * (size + 1) // 2)).sum())])
+        t.zero_()
         for _ in range(3):
-            dist.all_reduce(buf)
-        iters = iters_for(size)
+            dist.all_reduce(t)
+        iters = iterations(b, fixed)
         dist.barrier()
-        t0 = time.perf_counter()
+        start = time.perf_counter()
         for _ in range(iters):
-            dist.all_reduce(buf)
-        mine = torch.tensor([(time.perf_counter() - t0) / iters], dtype=torch.float64)
-        dist.all_reduce(mine, op=dist.ReduceOp.MAX)
-        buf = pattern + (rank + 1)
-        dist.all_reduce(buf)
-        want = pattern * n + n * (n + 1) / 2
-        wrong = torch.tensor([int((buf != want).sum())], dtype=torch.int64)
+            dist.all_reduce(t)
+        mean = torch.tensor([(time.perf_counter() - start) / iters], dtype=torch.float64)
+        dist.all_reduce(mean, op=dist.ReduceOp.MAX)
         dist.all_reduce(wrong)
         if rank == 0:
-            t = mine.item()
-            algbw = size / t / 1e9
-            print(f"{size} {count} {t * 1e6:.2f} {algbw:.3f} {algbw * 2 * (n - 1) / n:.3f} {wrong.item()}", flush=True)
-        size *= 2
+            print("%d %d %.3f %d" % (b, n, mean.item() * 1e6, wrong.item()), flush=True)
+        b *= 2
+    dist.barrier()
     dist.destroy_process_group()
-
-
-def main():
-    n, lo, hi = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    torch.set_num_threads(1)
-    mp.spawn(rank_main, args=(n, port, lo, hi), nprocs=n, join=True)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main(sys.argv[1:]))

@@ -6,9 +6,9 @@ import (
 	"image/color"
 	"math"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -17,12 +17,16 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 )
 
-// The PNG's size in pixels: two panels side by side.
+// The PNG's size in pixels: a title, two panels side by side, and one
+// legend for both beneath them, where it can hide no data.
 const (
 	PlotWidth  = 1400
-	PlotHeight = 560
+	PlotHeight = 760
 	plotDPI    = 96
 )
+
+// px is one pixel of the PNG in vg's units.
+const px = vg.Inch / plotDPI
 
 // ErrNothingToPlot reports results without a single positive value to draw
 // on log axes.
@@ -35,13 +39,14 @@ var palette = []color.RGBA{
 	{0xe3, 0x77, 0xc2, 0xff}, {0x7f, 0x7f, 0x7f, 0xff},
 }
 
-// Plot draws busbw (left) and time (right) against size, on log axes,
-// into a PNG at path. Results with the same label are repeats of one
-// setup: they draw as one line through the medians, in a shaded band from
-// the minimum to the maximum, so that run-to-run spread shows and a noisy
-// minute is not taken for real behaviour. The title says what every
-// result shares (collective, type, ranks) and where and when they ran;
-// the legend, only what sets them apart.
+// legendRows is how many entries a legend column holds.
+const legendRows = 4
+
+// Plot draws busbw (left) and time (right) against size, on log axes, one
+// line per result labelled by labels[i], into a PNG at path. A result
+// merged from repeated runs (Merge) is drawn as its median with a band
+// from the fastest to the slowest run. The title says what was measured,
+// on which host and when.
 func Plot(path string, results []Result, labels []string) (err error) {
 	if len(results) != len(labels) {
 		return fmt.Errorf("plot: %d results but %d labels", len(results), len(labels))
@@ -53,26 +58,71 @@ func Plot(path string, results []Result, labels []string) (err error) {
 			err = fmt.Errorf("plot %s: %v", path, p)
 		}
 	}()
-	groups := group(results, labels)
-	title := caption(results)
-	// Bandwidth grows with size, time too: the legend goes where each
-	// panel's data is not, bottom right and top left.
-	bw, err := panel("bus bandwidth, "+title, "busbw (GB/s)", groups, false, func(r Row) float64 { return r.BusBW })
+	busbw := func(r Row) float64 { return r.BusBW }
+	// busbw is inversely proportional to time: the slowest run is the lowest.
+	busSpread := func(r Row) (float64, float64) {
+		if r.TimeMinUS <= 0 || r.TimeMaxUS <= 0 {
+			return 0, 0
+		}
+		return r.BusBW * r.TimeUS / r.TimeMaxUS, r.BusBW * r.TimeUS / r.TimeMinUS
+	}
+	bw, entries, err := panel("bus bandwidth (higher is faster)", "busbw (GB/s)", results, labels, busbw, busSpread)
 	if err != nil {
 		return err
 	}
-	lat, err := panel("time per call, "+title, "time (µs)", groups, true, func(r Row) float64 { return r.TimeUS })
+	lat, _, err := panel("time per call, slowest rank's mean (lower is faster)", "time (µs)", results, labels,
+		func(r Row) float64 { return r.TimeUS }, func(r Row) (float64, float64) { return r.TimeMinUS, r.TimeMaxUS })
 	if err != nil {
 		return err
 	}
-	img := vgimg.NewWith(vgimg.UseWH(vg.Inch*PlotWidth/plotDPI, vg.Inch*PlotHeight/plotDPI), vgimg.UseDPI(plotDPI))
+	img := vgimg.NewWith(vgimg.UseWH(PlotWidth*px, PlotHeight*px), vgimg.UseDPI(plotDPI))
 	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: 1, Cols: 2, PadX: vg.Millimeter * 6, PadTop: vg.Millimeter * 2,
-		PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 2}
-	plots := [][]*plot.Plot{{bw, lat}}
-	canvases := plot.Align(plots, tiles, dc)
-	bw.Draw(canvases[0][0])
-	lat.Draw(canvases[0][1])
+	dc.SetColor(color.White)
+	dc.Fill(dc.Rectangle.Path())
+
+	title, subtitle := describe(results)
+	titleH, legendH := 64*px, vg.Length(min(len(entries), legendRows)*22+16)*px
+	big := plot.New().Title.TextStyle
+	big.Font.Size = vg.Points(15)
+	small := big
+	small.Font.Size = vg.Points(10.5)
+	big.XAlign, small.XAlign = draw.XCenter, draw.XCenter
+	mid := (dc.Min.X + dc.Max.X) / 2
+	dc.FillText(big, vg.Point{X: mid, Y: dc.Max.Y - 28*px}, title)
+	dc.FillText(small, vg.Point{X: mid, Y: dc.Max.Y - 54*px}, subtitle)
+
+	panels := draw.Crop(dc, 0, 0, legendH, -titleH)
+	tiles := draw.Tiles{Rows: 1, Cols: 2, PadX: vg.Millimeter * 8, PadTop: vg.Millimeter * 5,
+		PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 3, PadRight: vg.Millimeter * 4}
+	// Not plot.Align: it lines up the data areas by moving one panel's
+	// title above the other's. Both panels share the x axis, so plain
+	// tiles line up anyway.
+	bw.Draw(tiles.At(panels, 0, 0))
+	lat.Draw(tiles.At(panels, 1, 0))
+
+	// The legend, in columns of legendRows entries, centred beneath.
+	cols := (len(entries) + legendRows - 1) / legendRows
+	longest := 0
+	for _, e := range entries {
+		longest = max(longest, len(e.label))
+	}
+	colW := min(vg.Length(PlotWidth)*px/vg.Length(max(cols, 1)), vg.Length(longest*8+70)*px)
+	left := mid - colW*vg.Length(cols)/2
+	for c := 0; c < cols; c++ {
+		l := plot.NewLegend()
+		l.Top, l.Left = true, true
+		l.TextStyle.Font.Size = vg.Points(11)
+		l.ThumbnailWidth = vg.Points(30)
+		l.Padding = 5 * px
+		for _, e := range entries[c*legendRows : min(len(entries), (c+1)*legendRows)] {
+			l.Add(e.label, e.thumbs...)
+		}
+		strip := draw.Crop(dc, 0, 0, 0, 0)
+		strip.Rectangle = vg.Rectangle{Min: vg.Point{X: left + colW*vg.Length(c) + 20*px, Y: dc.Min.Y + 6*px},
+			Max: vg.Point{X: left + colW*vg.Length(c+1), Y: dc.Min.Y + legendH}}
+		l.Draw(strip)
+	}
+
 	f, err := os.Create(path)
 	if err != nil {
 		return err
@@ -84,122 +134,126 @@ func Plot(path string, results []Result, labels []string) (err error) {
 	return f.Close()
 }
 
-// series is the runs of one setup, drawn as one line and band.
-type series struct {
-	label string
-	runs  []Result
-}
-
-// group gathers results by label, in order of first appearance.
-func group(results []Result, labels []string) []series {
-	var out []series
-	at := map[string]int{}
-	for i, r := range results {
-		k, ok := at[labels[i]]
-		if !ok {
-			k = len(out)
-			at[labels[i]] = k
-			out = append(out, series{label: labels[i]})
+// describe is the plot's title and subtitle: what was measured, where,
+// when, and what the bands mean.
+func describe(results []Result) (string, string) {
+	first := results[0].Meta
+	what := func(m Meta) string {
+		s := m.Op
+		if m.DType != "" {
+			s += " " + m.DType
 		}
-		out[k].runs = append(out[k].runs, r)
-	}
-	for i := range out {
-		if n := len(out[i].runs); n > 1 {
-			out[i].label += fmt.Sprintf(" (median of %d runs, band min–max)", n)
+		if m.Redop != "" && m.Redop != "none" {
+			s += " " + m.Redop
 		}
+		return s
 	}
-	return out
-}
-
-// caption is what the results share, and where and when they ran:
-// "allreduce float32, 4 ranks; host vm, 2026-11-25".
-func caption(results []Result) string {
-	same := func(f func(Meta) string) string {
-		v := f(results[0].Meta)
-		for _, r := range results[1:] {
-			if f(r.Meta) != v {
-				return ""
-			}
-		}
-		return v
-	}
-	var parts []string
-	for _, f := range []func(Meta) string{
-		func(m Meta) string { return m.Op },
-		func(m Meta) string { return m.DType },
-		func(m Meta) string {
-			if m.Ranks == 0 {
-				return ""
-			}
-			return strconv.Itoa(m.Ranks) + " ranks"
-		},
-	} {
-		if v := same(f); v != "" {
-			parts = append(parts, v)
-		}
-	}
-	where := []string{}
-	if h := same(func(m Meta) string { return m.Host }); h != "" {
-		where = append(where, "host "+h)
-	}
-	first, last := "", ""
+	title, ranks := what(first), first.Ranks
+	hosts := map[string]bool{}
+	date := first.Date
+	runs := 0
 	for _, r := range results {
-		if d := r.Meta.Date; len(d) >= 10 {
-			if first == "" || d[:10] < first {
-				first = d[:10]
-			}
-			if d[:10] > last {
-				last = d[:10]
-			}
+		if what(r.Meta) != title {
+			title = "collectives"
+		}
+		if r.Meta.Ranks != ranks {
+			ranks = 0
+		}
+		if r.Meta.Host != "" {
+			hosts[r.Meta.Host] = true
+		}
+		if r.Meta.Date != "" && (date == "" || r.Meta.Date < date) {
+			date = r.Meta.Date
+		}
+		for _, row := range r.Rows {
+			runs = max(runs, row.Runs)
 		}
 	}
-	if first != "" {
-		if last != first {
-			first += " to " + last
+	if ranks > 0 {
+		title += fmt.Sprintf(", %d ranks", ranks)
+	}
+	var sub []string
+	switch len(hosts) {
+	case 0:
+	case 1:
+		h := "host " + first.Host
+		if first.Host == "" {
+			for k := range hosts {
+				h = "host " + k
+			}
 		}
-		where = append(where, first)
+		if first.Cores > 0 {
+			h += fmt.Sprintf(" (%d cores", first.Cores)
+			if first.CPUModel != "" {
+				h += ", " + first.CPUModel
+			}
+			h += ")"
+		}
+		sub = append(sub, h)
+	default:
+		sub = append(sub, fmt.Sprintf("%d hosts", len(hosts)))
 	}
-	s := strings.Join(parts, " ")
-	if len(where) > 0 {
-		s += "; " + strings.Join(where, ", ")
+	if t, err := time.Parse(time.RFC3339, date); err == nil {
+		sub = append(sub, t.UTC().Format("2006-01-02 15:04 MST"))
 	}
-	return s
+	if runs > 1 {
+		sub = append(sub, fmt.Sprintf("lines: median of up to %d runs, bands: fastest to slowest run", runs))
+	} else {
+		sub = append(sub, "no run-to-run spread recorded")
+	}
+	return title, strings.Join(sub, " · ")
 }
 
-func panel(title, ylabel string, groups []series, topLeft bool, y func(Row) float64) (*plot.Plot, error) {
+// entry is one line's legend: its label and what it is drawn with.
+type entry struct {
+	label  string
+	thumbs []plot.Thumbnailer
+}
+
+func panel(title, ylabel string, results []Result, labels []string, y func(Row) float64, spread func(Row) (float64, float64)) (*plot.Plot, []entry, error) {
 	p := plot.New()
 	p.Title.Text = title
+	p.Title.TextStyle.Font.Size = vg.Points(12)
 	p.X.Label.Text = "size (bytes)"
 	p.Y.Label.Text = ylabel
 	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
 	p.X.Tick.Marker, p.Y.Tick.Marker = sizeTicks{}, plainLogTicks{}
 	p.Add(plotter.NewGrid())
-	// Entries are spaced so that their text never touches.
-	p.Legend.Top, p.Legend.Left = topLeft, topLeft
-	p.Legend.XOffs, p.Legend.YOffs = vg.Millimeter*3, -vg.Millimeter*3
-	if !topLeft {
-		p.Legend.XOffs, p.Legend.YOffs = -vg.Millimeter*3, vg.Millimeter*3
-	}
-	p.Legend.Padding = vg.Points(3)
-	lines := 0
-	for i, g := range groups {
-		med, lo, hi := spread(g.runs, y)
-		if len(med) == 0 {
+	var entries []entry
+	for i, res := range results {
+		var xys, lo, hi plotter.XYs
+		for _, r := range res.Rows {
+			// Log axes cannot show 0 (a barrier's size, a busbw of 0).
+			v := y(r)
+			if r.Size <= 0 || v <= 0 {
+				continue
+			}
+			xys = append(xys, plotter.XY{X: float64(r.Size), Y: v})
+			if a, b := spread(r); a > 0 && b > 0 && r.Runs > 1 {
+				lo = append(lo, plotter.XY{X: float64(r.Size), Y: a})
+				hi = append(hi, plotter.XY{X: float64(r.Size), Y: b})
+			}
+		}
+		if len(xys) == 0 {
 			continue
 		}
 		c := palette[i%len(palette)]
-		if len(g.runs) > 1 {
-			band, err := plotter.NewPolygon(append(lo, reversed(hi)...))
-			if err != nil {
-				return nil, fmt.Errorf("plot %q: %w", g.label, err)
+		if len(lo) > 1 {
+			ring := append(plotter.XYs{}, lo...)
+			for j := len(hi) - 1; j >= 0; j-- {
+				ring = append(ring, hi[j])
 			}
-			band.Color = color.NRGBA{c.R, c.G, c.B, 0x40}
+			band, err := plotter.NewPolygon(ring)
+			if err != nil {
+				return nil, nil, fmt.Errorf("plot %q: %w", labels[i], err)
+			}
+			band.Color = color.NRGBA{c.R, c.G, c.B, 0x38}
 			band.LineStyle.Width = 0
 			p.Add(band)
 		}
-		l, s, err := plotter.NewLinePoints(med)
+		l, s, err := plotter.NewLinePoints(xys)
 		if err != nil {
-			return nil, fmt.Errorf("plot %q: %w", g.label, err)
+			return nil, nil, fmt.Errorf("plot %q: %w", labels[i], err)
 		}
 		l.Color, s.Color = c, c
 		l.Width = vg.Points(1.5)
@@ -209,11 +263,10 @@ func panel(title, ylabel string, groups []series, topLeft bool, y func(Row) floa
 		s.Shape = draw.CircleGlyph{}
 		s.Radius = vg.Points(2)
 		p.Add(l, s)
-		p.Legend.Add(g.label, l, s)
-		lines++
+		entries = append(entries, entry{labels[i], []plot.Thumbnailer{l, s}})
 	}
-	if lines == 0 {
-		return nil, fmt.Errorf("%s: %w (no row with a positive size and value)", title, ErrNothingToPlot)
+	if len(entries) == 0 {
+		return nil, nil, fmt.Errorf("%s: %w (no row with a positive size and value)", title, ErrNothingToPlot)
 	}
 	// A single point gives a log axis no range; widen it around the point.
 	if p.X.Min == p.X.Max {
@@ -222,49 +275,7 @@ func panel(title, ylabel string, groups []series, topLeft bool, y func(Row) floa
 	if p.Y.Min == p.Y.Max {
 		p.Y.Min, p.Y.Max = p.Y.Min/2, p.Y.Max*2
 	}
-	return p, nil
-}
-
-// spread is, for each size the runs measured, the median, minimum and
-// maximum of y over the runs. Log axes cannot show 0 (a barrier's size,
-// a busbw of 0): such points are left out.
-func spread(runs []Result, y func(Row) float64) (med, lo, hi plotter.XYs) {
-	by := map[int64][]float64{}
-	var sizes []int64
-	for _, res := range runs {
-		for _, r := range res.Rows {
-			v := y(r)
-			if r.Size <= 0 || v <= 0 {
-				continue
-			}
-			if _, ok := by[r.Size]; !ok {
-				sizes = append(sizes, r.Size)
-			}
-			by[r.Size] = append(by[r.Size], v)
-		}
-	}
-	slices.Sort(sizes)
-	for _, sz := range sizes {
-		vs := by[sz]
-		slices.Sort(vs)
-		m := vs[len(vs)/2]
-		if len(vs)%2 == 0 {
-			m = (vs[len(vs)/2-1] + vs[len(vs)/2]) / 2
-		}
-		x := float64(sz)
-		med = append(med, plotter.XY{X: x, Y: m})
-		lo = append(lo, plotter.XY{X: x, Y: vs[0]})
-		hi = append(hi, plotter.XY{X: x, Y: vs[len(vs)-1]})
-	}
-	return med, lo, hi
-}
-
-func reversed(xys plotter.XYs) plotter.XYs {
-	out := make(plotter.XYs, len(xys))
-	for i, p := range xys {
-		out[len(xys)-1-i] = p
-	}
-	return out
+	return p, entries, nil
 }
 
 // sizeTicks marks every power of two on a log axis of bytes and labels

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
+	"sort"
 )
 
 // ErrFormat reports a file that is not a collbench result.
@@ -18,12 +18,14 @@ type Meta struct {
 	Tool string `json:"tool"` // "collbench", or the peer's name for converted results
 	Date string `json:"date"` // RFC 3339, UTC
 	Host string `json:"host"`
-	// The machine, and this rank's share of it: a rank grun bound to one
-	// CPU sees runtime.NumCPU() = 1 on a machine of many.
-	Cores      int      `json:"cores"`                // the machine's online CPUs
-	CPUModel   string   `json:"cpu_model,omitempty"`  // as the CPU names itself
-	BoundCPUs  string   `json:"bound_cpus,omitempty"` // the CPUs rank 0 may run on, "1" or "0-3" as a list
-	GOMAXPROCS int      `json:"gomaxprocs,omitempty"` // rank 0's
+	// The machine: every CPU online and its model, whatever this process
+	// may use.
+	Cores    int    `json:"cores"`
+	CPUModel string `json:"cpu_model,omitempty"`
+	// The binding: the CPUs rank 0 was allowed to run on (a cpulist,
+	// "0-1,4") and its GOMAXPROCS, which Go derives from them.
+	CPUs       string   `json:"cpus,omitempty"`
+	GOMAXPROCS int      `json:"gomaxprocs,omitempty"`
 	Ranks      int      `json:"ranks"`
 	Op         string   `json:"op"`
 	DType      string   `json:"dtype"`
@@ -53,6 +55,11 @@ type Row struct {
 	Wrong  int64   `json:"wrong"`   // wrong elements over all ranks; -1: not checked
 	Algo   string  `json:"algo"`
 	Iters  int     `json:"iters"`
+	// Over repeated runs merged by Merge: TimeUS is the median, these the
+	// fastest and slowest run, Runs how many runs had this size.
+	TimeMinUS float64 `json:"time_min_us,omitempty"`
+	TimeMaxUS float64 `json:"time_max_us,omitempty"`
+	Runs      int     `json:"runs,omitempty"`
 }
 
 // Result is one run.
@@ -72,54 +79,6 @@ func (r Result) Label() string {
 		s += " @" + m.Version
 	}
 	return s
-}
-
-// ShortLabels names each result in a legend by what sets it apart from the
-// others (tool and transport always; op, type, ranks, host and version
-// where they differ): what they share goes in the plot's title. A result
-// with its own Label keeps it.
-func ShortLabels(results []Result) []string {
-	differs := func(f func(Meta) string) bool {
-		for _, r := range results[1:] {
-			if f(r.Meta) != f(results[0].Meta) {
-				return true
-			}
-		}
-		return false
-	}
-	fields := []func(Meta) string{
-		func(m Meta) string { return m.Op },
-		func(m Meta) string { return m.DType },
-		func(m Meta) string { return fmt.Sprintf("%d ranks", m.Ranks) },
-		func(m Meta) string { return "on " + m.Host },
-		func(m Meta) string {
-			if m.Version == "" {
-				return ""
-			}
-			return "@" + m.Version
-		},
-	}
-	var vary []func(Meta) string
-	for _, f := range fields {
-		if len(results) > 0 && differs(f) {
-			vary = append(vary, f)
-		}
-	}
-	labels := make([]string, len(results))
-	for i, r := range results {
-		if r.Meta.Label != "" {
-			labels[i] = r.Meta.Label
-			continue
-		}
-		parts := []string{r.Meta.Tool, r.Meta.Transport}
-		for _, f := range vary {
-			if v := f(r.Meta); v != "" {
-				parts = append(parts, v)
-			}
-		}
-		labels[i] = strings.Join(parts, " ")
-	}
-	return labels
 }
 
 // Write writes r as indented JSON.
@@ -155,4 +114,45 @@ func ReadFile(path string) (Result, error) {
 		return Result{}, fmt.Errorf("%s: %w", path, err)
 	}
 	return r, nil
+}
+
+// Merge folds repeated runs of one setup into one result: per size, the
+// median time (the mean of the middle two for an even count), the fastest
+// and slowest run's time, bandwidths scaled from the median, and the most
+// wrong elements any run saw. The metadata is the first run's.
+func Merge(runs []Result) Result {
+	if len(runs) == 0 {
+		return Result{}
+	}
+	out := Result{Meta: runs[0].Meta}
+	bySize := map[int64][]Row{}
+	var sizes []int64
+	for _, r := range runs {
+		for _, row := range r.Rows {
+			if _, ok := bySize[row.Size]; !ok {
+				sizes = append(sizes, row.Size)
+			}
+			bySize[row.Size] = append(bySize[row.Size], row)
+		}
+	}
+	sort.Slice(sizes, func(i, j int) bool { return sizes[i] < sizes[j] })
+	for _, s := range sizes {
+		rows := bySize[s]
+		sort.Slice(rows, func(i, j int) bool { return rows[i].TimeUS < rows[j].TimeUS })
+		m := rows[len(rows)/2]
+		if len(rows)%2 == 0 {
+			m.TimeUS = (rows[len(rows)/2-1].TimeUS + m.TimeUS) / 2
+		}
+		m.TimeMinUS, m.TimeMaxUS, m.Runs = rows[0].TimeUS, rows[len(rows)-1].TimeUS, len(rows)
+		for _, r := range rows {
+			m.Wrong = max(m.Wrong, r.Wrong)
+		}
+		// Bandwidth is size over time: scale the row's own by its change of time.
+		if med := m.TimeUS; med > 0 && rows[len(rows)/2].TimeUS > 0 {
+			f := rows[len(rows)/2].TimeUS / med
+			m.AlgBW, m.BusBW = rows[len(rows)/2].AlgBW*f, rows[len(rows)/2].BusBW*f
+		}
+		out.Rows = append(out.Rows, m)
+	}
+	return out
 }

@@ -1,6 +1,8 @@
 package report
 
 import (
+	"math"
+	"os"
 	"reflect"
 	"testing"
 )
@@ -47,5 +49,77 @@ func TestLabel(t *testing.T) {
 	r.Meta.Label = "mine"
 	if r.Label() != "mine" {
 		t.Errorf("-label ignored: %q", r.Label())
+	}
+}
+
+func TestMerge(t *testing.T) {
+	mk := func(times ...float64) Result {
+		r := Result{Meta: Meta{Tool: "collbench", Op: "allreduce", Ranks: 4}}
+		for i, tu := range times {
+			// busbw on 4 ranks: 1.5 × size/time.
+			alg := float64(int64(8)<<i) / tu / 1e3
+			r.Rows = append(r.Rows, Row{Size: int64(8) << i, TimeUS: tu, AlgBW: alg, BusBW: 1.5 * alg, Wrong: int64(tu) % 2})
+		}
+		return r
+	}
+	for _, tc := range []struct {
+		name          string
+		runs          []Result
+		size          int
+		med, lo, hi   float64
+		runsAt, wrong int64
+	}{
+		{"median of 3", []Result{mk(10, 100), mk(30, 50), mk(20, 70)}, 0, 20, 10, 30, 3, 0},
+		{"median of 3, second size", []Result{mk(10, 100), mk(30, 51), mk(20, 70)}, 1, 70, 51, 100, 3, 1},
+		{"even count: mean of the middle two", []Result{mk(10, 100), mk(30)}, 0, 20, 10, 30, 2, 0},
+		{"a size only one run has", []Result{mk(10, 100), mk(30)}, 1, 100, 100, 100, 1, 0},
+	} {
+		m := Merge(tc.runs)
+		r := m.Rows[tc.size]
+		if r.TimeUS != tc.med || r.TimeMinUS != tc.lo || r.TimeMaxUS != tc.hi || int64(r.Runs) != tc.runsAt || r.Wrong != tc.wrong {
+			t.Errorf("%s: %+v, want median %v [%v-%v] over %d, wrong %d", tc.name, r, tc.med, tc.lo, tc.hi, tc.runsAt, tc.wrong)
+		}
+		if want := float64(r.Size) / r.TimeUS / 1e3; math.Abs(r.AlgBW-want) > 1e-12 || math.Abs(r.BusBW-1.5*want) > 1e-12 {
+			t.Errorf("%s: bandwidths %v %v, want %v and 1.5x", tc.name, r.AlgBW, r.BusBW, want)
+		}
+	}
+	if len(Merge(nil).Rows) != 0 {
+		t.Error("Merge(nil) has rows")
+	}
+}
+
+func TestMachine(t *testing.T) {
+	cores, _ := Machine()
+	if cores < 1 {
+		t.Errorf("Machine() = %d cores", cores)
+	}
+	if _, err := os.Stat("/proc/self/status"); err == nil && BoundCPUs() == "" {
+		t.Error("BoundCPUs() empty although /proc/self/status exists")
+	}
+}
+
+func TestDescribe(t *testing.T) {
+	m := Meta{Tool: "collbench", Op: "allreduce", DType: "float32", Redop: "sum", Ranks: 2, Host: "vm", Cores: 2,
+		CPUModel: "AMD EPYC", Date: "2026-11-25T01:02:03Z"}
+	one := Result{Meta: m, Rows: []Row{{Size: 8, TimeUS: 1}}}
+	merged := Result{Meta: m, Rows: []Row{{Size: 8, TimeUS: 1, Runs: 3}}}
+	other := one
+	other.Meta.Op, other.Meta.Ranks = "broadcast", 4
+	for _, tc := range []struct {
+		name       string
+		in         []Result
+		title, sub string
+	}{
+		{"one run", []Result{one}, "allreduce float32 sum, 2 ranks",
+			"host vm (2 cores, AMD EPYC) · 2026-11-25 01:02 UTC · no run-to-run spread recorded"},
+		{"repeated runs", []Result{one, merged}, "allreduce float32 sum, 2 ranks",
+			"host vm (2 cores, AMD EPYC) · 2026-11-25 01:02 UTC · lines: median of up to 3 runs, bands: fastest to slowest run"},
+		{"mixed setups", []Result{one, other}, "collectives",
+			"host vm (2 cores, AMD EPYC) · 2026-11-25 01:02 UTC · no run-to-run spread recorded"},
+	} {
+		title, sub := describe(tc.in)
+		if title != tc.title || sub != tc.sub {
+			t.Errorf("%s: %q / %q, want %q / %q", tc.name, title, sub, tc.title, tc.sub)
+		}
 	}
 }

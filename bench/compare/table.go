@@ -1,0 +1,139 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/gocoll/gocoll/bench/internal/report"
+)
+
+// printTables writes the comparison: a header saying what ran where, the
+// raw times with their spread, then busbw and the ratios.
+func printTables(w io.Writer, o options, sides []side, res []report.Result, membw float64) {
+	host, _ := os.Hostname()
+	cores, model := report.Machine()
+	if model == "" {
+		model = "unknown CPU"
+	}
+	fmt.Fprintf(w, "# allreduce float32 sum, %d ranks; host %s (%d cores, %s); %s\n",
+		o.n, host, cores, model, time.Now().UTC().Format("2006-01-02 15:04 MST"))
+	order := "same order every round"
+	if o.alternate && len(sides) > 1 {
+		order = "first side rotated from round to round"
+	}
+	fmt.Fprintf(w, "# %d round(s), each running every side once, %s\n", o.repeat, order)
+	for _, s := range sides {
+		fmt.Fprintf(w, "# %-7s %s\n", s.name+":", s.about)
+		for _, f := range s.failed {
+			fmt.Fprintf(w, "# %-7s failed %s (left out)\n", "", f)
+		}
+	}
+	if membw > 0 {
+		fmt.Fprintf(w, "# one core's memory copy: %.1f GB/s\n", membw)
+	}
+
+	fmt.Fprintf(w, "\n# time per call in µs (slowest rank's mean): median [min-max] over %d round(s)\n", o.repeat)
+	bySize := make([]map[int64]report.Row, len(res))
+	for i, r := range res {
+		bySize[i] = map[int64]report.Row{}
+		for _, row := range r.Rows {
+			bySize[i][row.Size] = row
+		}
+	}
+	sizes := []int64{}
+	for _, row := range res[0].Rows {
+		sizes = append(sizes, row.Size)
+	}
+	// Cells first, so each column is as wide as its widest.
+	cells := make([][]string, len(sizes))
+	width := make([]int, len(sides))
+	for i, s := range sides {
+		width[i] = len(s.name)
+	}
+	for j, size := range sizes {
+		cells[j] = make([]string, len(sides))
+		for i := range sides {
+			c := "-"
+			if row, ok := bySize[i][size]; ok {
+				c = fmt.Sprintf("%.2f [%.2f-%.2f]", row.TimeUS, row.TimeMinUS, row.TimeMaxUS)
+			}
+			cells[j][i], width[i] = c, max(width[i], len(c))
+		}
+	}
+	fmt.Fprintf(w, "%10s", "size(B)")
+	for i, s := range sides {
+		fmt.Fprintf(w, "  %*s", width[i], s.name)
+	}
+	fmt.Fprintln(w)
+	for j, size := range sizes {
+		fmt.Fprintf(w, "%10d", size)
+		for i := range sides {
+			fmt.Fprintf(w, "  %*s", width[i], cells[j][i])
+		}
+		fmt.Fprintln(w)
+	}
+	if len(sides) < 2 {
+		return
+	}
+
+	fmt.Fprintf(w, "\n# busbw in GB/s from the median time; ratio = gocoll's median time / the peer's (below 1: gocoll faster)\n")
+	fmt.Fprintf(w, "%10s", "size(B)")
+	for _, s := range sides {
+		fmt.Fprintf(w, " %8s", s.name)
+	}
+	for _, s := range sides[1:] {
+		fmt.Fprintf(w, " %8s", "/"+s.name)
+	}
+	names := make([]string, len(sides))
+	for i, s := range sides {
+		names[i] = s.name
+	}
+	fmt.Fprintf(w, "  #wrong(%s)\n", strings.Join(names, "/"))
+	logSum := make([]float64, len(sides))
+	count, faster := make([]int, len(sides)), make([]int, len(sides))
+	for _, size := range sizes {
+		fmt.Fprintf(w, "%10d", size)
+		for i := range sides {
+			if row, ok := bySize[i][size]; ok {
+				fmt.Fprintf(w, " %8.4f", row.BusBW)
+			} else {
+				fmt.Fprintf(w, " %8s", "-")
+			}
+		}
+		ours := bySize[0][size]
+		for i := 1; i < len(sides); i++ {
+			row, ok := bySize[i][size]
+			if !ok || row.TimeUS <= 0 || ours.TimeUS <= 0 {
+				fmt.Fprintf(w, " %8s", "-")
+				continue
+			}
+			r := ours.TimeUS / row.TimeUS
+			fmt.Fprintf(w, " %8.3f", r)
+			logSum[i] += math.Log(r)
+			count[i]++
+			if r < 1 {
+				faster[i]++
+			}
+		}
+		wrong := make([]string, len(sides))
+		for i := range sides {
+			wrong[i] = "-"
+			if row, ok := bySize[i][size]; ok {
+				wrong[i] = fmt.Sprint(row.Wrong)
+			}
+		}
+		fmt.Fprintf(w, "  %s\n", strings.Join(wrong, "/"))
+	}
+	fmt.Fprintln(w)
+	for i := 1; i < len(sides); i++ {
+		if count[i] == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "# gocoll vs %s: time ratio %.3f (geometric mean over %d sizes); gocoll faster at %d of them\n",
+			sides[i].name, math.Exp(logSum[i]/float64(count[i])), count[i], faster[i])
+	}
+}
