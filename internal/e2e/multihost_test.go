@@ -118,6 +118,17 @@ func killNamespace(ns string) {
 	}
 }
 
+// checkEmpty fails t if any process still runs on the cluster's hosts
+// once grun has exited.
+func (c *cluster) checkEmpty(t *testing.T) {
+	t.Helper()
+	for _, ns := range c.ns {
+		if ps := pids(ns); len(ps) > 0 {
+			t.Errorf("processes %v still run in %s after grun exited", ps, ns)
+		}
+	}
+}
+
 // rsh is the --rsh value that runs a command on a cluster host: the
 // netns-rsh stand-in for ssh, which maps each host to its namespace.
 func (c *cluster) rsh(t *testing.T) string {
@@ -227,11 +238,7 @@ func TestMultiHost(t *testing.T) {
 					t.Errorf("no %q in the output:\n%s", want, out)
 				}
 			}
-			for _, ns := range c.ns {
-				if ps := pids(ns); len(ps) > 0 {
-					t.Errorf("processes %v still run in %s after grun exited", ps, ns)
-				}
-			}
+			c.checkEmpty(t)
 		})
 	}
 }
@@ -258,11 +265,7 @@ func TestMultiHostUneven(t *testing.T) {
 			t.Errorf("no %q in the output:\n%s", want, out)
 		}
 	}
-	for _, ns := range c.ns {
-		if ps := pids(ns); len(ps) > 0 {
-			t.Errorf("processes %v still run in %s after grun exited", ps, ns)
-		}
-	}
+	c.checkEmpty(t)
 }
 
 // ppid is pid's parent, or -1.
@@ -372,11 +375,7 @@ func TestHostDies(t *testing.T) {
 			if took > 20*time.Second {
 				t.Errorf("grun took %v to end the job after host %s died", took, dead)
 			}
-			for _, ns := range c.ns {
-				if ps := pids(ns); len(ps) > 0 {
-					t.Errorf("processes %v still run in %s after grun exited", ps, ns)
-				}
-			}
+			c.checkEmpty(t)
 		})
 	}
 }
@@ -394,11 +393,7 @@ func TestMultiHostJobControl(t *testing.T) {
 	hosts := []string{"-H", c.hosts[0] + ":2," + c.hosts[1] + ":2", "--rsh", c.rsh(t)}
 	noneLeft := func(t *testing.T) {
 		t.Helper()
-		for _, ns := range c.ns {
-			if ps := pids(ns); len(ps) > 0 {
-				t.Errorf("processes %v still run in %s after grun exited", ps, ns)
-			}
-		}
+		c.checkEmpty(t)
 	}
 	const show = `echo "$FOO|${GRUN_TEST_SECRET-unset}|$GRUN_RANK|$GRUN_LOCAL_RANK|$GRUN_LOCAL_SIZE|$GRUN_SIZE"`
 
