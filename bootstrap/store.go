@@ -389,6 +389,19 @@ func (s *Server) MarkGone(rank int, why string) {
 	s.changed = make(chan struct{})
 }
 
+// LeftWithoutGoodbye reports whether rank's connection ended without a
+// leave: its process exited (or died) without closing its communicator.
+func (s *Server) LeftWithoutGoodbye(rank int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, d := range s.departs {
+		if d.Rank == rank {
+			return d.Why == diedWhy
+		}
+	}
+	return false
+}
+
 // wait blocks until key exists, a rank departs or the server closes. A
 // client that hangs up while waiting is noticed when the server closes:
 // waiters are few and the store lives only as long as its job.

@@ -653,6 +653,22 @@ func (j *job) culprit() *rank {
 	return first
 }
 
+// quitter is a rank that exited 0 before first failed, but without
+// closing its communicator (the store saw its connection end without a
+// goodbye): to its peers it died, and their failures followed. Nil if
+// there is none.
+func (j *job) quitter(first *rank) *rank {
+	if j.store == nil {
+		return nil
+	}
+	for _, r := range j.ranks {
+		if r.done && !r.status.failed() && !r.reapedAt.After(first.reapedAt) && j.store.LeftWithoutGoodbye(r.id) {
+			return r
+		}
+	}
+	return nil
+}
+
 // beginStop records why the job ends and signals every rank's group. Only
 // the first cause counts; a stop already under way carries on as it is.
 func (j *job) beginStop(c *cause, sig syscall.Signal) {
@@ -796,6 +812,11 @@ func (j *job) report() int {
 	case rankFailed:
 		first := j.culprit()
 		msg := fmt.Sprintf("%s (%s) %v", first.name(), first.pidNote(), first.status)
+		if q := j.quitter(first); q != nil {
+			// Its peers failed because it left without a goodbye: it,
+			// not the first of them, is the cause.
+			msg = fmt.Sprintf("%s (%s) exited 0 without closing its communicator, so its peers lost it; then %s", q.name(), q.pidNote(), msg)
+		}
 		var also []string
 		for _, r := range j.failures {
 			if r != first {

@@ -366,3 +366,18 @@ func TestJudgeShape(t *testing.T) {
 		t.Errorf("parseJob = %+v, %d", res, at)
 	}
 }
+
+// TestExitWithoutClose: rank 1 exits 0 in the middle of the job without
+// closing its communicator (what log.Fatal's skipped defer does). Its
+// peers fail, as for a death; grun's summary must name rank 1 as the
+// cause, not the first peer that failed because of it.
+func TestExitWithoutClose(t *testing.T) {
+	out, code := grun(t, time.Minute, []string{"GOCOLL_TRANSPORT=tcp"}, "-n", "3", filepath.Join(bin, "jobshape"),
+		"-seed", "3", "-calls", "4", "-fault", "exit0", "-culprit", "1", "-at", "2")
+	if code == 0 {
+		t.Fatalf("grun exited 0, want the failing peers' status:\n%s", out)
+	}
+	if !regexp.MustCompile(`grun: rank 1 \(pid \d+\) exited 0 without closing its communicator, so its peers lost it; then rank [02] `).MatchString(out) {
+		t.Errorf("grun's summary does not name rank 1 first:\n%s", out)
+	}
+}

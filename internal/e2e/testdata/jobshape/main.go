@@ -32,7 +32,7 @@ import (
 var (
 	seed     = flag.Uint64("seed", 1, "seed of the call sequence, the same on every rank")
 	calls    = flag.Int("calls", 8, "collectives to run")
-	fault    = flag.String("fault", "none", "none, mismatch-kind, mismatch-count, mismatch-dtype, mismatch-op, mismatch-root, cancel, abort-sub, refuse, kill, stop")
+	fault    = flag.String("fault", "none", "none, mismatch-kind, mismatch-count, mismatch-dtype, mismatch-op, mismatch-root, cancel, abort-sub, refuse, kill, stop, exit0")
 	culprit  = flag.Int("culprit", 0, "rank that injects the fault")
 	at       = flag.Int("at", 3, "index of the call the fault hits")
 	deadline = flag.Duration("deadline", 5*time.Second, "context deadline of the calls from -at on (stop: how long the others wait)")
@@ -200,6 +200,10 @@ func (k call) run(ctx context.Context, c, sub *comm.Communicator, f string, guil
 		k.count = 140000
 	case f == "stop" && guilty:
 		syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+	case f == "exit0" && guilty:
+		os.Exit(0) // without Close, as log.Fatal's deferred Close never runs
+	case f == "exit0":
+		k.kind = "allreduce"
 	case f == "abort-sub":
 		if guilty {
 			sub.Abort(errors.New("jobshape: abort-sub"))
