@@ -53,11 +53,12 @@ func (s *stall) due(d time.Duration) bool {
 // calls; the job and each sub-communicator have their own.
 func (c *Communicator) callsKey() string { return "calls/" + strconv.FormatUint(c.ext.id, 16) + "/" }
 
-// probe publishes the call this rank is stalled in and compares it with
-// those the other ranks published. It returns the ErrMismatch error of
-// the first rank found in the same call with other arguments, else nil,
-// and the number of each rank's last published call (0: none), for a
-// timeout to say which ranks never came.
+// probe publishes this rank's last calls and compares them with those the
+// other ranks published. It returns the ErrMismatch error of the first
+// rank found in the same call with other arguments, else the earliest
+// fault a rank published before dropping out (ErrMismatch or ErrPeerLost,
+// see publishFault), else nil; and the number of each rank's latest
+// published call (0: none), for a timeout to say which ranks never came.
 func (c *Communicator) probe(ctx context.Context) (mismatch error, at map[int]uint64) {
 	mine := c.g.Recent()
 	if c.calls == nil || mine == nil {
