@@ -196,10 +196,18 @@ func (k call) run(ctx context.Context, c, sub *comm.Communicator, f string, guil
 	case f == "cancel":
 		time.Sleep(100 * time.Millisecond)
 	case f == "kill" && guilty:
-		time.AfterFunc(2*time.Millisecond, func() { syscall.Kill(os.Getpid(), syscall.SIGKILL) })
-		k.count = 140000
+		// Dead before it joins the call the others are in (a timer
+		// inside the call could fire after a small call had finished,
+		// leaving nobody waiting): chaos kills at random moments.
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		time.Sleep(time.Second)
 	case f == "stop" && guilty:
+		// A signal to itself stops a multi-threaded process only once
+		// another thread has taken it, which may take a while: without
+		// the pause, the call below could run first (a small allreduce
+		// takes microseconds) and nothing would be waiting for this rank.
 		syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		time.Sleep(200 * time.Millisecond)
 	case f == "exit0" && guilty:
 		os.Exit(0) // without Close, as log.Fatal's deferred Close never runs
 	case f == "exit0":
