@@ -408,6 +408,7 @@ func (c *Communicator) Close() error {
 	if !c.closing.CompareAndSwap(false, true) {
 		return nil
 	}
+	c.publishLast()
 	c.stopping.Store(true)
 	close(c.closed)
 	return c.shutdown()

@@ -97,6 +97,24 @@ func (c *Communicator) probe(ctx context.Context) (mismatch error, at map[int]ui
 	return nil, at
 }
 
+// publishLast publishes this rank's last calls as it closes: a rank still
+// waiting in one of them (it disagreed on the root of a broadcast or a
+// scatter that was the others' last call, and they are done) compares
+// them with its own when it sees this rank go, and says so (ErrMismatch),
+// rather than only that a peer closed.
+func (c *Communicator) publishLast() {
+	if c.calls == nil || c.g == nil || c.broken.Load() != nil {
+		return
+	}
+	last := c.g.Recent()
+	if last == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	c.calls.Put(ctx, c.callsKey()+strconv.Itoa(c.cfg.Rank), last)
+}
+
 // fault is one rank's report of why it dropped out (see publishFault).
 type fault struct {
 	kind, text string

@@ -219,6 +219,11 @@ func judge(s shape, res []outcome, faultAt int64) (problems []string, worst time
 			}
 		case gone:
 			// Killed or stopped: it says nothing more.
+		case o.ok && strings.HasPrefix(s.fault, "mismatch") && slices.Contains(res[s.culprit].matches, "mismatch"):
+			// The others' parts of the call agreed with one another (a
+			// broadcast or scatter whose root they all named, as their
+			// last call): their results are right, and the culprit,
+			// left waiting, says it disagreed.
 		case o.ok:
 			bad("rank %d: every call passed despite %s by %s", r, s.fault, culprit)
 		case o.errAt == 0:
