@@ -538,7 +538,18 @@ func (c *Channel) send(ctx context.Context, peer int, ln uint32, hdr *header, p 
 	if err != nil {
 		return err
 	}
-	return c.m.sendTo(ctx, jr, lane{c.id, ln}, hdr, p)
+	return c.renumber(c.m.sendTo(ctx, jr, lane{c.id, ln}, hdr, p), peer)
+}
+
+// renumber gives a peer's error from the mux, which numbers ranks as the
+// job does, this communicator's numbering, as every other rank in its
+// errors has: "recv from rank 1: job rank 5: peer lost ...".
+func (c *Channel) renumber(err error, peer int) error {
+	pe, ok := err.(*transport.PeerError)
+	if !ok || pe.Peer == peer {
+		return err
+	}
+	return &transport.PeerError{Peer: peer, Op: pe.Op, Err: fmt.Errorf("job rank %d: %w", pe.Peer, pe.Err)}
 }
 
 // Recv implements transport.Transport. The Message's Peer is the member
@@ -555,7 +566,7 @@ func (c *Channel) recv(ctx context.Context, peer int, ln uint32) (transport.Mess
 	var msg transport.Message
 	err = c.m.recvFrom(ctx, jr, lane{c.id, ln}, &msg)
 	msg.Peer = int32(peer)
-	return msg, err
+	return msg, c.renumber(err, peer)
 }
 
 // Release implements transport.Transport.

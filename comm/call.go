@@ -36,10 +36,10 @@ func (c *Communicator) admit(ctx context.Context, tk ticket, what string) error 
 		return nil
 	}
 	if err := c.unusable(); err != nil {
-		return fmt.Errorf("comm: %s: %w", what, err)
+		return fmt.Errorf("%s: %s: %w", c.prefix(), what, err)
 	}
-	return fmt.Errorf("comm: rank %d: %s given up while waiting for the previous collective: %w (when its turn comes, the other ranks are told and the communicator breaks)",
-		c.cfg.Rank, what, ctx.Err())
+	return fmt.Errorf("%s: %s given up while waiting for the previous collective: %w (when its turn comes, the other ranks are told and the communicator breaks)",
+		c.prefix(), what, ctx.Err())
 }
 
 // runAt is run for the collective issued with ticket tk: unless its turn
@@ -86,10 +86,10 @@ func (c *Communicator) runTurn(ctx context.Context, tk ticket, what string, f fu
 // channel).
 func (c *Communicator) why(ctx context.Context, what string) error {
 	if err := c.unusable(); err != nil {
-		return fmt.Errorf("comm: %s: %w", what, err)
+		return fmt.Errorf("%s: %s: %w", c.prefix(), what, err)
 	}
 	if b := c.broken.Load(); b != nil {
-		return fmt.Errorf("comm: %s: %w (cause: %w)", what, ErrBroken, *b)
+		return fmt.Errorf("%s: %s: %w (cause: %w)", c.prefix(), what, ErrBroken, *b)
 	}
 	if err := ctx.Err(); err != nil {
 		return c.skipped(what, err)
@@ -97,9 +97,9 @@ func (c *Communicator) why(ctx context.Context, what string) error {
 	if !c.faulted.Load() {
 		return nil
 	}
-	err := c.faultErr()
+	err := c.callError(what, false, c.faultErr())
 	c.setBroken(err)
-	return fmt.Errorf("comm: rank %d: %s: %w", c.cfg.Rank, what, err)
+	return err
 }
 
 // bindLife makes a sub-communicator's call end when the communicator does

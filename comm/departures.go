@@ -30,8 +30,8 @@ func (c *Communicator) withDepartures(err error) error {
 		return err
 	case derr != nil:
 		return fmt.Errorf("%w (rendezvous unreachable too: %v)", err, derr)
-	case len(ds) > 0 && !strings.Contains(err.Error(), ds[0].String()):
-		return fmt.Errorf("%w (the rendezvous saw %s)", err, departures(ds))
+	case len(ds) > 0:
+		return departed{err, ds}
 	}
 	return err
 }

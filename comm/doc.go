@@ -22,8 +22,16 @@
 // called different collectives) leaves the ranks out of step. Either way,
 // on a job of several ranks, the communicator is broken, the other ranks
 // are told (their call fails naming this rank), and every later call fails
-// at once with ErrBroken and the original cause. Collectives on one communicator run one at a time
-// and must be issued in the same order on every rank.
+// at once with ErrBroken and the original cause. Collectives on one
+// communicator run one at a time and must be issued in the same order on
+// every rank.
+//
+// A call that failed part-way returns a *CallError: one line naming the
+// rank, the call as every rank numbers it and the root cause, often on
+// another rank ("rank 2 gave up: ...", "rank 3 killed by signal
+// SIGKILL"), with that rank in Culprit and the whole chain this rank saw
+// in Err. errors.Is matches the sentinel of the root cause on every rank
+// (ErrMismatch, ErrTimeout) as well as what this rank saw (ErrPeerLost).
 //
 // The collectives are package functions, generic over the element type
 // (AllReduce[T]), because Go methods cannot have type parameters of their

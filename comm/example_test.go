@@ -2,6 +2,7 @@ package comm_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"sync"
@@ -368,4 +369,33 @@ func ExampleAllToAll() {
 	})
 	fmt.Println(results)
 	// Output: [[0 10] [1 11]]
+}
+
+// A call that fails part-way returns a *CallError: one line naming the
+// call and the rank at the root of the failure, with the whole chain this
+// rank saw behind it. Here rank 2 gives its call up, and rank 0 reads why.
+func ExampleCallError() {
+	ctx := context.Background()
+	cs, err := comm.NewLocal(ctx, 3, comm.WithTransport("tcp"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	errs := make([]error, len(cs))
+	onEveryRank(cs, func(c *comm.Communicator) {
+		ctx := ctx
+		if c.Rank() == 2 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithCancel(ctx)
+			cancel() // say, the program was told to stop
+		}
+		errs[c.Rank()] = comm.AllReduce(ctx, c, []float64{1, 2, 3}, comm.Sum)
+	})
+	var ce *comm.CallError
+	if errors.As(errs[0], &ce) {
+		fmt.Printf("rank %d lost rank %d: %v\n", ce.Rank, ce.Culprit, errors.Is(errs[0], comm.ErrPeerLost))
+		// The whole story, for a log: ce.Err
+	}
+	onEveryRank(cs, func(c *comm.Communicator) { c.Close() })
+	// Output:
+	// rank 0 lost rank 2: true
 }

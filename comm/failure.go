@@ -22,12 +22,13 @@ func (c *Communicator) failed(what string, err error) error {
 		if errors.Is(uerr, ErrAborted) {
 			c.setBroken(uerr)
 		}
-		return fmt.Errorf("comm: rank %d: %s: %w", c.cfg.Rank, what, uerr)
+		return fmt.Errorf("%s: %s: %w", c.prefix(), what, uerr)
 	}
 	if ferr := c.faultErr(); ferr != nil {
-		ferr = c.withLosses(ferr)
+		ferr = c.callError(what, true, c.withLosses(ferr))
 		c.setBroken(ferr)
-		return fmt.Errorf("comm: rank %d: %s: %w", c.cfg.Rank, what, ferr)
+		c.log.Info("collective failed", "err", ferr, "chain", chainOf(ferr))
+		return ferr
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		// Name the ranks this call still waited for: those that never
@@ -49,14 +50,16 @@ func (c *Communicator) failed(what string, err error) error {
 	case errors.Is(err, ErrPeerLost):
 		err = c.explainLoss(err)
 	}
+	err = c.callError(what, true, err)
 	c.setBroken(err)
 	// The ranks are out of step now, and a peer may be waiting for data
 	// this rank will never send. Dropping the connections tells every peer
 	// at once (their calls fail with ErrPeerLost naming this rank) instead
-	// of leaving them to hang until their own deadlines.
+	// of leaving them to hang until their own deadlines. The peers read
+	// the one line as the reason this rank gave up.
 	c.drop(err)
-	c.log.Info("communicator broken; dropped its connections so the peers notice", "err", err)
-	return fmt.Errorf("comm: rank %d: %w", c.cfg.Rank, err)
+	c.log.Info("communicator broken; dropped its connections so the peers notice", "err", err, "chain", chainOf(err))
+	return err
 }
 
 func (c *Communicator) setBroken(err error) { c.broken.Store(&err) }
@@ -94,7 +97,7 @@ func (c *Communicator) refused(what string, err error) error {
 // fails within moments with ErrPeerLost saying this rank gave it up.
 // Only a job of one rank carries on.
 func (c *Communicator) skipped(what string, cause error) error {
-	err := fmt.Errorf("comm: rank %d: %s given up before it started: %w", c.cfg.Rank, what, cause)
+	err := fmt.Errorf("%s: %s given up before it started: %w", c.prefix(), what, cause)
 	if c.cfg.Size == 1 || c.unusable() != nil {
 		return err
 	}
@@ -119,7 +122,7 @@ func (c *Communicator) breakFor(err error) bool {
 // it started, and drops the links (see skipped).
 func (c *Communicator) tellSkipped(err error) {
 	c.publishFault(false, fmt.Sprintf("%s gave up a call before it started: %v", c.who(),
-		strings.TrimPrefix(err.Error(), fmt.Sprintf("comm: rank %d: ", c.cfg.Rank))))
+		strings.TrimPrefix(err.Error(), c.prefix()+": ")))
 	c.drop(err)
 }
 
@@ -285,7 +288,8 @@ func (c *Communicator) setFault(err error) {
 	c.faulted.Store(true)
 	c.faultMu.Unlock()
 	c.log.Info("communicator fault; dropping its connections", "err", err)
-	c.drop(err)
+	// The peers read the one line as the reason this rank gave up.
+	c.drop(c.callError("", true, err))
 }
 
 func (c *Communicator) faultErr() error {

@@ -24,7 +24,7 @@ func (c *Communicator) p2pCheck(ctx context.Context, what string, peer, tag int)
 		return errNilContext(what)
 	}
 	if err := c.unusable(); err != nil {
-		return fmt.Errorf("comm: %s: %w", what, err)
+		return fmt.Errorf("%s: %s: %w", c.prefix(), what, err)
 	}
 	if peer < 0 || peer >= c.Size() {
 		return fmt.Errorf("comm: %s: peer %d out of range [0, %d): %w", what, peer, c.Size(), ErrInvalid)
@@ -80,7 +80,7 @@ func Send[T Element](ctx context.Context, c *Communicator, peer, tag int, buf []
 	ctx, cancel := c.bound(ctx)
 	defer cancel()
 	if err := c.ext.ch.SendTagged(ctx, peer, tag, bytesOf(buf)); err != nil {
-		return fmt.Errorf("comm: rank %d: send to rank %d tag %d: %w", c.Rank(), peer, tag, c.explainLoss(timedOut(err)))
+		return fmt.Errorf("%s: send to rank %d tag %d: %w", c.prefix(), peer, tag, c.explainLoss(timedOut(err)))
 	}
 	return nil
 }
@@ -99,7 +99,7 @@ func Recv[T Element](ctx context.Context, c *Communicator, peer, tag int, buf []
 	n, err := c.ext.ch.RecvTagged(ctx, peer, tag, b)
 	es := dtypeOf[T]().Size()
 	if err != nil {
-		return n / es, fmt.Errorf("comm: rank %d: recv from rank %d tag %d: %w", c.Rank(), peer, tag, c.explainLoss(timedOut(err)))
+		return n / es, fmt.Errorf("%s: recv from rank %d tag %d: %w", c.prefix(), peer, tag, c.explainLoss(timedOut(err)))
 	}
 	if n%es != 0 {
 		return n / es, fmt.Errorf("comm: rank %d: recv from rank %d tag %d: %d bytes are not a whole number of %v elements: %w",

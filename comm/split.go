@@ -24,6 +24,9 @@ type ext struct {
 	id  uint64
 
 	splits uint64 // Splits so far; counted inside collectives, so in step on every rank
+	// name is how errors name the communicator: empty for the job's,
+	// else how it was split from it (see CallError.Comm).
+	name string
 }
 
 // share puts the job's transport under a Mux, so that sub-communicators
@@ -120,6 +123,10 @@ func (c *Communicator) Split(ctx context.Context, color, key int) (*Communicator
 		calls:   c.calls,
 	}
 	sub.ext.mux, sub.ext.ch, sub.ext.id = c.ext.mux, ch, id
+	sub.ext.name = fmt.Sprintf("split #%d color %d", seq, color)
+	if c.ext.name != "" {
+		sub.ext.name = c.ext.name + " > " + sub.ext.name
+	}
 	sub.life, sub.kill = context.WithCancelCause(context.Background())
 	sub.g = collectives.NewGroup(ch, c.g.Options())
 	go sub.watch()

@@ -178,7 +178,9 @@ func (c *Communicator) publishFault(mismatch bool, text string) {
 
 // publishMismatch is publishFault for a mismatch this rank found.
 func (c *Communicator) publishMismatch(err error) {
-	c.publishFault(true, fmt.Sprintf("%s found %v", c.who(), err))
+	// Said from the finder's side ("this rank called ..."), so that it
+	// reads the same on every rank.
+	c.publishFault(true, strings.Replace(err.Error(), "this rank", c.who(), 1))
 }
 
 // absent names the ranks that have not published the call this rank is

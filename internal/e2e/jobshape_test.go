@@ -192,6 +192,10 @@ func judge(s shape, res []outcome, faultAt int64) (problems []string, worst time
 		if !slices.ContainsFunc(matches, func(m string) bool { return slices.Contains(documented, m) }) {
 			bad("rank %d: error matches no documented sentinel: %s", r, text)
 		}
+		// One line a person reads: the call, the root cause, once.
+		if len(text) > 300 || strings.Count(text, " gave up") > 1 || strings.Contains(text, "rendezvous saw") {
+			bad("rank %d: error is not one short line (%d bytes): %s", r, len(text), text)
+		}
 	}
 	for r, o := range res {
 		if o.wrong != "" {
@@ -350,6 +354,7 @@ func TestJudgeShape(t *testing.T) {
 		{"last call, culprit says so", s("mismatch-root"), []outcome{{ok: true}, named(ms(300), "mismatch,peerlost", "rank 0 called scatter #5 (root 3)"), {ok: true}}, t0, ""},
 		{"too slow", s("mismatch-root"), []outcome{named(ms(2500), "mismatch", "rank 1"), named(ms(3), "mismatch", "rank 0"), named(ms(9), "mismatch", "rank 1")}, t0, "after the fault"},
 		{"no sentinel", s("kill"), []outcome{named(ms(5), "none", "rank 1 went"), {}, named(ms(9), "peerlost", "rank 1")}, t0, "no documented sentinel"},
+		{"chain retold", s("kill"), []outcome{named(ms(5), "peerlost", "rank 0: recv from rank 2: peer lost: rank 2 gave up: link to rank 1: peer lost: rank 1 gave up: died"), {}, named(ms(9), "peerlost", "rank 1")}, t0, "not one short line"},
 		{"culprit unnamed", s("kill"), []outcome{named(ms(5), "peerlost", "rank 2 went"), {}, named(ms(9), "peerlost", "rank 1")}, t0, "does not name the culprit"},
 		{"stopped within its deadline", s("stop"), []outcome{named(ms(1100), "timeout", "rank 1 never reached"), {}, named(ms(1100), "timeout", "rank 1 never reached")}, t0, ""},
 		{"sub abort", s("abort-sub"), []outcome{{ok: true, subAt: ms(60), subMatch: []string{"peerlost"}, subText: "rank 1 (job rank 1) left"}, {ok: true, subAt: ms(1), subMatch: []string{"aborted"}}, {ok: true, subAt: ms(60), subMatch: []string{"peerlost"}, subText: "rank 1 left"}}, t0, ""},

@@ -277,7 +277,9 @@ func TestSlurm(t *testing.T) {
 			if m := regexp.MustCompile(`chaos: rank (\d+) failed at (\d+): (.*)`).FindStringSubmatch(line); m != nil {
 				at, _ := strconv.ParseInt(m[2], 10, 64)
 				last = max(last, at)
-				if strings.Contains(m[3], "rank 1") && strings.Contains(m[3], "peer lost") {
+				// The one-line error says how rank 1 went ("died", "killed
+				// by signal ...") or that it was lost.
+				if regexp.MustCompile(`rank 1 (died|killed)|rank 1: peer lost|lost rank 1`).MatchString(m[3]) {
 					named++
 				} else {
 					t.Errorf("rank %s's error does not name rank 1 as lost: %s", m[1], m[3])

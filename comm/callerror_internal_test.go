@@ -1,0 +1,67 @@
+package comm
+
+import "testing"
+
+// TestRootCause reduces chains that ranks really printed (some from
+// before the one-line errors, when each rank quoted the whole story of
+// the rank it lost) to the root cause and the rank at it.
+func TestRootCause(t *testing.T) {
+	cases := []struct {
+		name, text, cause string
+		culprit           int
+	}{
+		{
+			"timeout, lost through two ranks",
+			"broadcast #5 (algo binomial, 1000 x int32, root 0): recv from rank 0: peer lost: rank 0 gave up: link to rank 1: peer lost: rank 1 gave up: timed out: a collective ran longer than 8s (GOCOLL_TIMEOUT) while its context had no deadline: context deadline exceeded (the rendezvous saw rank 1 give up: timed out: a collective ran longer than 8s (GOCOLL_TIMEOUT) while its context had no deadline: context deadline exceeded first, then 2 more)",
+			"rank 1 gave up: timed out: a collective ran longer than 8s (GOCOLL_TIMEOUT) while its context had no deadline: context deadline exceeded", 1,
+		},
+		{
+			"cancel, quoted twice",
+			"allreduce #4 (algo ring, 140000 x int32, min): send to rank 1: peer lost: rank 1 gave up: allreduce #4 (algo ring, 140000 x int32, min): send to rank 2: peer lost: rank 2 gave up: allreduce #4 (algo ring, 140000 x int32, min): recv from rank 1: context canceled (the rendezvous saw rank 2 give up: allreduce #4 (algo ring, 140000 x int32, min): recv from rank 1: context canceled first, then 1 more)",
+			"rank 2 gave up: recv from rank 1: context canceled", 2,
+		},
+		{
+			"one-line goodbyes",
+			"allreduce #4 (algo ring, 8 x int32, min): recv from rank 3: peer lost: rank 3 gave up: comm: rank 3: allreduce #4 (algo ring, 8 x int32, min): rank 2 gave up: comm: rank 2: allreduce #4 (algo ring, 8 x int32, min): recv from rank 1: context canceled",
+			"rank 2 gave up: recv from rank 1: context canceled", 2,
+		},
+		{
+			"timed out naming the absent rank",
+			"timed out; rank 2 never reached call #4: allreduce #4 (algo ring, 140000 x int32, min): recv from rank 3: context deadline exceeded",
+			"timed out; rank 2 never reached call #4: recv from rank 3: context deadline exceeded", 2,
+		},
+		{
+			"lost a rank that timed out",
+			"allreduce #4 (algo ring, 8 x int32, min): recv from rank 0: peer lost: rank 0 gave up: comm: rank 0: allreduce #4 (algo ring, 8 x int32, min): timed out; ranks 2, 3 never reached call #4: recv from rank 3: context deadline exceeded",
+			"rank 0 gave up: timed out; ranks 2, 3 never reached call #4: recv from rank 3: context deadline exceeded", 2,
+		},
+		{
+			"mismatch found here",
+			"this rank called gather #4 (algo linear, 9 x int32, root 2), rank 3 called gather #4 (algo linear, 9 x int32, root 1): collective mismatch between ranks",
+			"rank 3 called gather #4 (algo linear, 9 x int32, root 1): collective mismatch between ranks", 3,
+		},
+		{
+			"sub-communicator record",
+			"allreduce #1 (algo rd, 1000 x int32, sum): rank 2 (job rank 5) left the communicator: communicator aborted: shutting down: peer lost",
+			"rank 2 (job rank 5) left the communicator: communicator aborted: shutting down", 2,
+		},
+		{
+			"gave up because another died",
+			"broadcast #1025 (algo chain, 400000 x float32, root 2): recv from rank 0: peer lost: rank 0 gave up: comm: rank 0: broadcast #1025 (algo chain, 400000 x float32, root 2): rank 1 died (its rendezvous connection closed without goodbye) (rendezvous unreachable too: bootstrap: put \"calls/0/2\": rendezvous store closed)",
+			"rank 1 died (its rendezvous connection closed without goodbye)", 1,
+		},
+		{
+			"a link, nothing else known",
+			"allreduce #9 (algo ring, 8 x float32, sum): recv from rank 3: peer lost: connection closed without goodbye (process died?)",
+			"recv from rank 3: peer lost: connection closed without goodbye (process died?)", 3,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cause, culprit := rootCause(tc.text)
+			if cause != tc.cause || culprit != tc.culprit {
+				t.Errorf("rootCause =\n  %q, %d\nwant\n  %q, %d", cause, culprit, tc.cause, tc.culprit)
+			}
+		})
+	}
+}

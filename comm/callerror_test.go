@@ -1,0 +1,131 @@
+package comm_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gocoll/gocoll/comm"
+)
+
+// checkOneLine asserts what every failed call's error owes its reader:
+// one line, short, naming the call and the rank at the root cause (the
+// CallError's Culprit, in the communicator's numbering), the chain
+// behind it reachable, no story told twice.
+func checkOneLine(t *testing.T, who string, err error, culprit int, sentinel error, says ...string) {
+	t.Helper()
+	var ce *comm.CallError
+	if !errors.As(err, &ce) {
+		t.Errorf("%s: %v (%T): not a *comm.CallError", who, err, err)
+		return
+	}
+	text := err.Error()
+	switch {
+	case strings.Contains(text, "\n") || len(text) > 250:
+		t.Errorf("%s: %d bytes, want one line of at most 250:\n%s", who, len(text), text)
+	case strings.Count(text, "gave up") > 1 || strings.Contains(text, "rendezvous saw") || strings.Contains(text, "departures"):
+		t.Errorf("%s: the one line retells the chain: %s", who, text)
+	case ce.Culprit != culprit:
+		t.Errorf("%s: Culprit = %d, want %d: %s", who, ce.Culprit, culprit, text)
+	case !errors.Is(err, sentinel):
+		t.Errorf("%s: %v does not match %v", who, err, sentinel)
+	case ce.Err == nil:
+		t.Errorf("%s: the chain behind %q is not reachable", who, text)
+	case !strings.Contains(text, "#"):
+		t.Errorf("%s: %q does not name the call", who, text)
+	}
+	for _, s := range says {
+		if !strings.Contains(text, s) {
+			t.Errorf("%s: %q does not say %q", who, text, s)
+		}
+	}
+}
+
+// TestCallErrorOneLine: when a rank's failure makes others give up, and
+// their giving up makes others give up in turn, every rank's error still
+// reads in one line: its call, the rank at the root and what happened
+// there (issue 26, case 6: one such chain was 480 bytes long and named
+// the rank that timed out first, never the stopped one).
+func TestCallErrorOneLine(t *testing.T) {
+	for _, tr := range []string{"tcp", "shm"} {
+		t.Run(tr+"/late rank", func(t *testing.T) {
+			// Rank 3 comes late: the others time out naming it, and
+			// whichever of them loses another first still names rank 3.
+			cs := local(t, 4, comm.WithTransport(tr), comm.WithTimeout(400*time.Millisecond))
+			errs := each(t, cs, func(context.Context, *comm.Communicator) error { return nil })
+			errs = each(t, cs, func(_ context.Context, c *comm.Communicator) error {
+				if c.Rank() == 3 {
+					time.Sleep(1500 * time.Millisecond)
+				}
+				// No deadline, so that GOCOLL_TIMEOUT's applies.
+				return comm.AllReduce(context.Background(), c, make([]int32, 5000), comm.Max)
+			})
+			for r := range 3 {
+				checkOneLine(t, "rank "+string(rune('0'+r)), errs[r], 3, comm.ErrTimeout, "allreduce #1", "rank 3 never reached")
+			}
+		})
+		t.Run(tr+"/cancel", func(t *testing.T) {
+			cs := local(t, 4, comm.WithTransport(tr), comm.WithTimeout(30*time.Second))
+			errs := each(t, cs, func(ctx context.Context, c *comm.Communicator) error {
+				if err := c.Barrier(ctx); err != nil {
+					return err
+				}
+				if c.Rank() == 2 {
+					cctx, cancel := context.WithCancel(ctx)
+					time.AfterFunc(50*time.Millisecond, cancel)
+					ctx = cctx
+				}
+				if c.Rank() == 0 {
+					time.Sleep(200 * time.Millisecond)
+				}
+				return comm.AllReduce(ctx, c, make([]float32, 100000), comm.Sum)
+			})
+			checkOneLine(t, "rank 2", errs[2], 2, context.Canceled, "allreduce #2")
+			for _, r := range []int{1, 3} {
+				checkOneLine(t, "rank "+string(rune('0'+r)), errs[r], 2, comm.ErrPeerLost, "allreduce #2 (algo", "rank 2 gave up")
+			}
+			// Rank 0 came to the call after the others had given it up.
+			checkOneLine(t, "rank 0", errs[0], 2, comm.ErrPeerLost, "allreduce #2", "rank 2 gave up")
+		})
+	}
+}
+
+// TestSubCommunicatorErrorNames: a sub-communicator's errors name it and
+// give every rank's job rank beside its rank in it, so the two
+// numberings never mix unmarked (issue 26, case 6).
+func TestSubCommunicatorErrorNames(t *testing.T) {
+	cs := local(t, 4, comm.WithTransport("tcp"), comm.WithTimeout(30*time.Second))
+	errs := each(t, cs, func(ctx context.Context, c *comm.Communicator) error {
+		sub, err := c.Split(ctx, c.Rank()%2, 0)
+		if err != nil {
+			return err
+		}
+		defer sub.Close()
+		// Job ranks 1 and 3 are ranks 0 and 1 of the odd one; job rank
+		// 3 aborts it while job rank 1 waits in a call on it.
+		if c.Rank() == 3 {
+			time.Sleep(100 * time.Millisecond)
+			sub.Abort(errors.New("shutting down"))
+		}
+		if c.Rank()%2 == 0 {
+			return sub.Barrier(ctx)
+		}
+		return comm.AllReduce(ctx, sub, make([]int64, 10), comm.Sum)
+	})
+	for _, r := range []int{0, 2} {
+		if errs[r] != nil {
+			t.Errorf("job rank %d, in the even sub-communicator: %v", r, errs[r])
+		}
+	}
+	if !errors.Is(errs[3], comm.ErrAborted) || !strings.Contains(errs[3].Error(), "rank 1 (job rank 3) of split #1 color 1") {
+		t.Errorf("job rank 3, which aborted: %v, want ErrAborted naming it as rank 1 (job rank 3) of split #1 color 1", errs[3])
+	}
+	checkOneLine(t, "job rank 1", errs[1], 1, comm.ErrPeerLost,
+		"comm: rank 0 (job rank 1) of split #1 color 1: allreduce #1", "rank 1 (job rank 3) left", "shutting down")
+	var ce *comm.CallError
+	if errors.As(errs[1], &ce) && (ce.Comm != "split #1 color 1" || ce.Rank != 0 || ce.JobRank != 1) {
+		t.Errorf("job rank 1: CallError{Comm: %q, Rank: %d, JobRank: %d}, want split #1 color 1, 0, 1", ce.Comm, ce.Rank, ce.JobRank)
+	}
+}
