@@ -129,3 +129,29 @@ func TestSubCommunicatorErrorNames(t *testing.T) {
 		t.Errorf("job rank 1: CallError{Comm: %q, Rank: %d, JobRank: %d}, want split #1 color 1, 0, 1", ce.Comm, ce.Rank, ce.JobRank)
 	}
 }
+
+// TestHybridGoodbyeNamesJobRank: over shared memory inside a host and the
+// network between hosts, a rank's goodbye reaches the ranks of its host
+// through a mesh of that host's ranks alone; it must still name the rank
+// by its job rank (it named rank 3 of a job "rank 1", its rank on its
+// host).
+func TestHybridGoodbyeNamesJobRank(t *testing.T) {
+	cs := local(t, 4, comm.WithFakeHosts(2), comm.WithTimeout(30*time.Second))
+	errs := each(t, cs, func(ctx context.Context, c *comm.Communicator) error {
+		if c.Rank() == 3 {
+			// The others wait for it inside the call.
+			time.Sleep(50 * time.Millisecond)
+			c.Abort(errors.New("operator stop"))
+		}
+		return comm.AllReduce(ctx, c, make([]float32, 1<<18), comm.Sum)
+	})
+	var ce *comm.CallError
+	if !errors.As(errs[2], &ce) {
+		t.Fatalf("rank 2: %v, want a *comm.CallError", errs[2])
+	}
+	chain := ce.Err.Error()
+	if strings.Contains(chain, "rank 1 gave up") || !strings.Contains(chain, "rank 3 gave up") && !strings.Contains(ce.Error(), "rank 3") {
+		t.Errorf("rank 2, on rank 3's host: the goodbye names rank 3 by another number: %s\nchain: %s", ce, chain)
+	}
+	checkOneLine(t, "rank 2", errs[2], 3, comm.ErrPeerLost, "operator stop")
+}

@@ -246,6 +246,7 @@ func (c *Communicator) connectTransport(ctx context.Context, store *bootstrap.Cl
 		for local[me] != cfg.Rank {
 			me++
 		}
+		o.JobRanks = local
 		near, err := shm.Connect(ctx, store, me, len(local), cfg.Token, o)
 		if err != nil {
 			transport.Abort(far, err)

@@ -37,6 +37,11 @@ type Options struct {
 	// cores, 8-byte allreduce: 22-46 us yielding every 256 polls, 7-15 us
 	// every 4.
 	Crowded bool
+	// JobRanks is the job rank of each rank of this mesh, when it joins
+	// only one host's ranks of a larger job (see NewHybrid): the texts a
+	// peer's goodbye reaches others in name it by its job rank, as every
+	// rank in a communicator's errors is named. Nil: the mesh is the job.
+	JobRanks []int
 }
 
 const (

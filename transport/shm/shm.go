@@ -360,7 +360,7 @@ func (p *peer) watch() {
 	for {
 		n, err := p.conn.Read(b[:])
 		pending = append(pending, b[:n]...)
-		used, gotBye, cerr := control(p.rank, pending, bye)
+		used, gotBye, cerr := control(p.t.jobRank(p.rank), pending, bye)
 		bye = gotBye
 		pending = append(pending[:0], pending[used:]...)
 		if cerr != nil {
@@ -377,6 +377,14 @@ func (p *peer) watch() {
 			return
 		}
 	}
+}
+
+// jobRank is the job rank of rank r of this mesh (see Options.JobRanks).
+func (t *Transport) jobRank(r int) int {
+	if r >= 0 && r < len(t.opts.JobRanks) {
+		return t.opts.JobRanks[r]
+	}
+	return r
 }
 
 // The control socket carries, besides its end, at most two things:
