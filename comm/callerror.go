@@ -227,23 +227,22 @@ func (d departed) Unwrap() error { return d.err }
 
 // firstDeparture is the departure in err's chain (see departed) at the
 // root of the others: the first rank the rendezvous saw die, if one did
-// (a rank that gave up because of it may have told the rendezvous first),
-// else the first to give up.
+// (a rank that gave up because of it may have told the rendezvous
+// first), else the first to give up, else the first to go. A rank that
+// exited with an error status most likely gave up too, its goodbye to
+// the rendezvous overtaken by grun's word of its exit: it is no death.
 func firstDeparture(err error) (bootstrap.Departure, bool) {
 	var d departed
 	if !errors.As(err, &d) || len(d.ds) == 0 {
 		return bootstrap.Departure{}, false
 	}
-	// A rank that gave up and then exited is reported twice (its
-	// goodbye, then grun's word of its exit): it did not die first.
-	gave := map[int]bool{}
 	for _, x := range d.ds {
-		if strings.HasPrefix(x.Why, "give up") {
-			gave[x.Rank] = true
+		if strings.HasPrefix(x.Why, "die") || strings.HasPrefix(x.Why, "killed") || strings.HasPrefix(x.Why, "lost") || strings.Contains(x.Why, "without closing") {
+			return x, true
 		}
 	}
 	for _, x := range d.ds {
-		if !gave[x.Rank] {
+		if strings.HasPrefix(x.Why, "give up") {
 			return x, true
 		}
 	}

@@ -117,6 +117,9 @@ type Communicator struct {
 	// published is set once this rank has told the others, through the
 	// store, why it is dropping out (see publishFault).
 	published atomic.Bool
+	// leaving counts the reports of a break on their way to the store
+	// (see drop), which Close waits for.
+	leaving sync.WaitGroup
 
 	hosts []int  // each rank's host, for the host-aware algorithms
 	tname string // the transport chosen
@@ -401,6 +404,13 @@ func (c *Communicator) Err() error {
 
 // Close leaves the job and releases every resource. Collectives still
 // running return ErrClosed. It is safe to call more than once.
+//
+// Close compares this rank's last calls with those of the ranks closing
+// with it (it waits up to 250 ms for them): ranks that named different
+// roots in a last broadcast or scatter can each finish it believing
+// their own result, and only then can it be seen. Close then returns an
+// error wrapping ErrMismatch, saying what each called; everything is
+// released all the same.
 func (c *Communicator) Close() error {
 	if c == nil {
 		return nil
@@ -409,9 +419,18 @@ func (c *Communicator) Close() error {
 		return nil
 	}
 	c.publishLast()
+	mm := c.lastCallsAgree()
+	c.saidChecked()
+	if c.server != nil {
+		c.lingerForChecks()
+	}
 	c.stopping.Store(true)
 	close(c.closed)
-	return c.shutdown()
+	err := c.shutdown()
+	if mm != nil {
+		return fmt.Errorf("%s: close: the last calls did not match: %w", c.prefix(), mm)
+	}
+	return err
 }
 
 func (c *Communicator) shutdown() error {
@@ -420,6 +439,7 @@ func (c *Communicator) shutdown() error {
 		errs = append(errs, c.t.Close())
 	}
 	if c.store != nil {
+		c.leaving.Wait()
 		c.leave("")
 		c.store.Close()
 	}

@@ -362,7 +362,14 @@ func (c *Communicator) drop(cause error) {
 		return
 	}
 	if cause != nil {
-		go c.leave(cause.Error())
+		// Not waited for here (the store may be slow, the caller need
+		// not be), but by Close: the reason must reach the store before
+		// the process can exit, or grun's word of the exit overtakes it.
+		c.leaving.Add(1)
+		go func() {
+			defer c.leaving.Done()
+			c.leave(cause.Error())
+		}()
 	}
 	if a, ok := c.t.(transport.Aborter); ok {
 		a.Abort(cause)

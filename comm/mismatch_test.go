@@ -142,3 +142,40 @@ func TestRootMismatchOthersFinish(t *testing.T) {
 		}
 	}
 }
+
+// TestRootMismatchLastCall: the job's last call is a broadcast in which
+// rank 1 names itself the root and the others rank 0. With buffered
+// sends nobody need wait: every rank can finish it, each with what it
+// believes the result, and close (the job-shape test found this passing
+// silently on 3 ranks over shm in half the runs). Close compares the
+// last calls: on every rank the broadcast or Close fails with
+// ErrMismatch naming both roots.
+func TestRootMismatchLastCall(t *testing.T) {
+	for _, tr := range []string{"shm", "tcp"} {
+		t.Run(tr, func(t *testing.T) {
+			for range 3 {
+				ctx := context.Background()
+				cs, err := comm.NewLocal(ctx, 3, comm.WithTransport(tr))
+				if err != nil {
+					t.Fatal(err)
+				}
+				errs := each(t, cs, func(ctx context.Context, c *comm.Communicator) error {
+					root := 0
+					if c.Rank() == 1 {
+						root = 1
+					}
+					err := comm.Broadcast(ctx, c, make([]float32, 1000), root)
+					if cerr := c.Close(); err == nil {
+						err = cerr
+					}
+					return err
+				})
+				for r, err := range errs {
+					if !errors.Is(err, comm.ErrMismatch) || !strings.Contains(err.Error(), "root 1") || !strings.Contains(err.Error(), "root 0") {
+						t.Errorf("rank %d: %v, want ErrMismatch naming roots 0 and 1", r, err)
+					}
+				}
+			}
+		})
+	}
+}

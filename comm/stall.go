@@ -115,6 +115,92 @@ func (c *Communicator) publishLast() {
 	c.calls.Put(ctx, c.callsKey()+strconv.Itoa(c.cfg.Rank), last)
 }
 
+// closeCompareWait bounds how long Close waits for the other ranks'
+// last calls (see lastCallsAgree). Ranks that end together close within
+// milliseconds of one another; one still busy after it is not waited for.
+const closeCompareWait = 250 * time.Millisecond
+
+// lastCallsAgree compares this rank's last calls, as it closes, with
+// those the other ranks publish as they close (publishLast). It catches
+// what no rank could see while the calls ran: a last broadcast or
+// scatter whose ranks named different roots can finish on every rank,
+// each root's sends buffered and never read, and each rank with what it
+// believes the result; only a comparison of the calls shows them
+// mismatched.
+func (c *Communicator) lastCallsAgree() error {
+	if c.calls == nil || c.g == nil || c.cfg.Size == 1 || c.broken.Load() != nil {
+		return nil
+	}
+	mine := c.g.Recent()
+	n := collectives.CallNumber(mine)
+	if n == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), closeCompareWait)
+	defer cancel()
+	prefix := c.callsKey()
+	seen := make(map[int]bool, c.cfg.Size)
+	for {
+		m, err := c.calls.Scan(ctx, prefix)
+		if err != nil {
+			return nil // the store is gone (it lived in a rank that closed)
+		}
+		for r := range c.cfg.Size {
+			v, ok := m[prefix+strconv.Itoa(r)]
+			if r == c.cfg.Rank || seen[r] || !ok || collectives.CallNumber(v) < n {
+				continue
+			}
+			seen[r] = true
+			if err := collectives.Disagree(mine, v, r); err != nil {
+				return err
+			}
+		}
+		if len(seen) == c.cfg.Size-1 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// saidChecked tells the rank whose process holds the store that this
+// one is done with it (see lingerForChecks).
+func (c *Communicator) saidChecked() {
+	if c.calls == nil || c.cfg.Size == 1 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), closeCompareWait)
+	defer cancel()
+	c.calls.Put(ctx, c.callsKey()+"checked/"+strconv.Itoa(c.cfg.Rank), nil)
+}
+
+// lingerForChecks keeps the store up, in the rank whose process holds it
+// (no launcher's store: see Config), until the other ranks closing with
+// it have compared their last calls (lastCallsAgree), or for at most
+// closeCompareWait.
+func (c *Communicator) lingerForChecks() {
+	if c.calls == nil || c.cfg.Size == 1 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), closeCompareWait)
+	defer cancel()
+	prefix := c.callsKey() + "checked/"
+	for {
+		m, err := c.calls.Scan(ctx, prefix)
+		if err != nil || len(m) >= c.cfg.Size {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
 // fault is one rank's report of why it dropped out (see publishFault).
 type fault struct {
 	kind, text string

@@ -47,7 +47,15 @@ func main() {
 		os.Exit(1)
 	}
 	code := run(ctx, c)
-	c.Close()
+	// Close compares the last calls (a mismatched last broadcast can
+	// pass on every rank): its error is the job's too.
+	if err := c.Close(); err != nil && code == 0 {
+		fmt.Printf("jobshape: rank %d error at %d: %s: %v\n", c.Rank(), time.Now().UnixNano(), sentinels(err), err)
+		code = 1
+	}
+	if code == 0 {
+		fmt.Printf("jobshape: rank %d ok %d calls\n", c.Rank(), *calls)
+	}
 	os.Exit(code)
 }
 
@@ -85,7 +93,6 @@ func run(ctx context.Context, c *comm.Communicator) int {
 			return 1
 		}
 	}
-	fmt.Printf("jobshape: rank %d ok %d calls\n", me, *calls)
 	return 0
 }
 
