@@ -372,6 +372,31 @@ func (s *Server) put(key string, val []byte) {
 	s.mu.Unlock()
 }
 
+// Value is what is stored under key, if anything: for the launcher
+// that holds the store, without a connection.
+func (s *Server) Value(key string) ([]byte, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, ok := s.kv[key]
+	return v, ok
+}
+
+// Set stores value under key, as a client's Put does.
+func (s *Server) Set(key string, value []byte) { s.put(key, append([]byte(nil), value...)) }
+
+// Entries is every entry under prefix, as a client's Scan gives them.
+func (s *Server) Entries(prefix string) map[string][]byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := map[string][]byte{}
+	for k, v := range s.kv {
+		if strings.HasPrefix(k, prefix) {
+			m[k] = v
+		}
+	}
+	return m
+}
+
 // MarkGone records that rank left the job abnormally, and why, and fails
 // every get still waiting. Clients report their own departures; a launcher
 // that reaps a rank (grun) reports it too, which covers a rank that died

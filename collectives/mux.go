@@ -494,6 +494,9 @@ func (m *Mux) Channel(id uint64, ranks []int) (*Channel, error) {
 	return &Channel{m: m, id: id, ranks: append([]int(nil), ranks...), rank: me}, nil
 }
 
+// Size is the number of ranks of the job the mux connects.
+func (m *Mux) Size() int { return len(m.peers) }
+
 // ID is the communicator id.
 func (c *Channel) ID() uint64 { return c.id }
 

@@ -117,6 +117,12 @@ type Communicator struct {
 	// published is set once this rank has told the others, through the
 	// store, why it is dropping out (see publishFault).
 	published atomic.Bool
+	// act is what the watchdog sees this communicator doing, and kids
+	// (the job's communicator only) its live sub-communicators, for the
+	// stall report (report.go); stallAfter is GOCOLL_STALL.
+	act        activity
+	kids       subs
+	stallAfter time.Duration
 	// leaving counts the reports of a break on their way to the store
 	// (see drop), which Close waits for.
 	leaving sync.WaitGroup
@@ -133,6 +139,8 @@ type settings struct {
 	transport string
 	algo      string
 	timeout   time.Duration
+	stall     time.Duration
+	stallSet  bool
 	logger    *slog.Logger
 	tcp       tcp.Options
 	shm       shm.Options
@@ -217,7 +225,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 	// Every line names the rank: N ranks would otherwise print N
 	// identical lines.
 	c := &Communicator{cfg: cfg, log: s.logger.With("rank", cfg.Rank), closed: make(chan struct{}),
-		timeout: s.timeout, aborted: make(chan struct{})}
+		timeout: s.timeout, aborted: make(chan struct{}), stallAfter: s.stall}
 	// A rank that dies before it connects leaves the others waiting for
 	// its address or its connection, where no link can tell them: the
 	// store can, so Init listens to it until everyone is connected.
@@ -253,6 +261,9 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 	c.g = collectives.NewGroup(c.share(maxMessage), collectives.Options{Algos: algos, Logger: c.log, Hosts: c.hosts})
 	c.calls = c.store
 	go c.watch()
+	if cfg.Size > 1 && cfg.Addr != "" {
+		go c.answerReports()
+	}
 	c.log.Info("communicator ready", "size", cfg.Size, "local_rank", cfg.LocalRank,
 		"launcher", cfg.Source, "transport", c.tname, "simd", reduce.SIMDLevel(), "store", cfg.Addr)
 	return c, nil
@@ -294,8 +305,18 @@ func readSettings(opts []Option) (settings, error) {
 		}
 		s.timeout = d
 	}
+	if v := strings.TrimSpace(os.Getenv("GOCOLL_STALL")); v != "" {
+		d, err := parseStall(v)
+		if err != nil {
+			return s, err
+		}
+		s.stall, s.stallSet = d, true
+	}
 	for _, o := range opts {
 		o(&s)
+	}
+	if !s.stallSet {
+		s.stall = DefaultStall
 	}
 	if s.timeout == 0 {
 		s.timeout = DefaultTimeout
@@ -417,6 +438,9 @@ func (c *Communicator) Close() error {
 	}
 	if !c.closing.CompareAndSwap(false, true) {
 		return nil
+	}
+	if c.ext.root != nil {
+		c.ext.root.kids.remove(c)
 	}
 	c.publishLast()
 	mm := c.lastCallsAgree()

@@ -216,7 +216,7 @@ func (c *Communicator) watch() {
 	// for none), and since when: the collectives store nothing for this,
 	// as reading the clock would cost them more than the rest of a small
 	// one's bookkeeping.
-	var seen uint64
+	var seen, reported uint64 // reported: the call a stall report was asked for
 	var since time.Time
 	for {
 		select {
@@ -258,6 +258,15 @@ func (c *Communicator) watch() {
 				seen = 0
 			} else if turn+1 != seen {
 				seen, since, probing = turn+1, now, stall{}
+			}
+			c.observe(now, running)
+			if running && c.stallAfter > 0 && reported != seen && now.Sub(since) > c.stallAfter {
+				reported = seen
+				call := c.status(now).Call
+				if c.ext.name != "" {
+					call += " of " + c.ext.name
+				}
+				go c.requestReport(call, fmt.Sprintf("%s: %s has waited %v (GOCOLL_STALL)", c.whoIs(c.cfg.Rank), call, c.stallAfter))
 			}
 			if running && probing.due(now.Sub(since)) {
 				if mm, _ := c.probe(context.Background()); mm != nil {

@@ -24,6 +24,8 @@ type ext struct {
 	id  uint64
 
 	splits uint64 // Splits so far; counted inside collectives, so in step on every rank
+	// root is the job's communicator, nil on itself.
+	root *Communicator
 	// name is how errors name the communicator: empty for the job's,
 	// else how it was split from it (see CallError.Comm).
 	name string
@@ -121,6 +123,8 @@ func (c *Communicator) Split(ctx context.Context, color, key int) (*Communicator
 		timeout: c.timeout,
 		aborted: make(chan struct{}),
 		calls:   c.calls,
+
+		stallAfter: c.stallAfter,
 	}
 	sub.ext.mux, sub.ext.ch, sub.ext.id = c.ext.mux, ch, id
 	sub.ext.name = fmt.Sprintf("split #%d color %d", seq, color)
@@ -129,6 +133,11 @@ func (c *Communicator) Split(ctx context.Context, color, key int) (*Communicator
 	}
 	sub.life, sub.kill = context.WithCancelCause(context.Background())
 	sub.g = collectives.NewGroup(ch, c.g.Options())
+	sub.ext.root = c
+	if c.ext.root != nil {
+		sub.ext.root = c.ext.root
+	}
+	sub.ext.root.kids.add(sub)
 	go sub.watch()
 	return sub, nil
 }

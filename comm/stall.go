@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gocoll/gocoll/collectives"
+	"github.com/gocoll/gocoll/internal/stallreport"
 )
 
 // A collective whose ranks disagree on its arguments fails as soon as one
@@ -294,7 +295,41 @@ func (c *Communicator) absent(at map[int]uint64) string {
 	if len(names) > 1 {
 		word = "ranks"
 	}
-	return fmt.Sprintf("; %s %s never reached call #%d", word, strings.Join(names, ", "), mine)
+	seen := ""
+	if len(names) == 1 {
+		r, _ := strconv.Atoi(names[0])
+		seen = c.lastSeen(r)
+	}
+	return fmt.Sprintf("; %s %s never reached call #%d%s", word, strings.Join(names, ", "), mine, seen)
+}
+
+// lastSeen says what rank r was doing at the job's last stall report
+// (report.go), if one was made: ", at the stall report 2s in it had
+// finished allreduce #2 1s before". Only the job's communicator asks.
+func (c *Communicator) lastSeen(r int) string {
+	if c.calls == nil || c.ext.id != 0 {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	reqs, err := c.calls.Scan(ctx, stallreport.RequestPrefix())
+	if err != nil || len(reqs) == 0 {
+		return ""
+	}
+	k := len(reqs)
+	v, err := c.calls.Scan(ctx, stallreport.AnswerKey(k, r))
+	if err != nil {
+		return ""
+	}
+	b, ok := v[stallreport.AnswerKey(k, r)]
+	if !ok {
+		return " (nor answered the stall report: stopped or frozen?)"
+	}
+	st, err := stallreport.Decode(b)
+	if err != nil || len(st.Comms) == 0 || st.Comms[0].Running {
+		return ""
+	}
+	return fmt.Sprintf(" (at the stall report it had finished %s %v before)", st.Comms[0].Call, st.Comms[0].Idle.Round(100*time.Millisecond))
 }
 
 // also is an error that reads as its first part and matches both: a

@@ -92,6 +92,8 @@ type job struct {
 	// store is the job's rendezvous; grun tells it of every rank that
 	// fails, so that ranks still connecting stop waiting for it.
 	store *bootstrap.Server
+	// quits delivers SIGQUIT, which asks for a stall report (stall.go).
+	quits <-chan os.Signal
 
 	// Filled by the goroutines the job starts: the per-rank waiters, and
 	// the forwarders when whoever reads grun's output went away (as in
@@ -272,8 +274,16 @@ func (j *job) run(ctx context.Context, sigs <-chan os.Signal) int {
 
 	j.store = store
 	j.startRanks(addrs, token, cpus)
+	stopStalls := make(chan struct{})
+	stallsDone := make(chan struct{})
+	go func() {
+		defer close(stallsDone)
+		j.watchStalls(j.quits, stopStalls)
+	}()
 	j.supervise(ctx, sigs)
 	j.sweep(sigs)
+	close(stopStalls)
+	<-stallsDone
 	j.drain()
 	store.Close()
 

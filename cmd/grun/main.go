@@ -165,7 +165,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
-	return newJob(cfg, newStarter(cfg.rsh), stdout, stderr, os.Environ()).run(ctx, sigs)
+	// SIGQUIT asks for the job's stall report (Go's default, a dump of
+	// grun's own goroutines, would help nobody).
+	quits := make(chan os.Signal, 1)
+	signal.Notify(quits, syscall.SIGQUIT)
+	defer signal.Stop(quits)
+	j := newJob(cfg, newStarter(cfg.rsh), stdout, stderr, os.Environ())
+	j.quits = quits
+	return j.run(ctx, sigs)
 }
 
 // newFlagSet defines grun's flags on cfg. -x values are checked, and -x VAR

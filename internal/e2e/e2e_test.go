@@ -42,7 +42,8 @@ func TestMain(m *testing.M) {
 		"github.com/gocoll/gocoll/examples/allreduce",
 		"github.com/gocoll/gocoll/internal/e2e/testdata/collcheck",
 		"github.com/gocoll/gocoll/internal/e2e/testdata/chaos",
-		"github.com/gocoll/gocoll/internal/e2e/testdata/jobshape").CombinedOutput()
+		"github.com/gocoll/gocoll/internal/e2e/testdata/jobshape",
+		"github.com/gocoll/gocoll/internal/e2e/testdata/straggler").CombinedOutput()
 	if err == nil {
 		out, err = exec.Command("go", "build", "-o", filepath.Join(dir, "collbench"), "github.com/gocoll/gocoll/bench").CombinedOutput()
 	}

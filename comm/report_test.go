@@ -1,0 +1,58 @@
+package comm_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gocoll/gocoll/comm"
+)
+
+// TestStallReportWithoutGrun: with no grun to print it (torchrun, mpirun,
+// srun), the lowest rank waiting in the stalled call makes the report:
+// one file, naming the call, the ranks in it and the late rank with what
+// it last did and its goroutine stacks.
+func TestStallReportWithoutGrun(t *testing.T) {
+	wd, _ := os.Getwd()
+	dir := t.TempDir()
+	if err := os.Chdir(dir); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Chdir(wd)
+	cs := local(t, 4, comm.WithTransport("tcp"), comm.WithStall(300*time.Millisecond))
+	errs := each(t, cs, func(ctx context.Context, c *comm.Communicator) error {
+		// The ranks answer reports from a second after Init on.
+		time.Sleep(1100 * time.Millisecond)
+		if err := comm.AllReduce(ctx, c, make([]int32, 100), comm.Sum); err != nil {
+			return err
+		}
+		if c.Rank() == 2 {
+			time.Sleep(1500 * time.Millisecond)
+		}
+		return comm.AllReduce(ctx, c, make([]int32, 100), comm.Sum)
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "gocoll-stall-*.txt"))
+	if len(files) != 1 {
+		t.Fatalf("%d report files, want 1: %v", len(files), files)
+	}
+	b, _ := os.ReadFile(files[0])
+	for _, want := range []string{
+		"oldest unfinished call: allreduce #2 (algo",
+		"in it: ranks 0-1, 3, waiting up to",
+		"rank 2 finished allreduce #1 (algo",
+		"and has not entered #2",
+		"goroutine stacks of rank 2",
+	} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("report does not say %q:\n%.1500s", want, b)
+		}
+	}
+}

@@ -1,0 +1,169 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// line is one line of a job's output and when it came.
+type line struct {
+	at   time.Time
+	text string
+}
+
+// streamGrun runs grun with args in dir, recording when each line of its
+// output arrives; during, if not nil, runs once the job has started
+// (with grun's process). It returns the lines and the exit code.
+func streamGrun(t *testing.T, dir string, timeout time.Duration, env []string, during func(*os.Process), args ...string) ([]line, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, "grun"), args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Dir = dir
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	var lines []line
+	var mu sync.Mutex
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			mu.Lock()
+			lines = append(lines, line{time.Now(), sc.Text()})
+			mu.Unlock()
+		}
+	}()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if during != nil {
+		during(cmd.Process)
+	}
+	err := cmd.Wait()
+	pw.Close()
+	<-done
+	if ctx.Err() != nil {
+		t.Fatalf("grun %s did not finish within %v (a hang):\n%s", strings.Join(args, " "), timeout, joinLines(lines))
+	}
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	}
+	return lines, code
+}
+
+func joinLines(ls []line) string {
+	var b strings.Builder
+	for _, l := range ls {
+		b.WriteString(l.text + "\n")
+	}
+	return b.String()
+}
+
+// TestStallReport: in a 4-rank job rank 3 comes late to its third
+// allreduce, sleeping in its own code or stopped by SIGSTOP. Within
+// GOCOLL_STALL and a second, grun prints one report that names the call,
+// the ranks waiting in it and rank 3 with what it last did (or that it
+// is stopped), and writes it to a file with rank 3's goroutine stacks.
+// SIGQUIT to grun asks for the same report when GOCOLL_STALL is off.
+func TestStallReport(t *testing.T) {
+	const stall = time.Second
+	cases := []struct {
+		name   string
+		how    string
+		env    []string
+		quit   bool   // SIGQUIT to grun instead of GOCOLL_STALL
+		says   string // what the report says of rank 3
+		stacks bool   // its goroutine stacks are in the file
+		code   int
+	}{
+		{"sleep", "sleep", []string{"GOCOLL_STALL=1s"}, false,
+			`rank 3 finished allreduce #2 \(algo ring, 262144 x float32, sum\) [0-9.]+m?s ago and has not entered #3`, true, 0},
+		{"stop", "stop", []string{"GOCOLL_STALL=1s", "GOCOLL_TIMEOUT=4s"}, false,
+			`rank 3 has not entered #3 and did not answer \(pid \d+, stopped`, false, 1},
+		{"sigquit", "sleep", []string{"GOCOLL_STALL=off"}, true,
+			`rank 3 finished allreduce #2 .* ago and has not entered #3`, true, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			var quitAt time.Time
+			during := func(p *os.Process) {
+				if tc.quit {
+					time.Sleep(1500 * time.Millisecond)
+					quitAt = time.Now()
+					p.Signal(syscall.SIGQUIT)
+				}
+			}
+			lines, code := streamGrun(t, dir, time.Minute, tc.env, during,
+				"-n", "4", "--grace", "1s", filepath.Join(bin, "straggler"), "-how", tc.how, "-for", "3s")
+			out := joinLines(lines)
+			if code != tc.code {
+				t.Errorf("grun exited %d, want %d:\n%s", code, tc.code, out)
+			}
+			var lateAt, reportAt time.Time
+			reports := 0
+			for _, l := range lines {
+				if strings.Contains(l.text, "straggler: rank 3 late at") {
+					lateAt = l.at
+				}
+				if strings.HasPrefix(l.text, "grun: gocoll stall report:") {
+					reports++
+					if reportAt.IsZero() {
+						reportAt = l.at
+					}
+				}
+			}
+			if reports != 1 {
+				t.Fatalf("%d stall reports, want 1:\n%s", reports, out)
+			}
+			from, limit := lateAt, stall+time.Second
+			if tc.quit {
+				from, limit = quitAt, time.Second
+			}
+			if d := reportAt.Sub(from); from.IsZero() || d > limit || d < 0 {
+				t.Errorf("report %v after the straggler was late (or SIGQUIT), want within %v:\n%s", d, limit, out)
+			} else {
+				t.Logf("report %v after the straggler was late (or SIGQUIT)", d.Round(time.Millisecond))
+			}
+			for _, want := range []string{
+				`grun: oldest unfinished call: allreduce #3 \(algo ring, 262144 x float32, sum\)`,
+				`grun:   in it: ranks 0-2, waiting up to`,
+				"grun:   " + tc.says,
+			} {
+				if !regexp.MustCompile(want).MatchString(out) {
+					t.Errorf("report does not say %q:\n%s", want, out)
+				}
+			}
+			m := regexp.MustCompile(`stall report written, with the laggards' goroutine stacks, to (\S+)`).FindStringSubmatch(out)
+			if m == nil {
+				t.Fatalf("no report file named:\n%s", out)
+			}
+			file, err := os.ReadFile(m[1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if has := strings.Contains(string(file), "main.dawdle"); has != tc.stacks || !strings.Contains(string(file), "oldest unfinished call: allreduce #3") {
+				t.Errorf("report file (stacks of the user's code: %v, want %v):\n%.2000s", has, tc.stacks, file)
+			}
+			if tc.how == "stop" {
+				// The others' timeouts say what the report saw.
+				if !strings.Contains(out, "rank 3 never reached call #3 (nor answered the stall report") {
+					t.Errorf("the timed-out ranks do not say rank 3 did not answer the report:\n%s", out)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,278 @@
+// Package stallreport builds the one-screen report of a job that stopped making
+// progress: which ranks wait in the oldest unfinished call, for how long,
+// and what each rank that is not in it was last seen doing. The ranks
+// answer a request put in the rendezvous store with a Status each; grun,
+// or the rank that noticed the stall, gathers them and builds the Report.
+// It is internal: the format of the store keys and of Status is an
+// agreement between comm and cmd/grun, not an API.
+package stallreport
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The store keys of the exchange: a request is put under RequestKey(k),
+// k = 1, 2, ..., with the reason as its value; each rank answers under
+// AnswerKey(k, rank) with its Status as JSON.
+const requestPrefix = "stall/req/"
+
+// RequestKey is where request k is put.
+func RequestKey(k int) string { return requestPrefix + strconv.Itoa(k) }
+
+// RequestPrefix is the prefix of every request key.
+func RequestPrefix() string { return requestPrefix }
+
+// AnswerPrefix is the prefix of the answers to request k.
+func AnswerPrefix(k int) string { return "stall/ans/" + strconv.Itoa(k) + "/" }
+
+// AnswerKey is where rank answers request k.
+func AnswerKey(k, rank int) string { return AnswerPrefix(k) + strconv.Itoa(rank) }
+
+// Status is one rank's answer: what each of its communicators is doing.
+type Status struct {
+	Rank  int          `json:"rank"`
+	Host  string       `json:"host"`
+	PID   int          `json:"pid"`
+	Comms []CommStatus `json:"comms"`
+	// Stacks is the rank's goroutine stacks, sent by a rank that is in
+	// no call of the job's communicator (the user's code is what is
+	// interesting there).
+	Stacks string `json:"stacks,omitempty"`
+}
+
+// CommStatus is what one communicator of a rank is doing.
+type CommStatus struct {
+	// Name is "" for the job's communicator, else how it was split
+	// (see comm.CallError.Comm); Rank is the rank in it.
+	Name string `json:"name,omitempty"`
+	Rank int    `json:"rank"`
+	// Running says a call is under way: Call (as errors name it), number
+	// CallNo, for Running for.
+	Running bool          `json:"running"`
+	Call    string        `json:"call,omitempty"`
+	CallNo  uint64        `json:"call_no"`
+	For     time.Duration `json:"for"`
+	// Otherwise Call is the last call it began, finished Idle ago (to
+	// the watchdog's tick).
+	Idle time.Duration `json:"idle"`
+}
+
+// Decode reads an answer.
+func Decode(b []byte) (Status, error) {
+	var s Status
+	err := json.Unmarshal(b, &s)
+	return s, err
+}
+
+// Encode writes an answer.
+func Encode(s Status) []byte {
+	b, _ := json.Marshal(s) // a struct of strings and numbers
+	return b
+}
+
+// Report is what the gathered answers say.
+type Report struct {
+	// Text is the screen: a few lines.
+	Text string
+	// Laggards are the job ranks not in the oldest unfinished call, in
+	// order; Call is that call, as errors name it.
+	Laggards []int
+	Call     string
+	// Stacks holds the goroutine stacks the laggards sent, for the file.
+	Stacks string
+}
+
+// Build makes the report of a job of size ranks from the answers
+// received (keyed by rank; ranks missing did not answer in time). why
+// says who asked and why; notes, when not nil, adds what the launcher
+// knows of a rank that did not answer ("pid 1234, stopped").
+func Build(why string, size int, answers map[int]Status, notes func(rank int) string) Report {
+	var r Report
+	var b, stacks strings.Builder
+	fmt.Fprintf(&b, "gocoll stall report: %s\n", why)
+	world := func(s Status) (CommStatus, bool) {
+		for _, c := range s.Comms {
+			if c.Name == "" {
+				return c, true
+			}
+		}
+		return CommStatus{}, false
+	}
+	// The oldest unfinished call of the job's communicator: the lowest
+	// call number any rank is in.
+	var oldest uint64
+	var call string
+	for _, s := range answers {
+		if c, ok := world(s); ok && c.Running && (oldest == 0 || c.CallNo < oldest) {
+			oldest, call = c.CallNo, c.Call
+		}
+	}
+	if oldest == 0 {
+		fmt.Fprintf(&b, "no rank that answered is in a call of the job's communicator (%d of %d answered)\n", len(answers), size)
+	} else {
+		r.Call = call
+		var in []int
+		var longest time.Duration
+		calls := map[string][]int{}
+		for rank, s := range answers {
+			if c, ok := world(s); ok && c.Running && c.CallNo == oldest {
+				in = append(in, rank)
+				longest = max(longest, c.For)
+				calls[c.Call] = append(calls[c.Call], rank)
+			}
+		}
+		sort.Ints(in)
+		fmt.Fprintf(&b, "oldest unfinished call: %s\n", call)
+		fmt.Fprintf(&b, "  in it: %s, waiting up to %s\n", Ranks(in), round(longest))
+		if len(calls) > 1 {
+			// Ranks in the same call number with other arguments.
+			var parts []string
+			for c, rs := range calls {
+				sort.Ints(rs)
+				parts = append(parts, fmt.Sprintf("%s called %s", Ranks(rs), c))
+			}
+			sort.Strings(parts)
+			fmt.Fprintf(&b, "  MISMATCHED: %s\n", strings.Join(parts, "; "))
+		}
+		for rank := range size {
+			s, answered := answers[rank]
+			c, _ := world(s)
+			switch {
+			case answered && c.Running && c.CallNo == oldest:
+				continue
+			case !answered:
+				note := ""
+				if notes != nil {
+					note = notes(rank)
+				}
+				if note == "" {
+					note = "stopped, frozen or gone?"
+				}
+				fmt.Fprintf(&b, "  rank %d has not entered #%d and did not answer (%s)\n", rank, oldest, note)
+			case c.Running:
+				fmt.Fprintf(&b, "  rank %d is in %s, for %s\n", rank, c.Call, round(c.For))
+			case c.CallNo == 0:
+				fmt.Fprintf(&b, "  rank %d has made no call yet and has not entered #%d\n", rank, oldest)
+			default:
+				fmt.Fprintf(&b, "  rank %d finished %s %s ago and has not entered #%d%s\n", rank, c.Call, round(c.Idle), oldest, elsewhere(s))
+			}
+			r.Laggards = append(r.Laggards, rank)
+			if s.Stacks != "" {
+				fmt.Fprintf(&stacks, "=== goroutine stacks of rank %d (pid %d on %s)\n%s\n", rank, s.PID, s.Host, s.Stacks)
+			}
+		}
+	}
+	r.Text, r.Stacks = b.String(), stacks.String()
+	return r
+}
+
+// elsewhere says what a rank not in the job's call is doing on its other
+// communicators, if anything.
+func elsewhere(s Status) string {
+	var parts []string
+	for _, c := range s.Comms {
+		if c.Name != "" && c.Running {
+			parts = append(parts, fmt.Sprintf("%s of %s for %s", c.Call, c.Name, round(c.For)))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "; it is in " + strings.Join(parts, ", ")
+}
+
+func round(d time.Duration) time.Duration {
+	switch {
+	case d >= 10*time.Second:
+		return d.Round(time.Second)
+	case d >= 100*time.Millisecond:
+		return d.Round(100 * time.Millisecond)
+	}
+	return d.Round(time.Millisecond)
+}
+
+// Ranks writes a sorted list of ranks compactly: "ranks 0-6, 9", "rank 3".
+func Ranks(rs []int) string {
+	if len(rs) == 0 {
+		return "no rank"
+	}
+	var parts []string
+	for i := 0; i < len(rs); {
+		j := i
+		for j+1 < len(rs) && rs[j+1] == rs[j]+1 {
+			j++
+		}
+		if j == i {
+			parts = append(parts, strconv.Itoa(rs[i]))
+		} else {
+			parts = append(parts, strconv.Itoa(rs[i])+"-"+strconv.Itoa(rs[j]))
+		}
+		i = j + 1
+	}
+	if len(rs) == 1 {
+		return "rank " + parts[0]
+	}
+	return "ranks " + strings.Join(parts, ", ")
+}
+
+// Wait bounds how long the maker of a report waits for answers: a
+// stopped rank never answers, and a live one answers within milliseconds
+// (its watchdog does, whatever its own code is doing).
+const Wait = 500 * time.Millisecond
+
+// Gather waits up to Wait for the answers of size ranks to request k,
+// reading the store with scan.
+func Gather(ctx context.Context, scan func(context.Context, string) (map[string][]byte, error), k, size int) map[int]Status {
+	deadline := time.Now().Add(Wait)
+	answers := map[int]Status{}
+	for {
+		m, err := scan(ctx, AnswerPrefix(k))
+		if err != nil {
+			return answers
+		}
+		for key, v := range m {
+			r, err := strconv.Atoi(strings.TrimPrefix(key, AnswerPrefix(k)))
+			if err != nil || r < 0 || r >= size {
+				continue
+			}
+			if s, err := Decode(v); err == nil {
+				answers[r] = s
+			}
+		}
+		if len(answers) == size || time.Now().After(deadline) {
+			return answers
+		}
+		select {
+		case <-ctx.Done():
+			return answers
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// WriteFile writes the report and the laggards' stacks to name in the
+// working directory (else the temporary one) and returns where.
+func (r Report) WriteFile(name string) string {
+	text := r.Text
+	if r.Stacks != "" {
+		text += "\n" + r.Stacks
+	}
+	for _, dir := range []string{".", os.TempDir()} {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(text), 0o644); err == nil {
+			if abs, err := filepath.Abs(path); err == nil {
+				return abs
+			}
+			return path
+		}
+	}
+	return "(nowhere: neither the working nor the temporary directory is writable)"
+}

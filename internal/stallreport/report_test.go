@@ -1,0 +1,142 @@
+package stallreport
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func running(call string, no uint64, d time.Duration) CommStatus {
+	return CommStatus{Running: true, Call: call, CallNo: no, For: d}
+}
+
+func idle(call string, no uint64, d time.Duration) CommStatus {
+	return CommStatus{Call: call, CallNo: no, Idle: d}
+}
+
+func TestBuild(t *testing.T) {
+	const ar7 = "allreduce #7 (algo ring, 16 x float32, sum)"
+	const ar6 = "allreduce #6 (algo ring, 16 x float32, sum)"
+	in := func(rank int, d time.Duration) Status {
+		return Status{Rank: rank, Comms: []CommStatus{running(ar7, 7, d)}}
+	}
+	cases := []struct {
+		name     string
+		size     int
+		answers  map[int]Status
+		notes    func(int) string
+		want     []string
+		laggards []int
+	}{
+		{
+			"one idle laggard, its stacks kept",
+			4,
+			map[int]Status{0: in(0, 42*time.Second), 1: in(1, 41*time.Second), 2: in(2, 40*time.Second),
+				3: {Rank: 3, PID: 77, Host: "h", Comms: []CommStatus{idle(ar6, 6, 41900*time.Millisecond)}, Stacks: "main.work()"}},
+			nil,
+			[]string{"oldest unfinished call: " + ar7, "in it: ranks 0-2, waiting up to 42s",
+				"rank 3 finished " + ar6 + " 42s ago and has not entered #7"},
+			[]int{3},
+		},
+		{
+			"a rank that did not answer, with the launcher's note",
+			3,
+			map[int]Status{0: in(0, time.Second), 2: in(2, time.Second)},
+			func(r int) string { return "pid 12, stopped" },
+			[]string{"in it: ranks 0, 2", "rank 1 has not entered #7 and did not answer (pid 12, stopped)"},
+			[]int{1},
+		},
+		{
+			"mismatched arguments in one call number",
+			3,
+			map[int]Status{0: in(0, time.Second), 1: in(1, time.Second),
+				2: {Rank: 2, Comms: []CommStatus{running("allreduce #7 (algo ring, 17 x float32, sum)", 7, time.Second)}}},
+			nil,
+			[]string{"MISMATCHED: rank 2 called allreduce #7 (algo ring, 17 x float32, sum); ranks 0-1 called " + ar7},
+			nil,
+		},
+		{
+			"a laggard busy on a sub-communicator",
+			2,
+			map[int]Status{0: in(0, 3*time.Second),
+				1: {Rank: 1, Comms: []CommStatus{idle(ar6, 6, 3*time.Second), {Name: "split #1 color 0", Running: true, Call: "barrier #2 (algo dissemination, 0 x uint8)", CallNo: 2, For: 2 * time.Second}}}},
+			nil,
+			[]string{"rank 1 finished " + ar6 + " 3s ago and has not entered #7; it is in barrier #2 (algo dissemination, 0 x uint8) of split #1 color 0 for 2s"},
+			[]int{1},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := Build("test", tc.size, tc.answers, tc.notes)
+			for _, w := range tc.want {
+				if !strings.Contains(r.Text, w) {
+					t.Errorf("report does not say %q:\n%s", w, r.Text)
+				}
+			}
+			if !slices.Equal(r.Laggards, tc.laggards) {
+				t.Errorf("laggards %v, want %v", r.Laggards, tc.laggards)
+			}
+			if r.Call != ar7 && tc.name != "mismatched arguments in one call number" {
+				t.Errorf("call %q, want %q", r.Call, ar7)
+			}
+			if got := strings.Contains(r.Stacks, "main.work()"); got != (tc.name == "one idle laggard, its stacks kept") {
+				t.Errorf("stacks %q", r.Stacks)
+			}
+		})
+	}
+}
+
+func TestRanks(t *testing.T) {
+	for _, tc := range []struct {
+		in   []int
+		want string
+	}{
+		{nil, "no rank"}, {[]int{3}, "rank 3"}, {[]int{0, 1, 2, 5, 7, 8}, "ranks 0-2, 5, 7-8"},
+	} {
+		if got := Ranks(tc.in); got != tc.want {
+			t.Errorf("Ranks(%v) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+// TestGatherAndWrite: answers are read as they come, a stopped rank is
+// waited for no longer than Wait, and the file holds the text and stacks.
+func TestGatherAndWrite(t *testing.T) {
+	store := map[string][]byte{
+		AnswerKey(2, 0): Encode(Status{Rank: 0, Comms: []CommStatus{running("x #1 (y)", 1, time.Second)}}),
+		AnswerKey(2, 9): Encode(Status{Rank: 9}), // not a rank of the job
+		AnswerKey(1, 1): Encode(Status{Rank: 1}), // another request's
+	}
+	scan := func(_ context.Context, prefix string) (map[string][]byte, error) {
+		m := map[string][]byte{}
+		for k, v := range store {
+			if strings.HasPrefix(k, prefix) {
+				m[k] = v
+			}
+		}
+		return m, nil
+	}
+	start := time.Now()
+	got := Gather(context.Background(), scan, 2, 2)
+	if d := time.Since(start); d < Wait || d > Wait+time.Second {
+		t.Errorf("Gather took %v with a rank not answering, want about %v", d, Wait)
+	}
+	if len(got) != 1 || got[0].Comms[0].Call != "x #1 (y)" {
+		t.Errorf("Gather = %+v", got)
+	}
+	// WriteFile writes to the working directory (the test runs alone).
+	wd, _ := os.Getwd()
+	if err := os.Chdir(t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Chdir(wd)
+	path := Report{Text: "text\n", Stacks: "stacks\n"}.WriteFile("r.txt")
+	b, err := os.ReadFile(path)
+	if err != nil || string(b) != "text\n\nstacks\n" || filepath.Base(path) != "r.txt" {
+		t.Errorf("WriteFile wrote %q to %s (%v)", b, path, err)
+	}
+}
