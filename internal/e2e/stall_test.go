@@ -158,6 +158,9 @@ func TestStallReport(t *testing.T) {
 			if has := strings.Contains(string(file), "main.dawdle"); has != tc.stacks || !strings.Contains(string(file), "oldest unfinished call: allreduce #3") {
 				t.Errorf("report file (stacks of the user's code: %v, want %v):\n%.2000s", has, tc.stacks, file)
 			}
+			if tc.stacks && !strings.Contains(out, "its main goroutine [sleep] is in main.dawdle (main.go:") {
+				t.Errorf("the report does not say where rank 3's own code is:\n%s", out)
+			}
 			if tc.how == "stop" {
 				// The others' timeouts say what the report saw.
 				if !strings.Contains(out, "rank 3 never reached call #3 (nor answered the stall report") {

@@ -165,6 +165,9 @@ func Build(why string, size int, answers map[int]Status, notes func(rank int) st
 				fmt.Fprintf(&b, "  rank %d finished %s %s ago and has not entered #%d%s\n", rank, c.Call, round(c.Idle), oldest, elsewhere(s))
 			}
 			r.Laggards = append(r.Laggards, rank)
+			if where := mainAt(s.Stacks); where != "" {
+				fmt.Fprintf(&b, "    its main goroutine %s\n", where)
+			}
 			if s.Stacks != "" {
 				fmt.Fprintf(&stacks, "=== goroutine stacks of rank %d (pid %d on %s)\n%s\n", rank, s.PID, s.Host, s.Stacks)
 			}
@@ -275,4 +278,42 @@ func (r Report) WriteFile(name string) string {
 		}
 	}
 	return "(nowhere: neither the working nor the temporary directory is writable)"
+}
+
+// mainAt says where the main goroutine is in stacks (runtime/pprof's
+// goroutine profile at debug level 2): its state and the innermost frame
+// of the program's own code, skipping the standard library's, such as
+// "[sleep] is in main.dawdle (main.go:58)". Empty if it cannot tell.
+func mainAt(stacks string) string {
+	_, g, ok := strings.Cut(stacks, "goroutine 1 [")
+	if !ok {
+		return ""
+	}
+	g, _, _ = strings.Cut(g, "\n\n")
+	state, frames, _ := strings.Cut(g, "\n")
+	state = strings.TrimSuffix(strings.SplitN(state, "]", 2)[0], ",")
+	lines := strings.Split(frames, "\n")
+	for i := 0; i+1 < len(lines); i += 2 {
+		fn := lines[i]
+		if j := strings.LastIndexByte(fn, '('); j > 0 {
+			fn = fn[:j]
+		}
+		// The package path ends at the first dot after the last slash;
+		// the standard library's have no dot in their first element.
+		pkg := fn
+		slash := strings.LastIndexByte(pkg, '/')
+		if dot := strings.IndexByte(pkg[slash+1:], '.'); dot >= 0 {
+			pkg = pkg[:slash+1+dot]
+		}
+		first, _, _ := strings.Cut(pkg, "/")
+		if pkg != "main" && !strings.Contains(first, ".") {
+			continue
+		}
+		file := strings.TrimSpace(lines[i+1])
+		if j := strings.LastIndexByte(file, ' '); j > 0 {
+			file = file[:j]
+		}
+		return fmt.Sprintf("[%s] is in %s (%s)", state, fn, filepath.Base(file))
+	}
+	return ""
 }

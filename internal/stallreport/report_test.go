@@ -140,3 +140,19 @@ func TestGatherAndWrite(t *testing.T) {
 		t.Errorf("WriteFile wrote %q to %s (%v)", b, path, err)
 	}
 }
+
+func TestMainAt(t *testing.T) {
+	stacks := "goroutine 7 [running]:\nruntime/pprof.writeGoroutineStacks(0x1)\n\t/go/src/runtime/pprof/pprof.go:819 +0x6b\n\n" +
+		"goroutine 1 [sleep, 2 minutes]:\ntime.Sleep(0xb2d05e00)\n\t/go/src/runtime/time.go:363 +0x165\nmain.dawdle(...)\n\t/src/prog/main.go:58\nmain.main()\n\t/src/prog/main.go:33 +0xf8\n\n" +
+		"goroutine 20 [select]:\ngithub.com/gocoll/gocoll/bootstrap.WatchParent.func2()\n\t/src/bootstrap/parent.go:43 +0xc5\n"
+	if got, want := mainAt(stacks), "[sleep, 2 minutes] is in main.dawdle (main.go:58)"; got != want {
+		t.Errorf("mainAt = %q, want %q", got, want)
+	}
+	lib := "goroutine 1 [chan receive]:\nsync.(*WaitGroup).Wait(0x1)\n\t/go/src/sync/waitgroup.go:118 +0x48\ngithub.com/x/y.(*T).Step(0x2)\n\t/src/y/t.go:9 +0x1\n"
+	if got, want := mainAt(lib), "[chan receive] is in github.com/x/y.(*T).Step (t.go:9)"; got != want {
+		t.Errorf("mainAt = %q, want %q", got, want)
+	}
+	if got := mainAt("nothing"); got != "" {
+		t.Errorf("mainAt = %q, want empty", got)
+	}
+}
