@@ -143,45 +143,8 @@ func (g *Group) newCall(ctx context.Context, s spec) *call {
 	// rather than allocated for every collective; NewGroup set the fields
 	// that never change.
 	g.cur.ctx, g.cur.hdr = ctx, header{s, g.seq}
-	// Seqlock order: the sequence word is cleared first and set last, so
-	// that Recent, which reads it before and after the rest, never takes
-	// a half-written header for a whole one.
-	w0, w1, w2, w3 := g.cur.hdr.words()
-	slot := &g.recent[g.seq%recentCalls]
-	slot[1].Store(0)
-	slot[0].Store(w0)
-	slot[2].Store(w2)
-	slot[3].Store(w3)
-	slot[1].Store(w1)
+	g.record(g.cur.hdr)
 	return &g.cur
-}
-
-// recentCalls is how many of its last calls a group keeps for Recent:
-// ranks that finished a call a rank is stuck in have moved on by a few
-// calls at most before they need it again.
-const recentCalls = 8
-
-// Recent is the headers of the last calls this group began (up to
-// recentCalls, in no order), as they travel, hdrLen bytes each; empty
-// before the first. It may be read from any goroutine: a watchdog that
-// sees a call wait for long publishes them where the other ranks compare
-// them with theirs (Disagree).
-func (g *Group) Recent() []byte {
-	var b []byte
-	var w [4]uint64
-	for i := range g.recent {
-		slot := &g.recent[i]
-		seq := slot[1].Load()
-		w[0], w[2], w[3] = slot[0].Load(), slot[2].Load(), slot[3].Load()
-		if seq == 0 || slot[1].Load() != seq {
-			continue // never written, or being rewritten
-		}
-		w[1] = seq
-		for _, x := range w {
-			b = binary.LittleEndian.AppendUint64(b, x)
-		}
-	}
-	return b
 }
 
 // headers splits what Recent returned into headers.

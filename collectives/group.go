@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 
 	"github.com/gocoll/gocoll/internal/reduce"
 	"github.com/gocoll/gocoll/transport"
@@ -30,6 +29,14 @@ type Options struct {
 	// Logger receives the algorithm choices (info, once per choice) and
 	// per-call detail (debug). Nil means silent.
 	Logger *slog.Logger
+	// Recorded is how many of its last calls the group's flight recorder
+	// keeps (rounded up to a power of two; default DefaultRecorded).
+	Recorded int
+	// Timed makes the recorder read the clock at the start and end of
+	// every call (two reads, ~45 ns), for a trace; otherwise it keeps
+	// the calls alone and the communicator's watchdog their times, to
+	// its tick.
+	Timed bool
 }
 
 // Group runs collectives over one transport: the algorithms' view of a
@@ -44,10 +51,10 @@ type Group struct {
 	sentSeq, gotSeq []uint64
 	small           []byte // header + small payload scratch
 	cur             call   // the call in progress (see newCall)
-	// recent holds the headers of the last calls as they travel, call k
-	// in slot k%len, for a watchdog on another goroutine (see Recent):
-	// cur itself belongs to the call's goroutine.
-	recent [recentCalls][4]atomic.Uint64
+	// rec is the flight recorder (recorder.go): the last calls, for the
+	// watchdog and the stall report on other goroutines; cur itself
+	// belongs to the call's goroutine.
+	rec recorder
 
 	logMu  sync.Mutex
 	logged map[decision]bool
@@ -85,6 +92,7 @@ func NewGroup(t transport.Transport, opts Options) *Group {
 		logged:  make(map[decision]bool),
 		logInfo: opts.Logger != nil && opts.Logger.Enabled(context.Background(), slog.LevelInfo),
 	}
+	g.rec = newRecorder(opts.Recorded, opts.Timed)
 	g.cur = call{g: g, t: t, segMax: (t.MaxMessage() - hdrLen) &^ 63}
 	g.cur.ch, _ = t.(*Channel)
 	for k, a := range opts.Algos {

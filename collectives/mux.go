@@ -494,6 +494,24 @@ func (m *Mux) Channel(id uint64, ranks []int) (*Channel, error) {
 	return &Channel{m: m, id: id, ranks: append([]int(nil), ranks...), rank: me}, nil
 }
 
+// Busy lists the job ranks this process is receiving from or sending to
+// right now: a call blocked there waits on them. It may be called from
+// any goroutine.
+func (m *Mux) Busy() (recv, send []int) {
+	for r, p := range m.peers {
+		if r == m.rank || p == nil {
+			continue
+		}
+		if p.busy.Load() || p.waiters.Load() > 0 {
+			recv = append(recv, r)
+		}
+		if p.sending.Load() {
+			send = append(send, r)
+		}
+	}
+	return recv, send
+}
+
 // Size is the number of ranks of the job the mux connects.
 func (m *Mux) Size() int { return len(m.peers) }
 
@@ -541,7 +559,10 @@ func (c *Channel) send(ctx context.Context, peer int, ln uint32, hdr *header, p 
 	if err != nil {
 		return err
 	}
-	return c.renumber(c.m.sendTo(ctx, jr, lane{c.id, ln}, hdr, p), peer)
+	if err := c.m.sendTo(ctx, jr, lane{c.id, ln}, hdr, p); err != nil {
+		return c.renumber(err, peer)
+	}
+	return nil
 }
 
 // renumber gives a peer's error from the mux, which numbers ranks as the
@@ -569,7 +590,10 @@ func (c *Channel) recv(ctx context.Context, peer int, ln uint32) (transport.Mess
 	var msg transport.Message
 	err = c.m.recvFrom(ctx, jr, lane{c.id, ln}, &msg)
 	msg.Peer = int32(peer)
-	return msg, c.renumber(err, peer)
+	if err != nil {
+		return msg, c.renumber(err, peer)
+	}
+	return msg, nil
 }
 
 // Release implements transport.Transport.

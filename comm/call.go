@@ -75,7 +75,9 @@ func (c *Communicator) runTurn(ctx context.Context, tk ticket, what string, f fu
 		ctx, stop = c.bindLife(ctx)
 		defer stop()
 	}
-	if err := f(ctx); err != nil {
+	err := f(ctx)
+	c.g.Ended(err)
+	if err != nil {
 		return c.failed(what, err)
 	}
 	return nil

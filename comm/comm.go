@@ -123,6 +123,11 @@ type Communicator struct {
 	act        activity
 	kids       subs
 	stallAfter time.Duration
+	// trace is the rank's GOCOLL_TRACE file, shared with the
+	// sub-communicators; traced the last call written to it.
+	trace   *traceFile
+	traceMu sync.Mutex // the watchdog's drains and Close's
+	traced  uint64
 	// leaving counts the reports of a break on their way to the store
 	// (see drop), which Close waits for.
 	leaving sync.WaitGroup
@@ -141,6 +146,7 @@ type settings struct {
 	timeout   time.Duration
 	stall     time.Duration
 	stallSet  bool
+	trace     string
 	logger    *slog.Logger
 	tcp       tcp.Options
 	shm       shm.Options
@@ -258,7 +264,14 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 	if err != nil {
 		return fail("waiting for every rank to connect: ", err)
 	}
-	c.g = collectives.NewGroup(c.share(maxMessage), collectives.Options{Algos: algos, Logger: c.log, Hosts: c.hosts})
+	gopts := collectives.Options{Algos: algos, Logger: c.log, Hosts: c.hosts}
+	if s.trace != "" {
+		if c.trace, err = openTrace(s.trace, cfg.Rank); err != nil {
+			return fail("", err)
+		}
+		gopts.Timed, gopts.Recorded = true, tracedCalls
+	}
+	c.g = collectives.NewGroup(c.share(maxMessage), gopts)
 	c.calls = c.store
 	go c.watch()
 	if cfg.Size > 1 && cfg.Addr != "" {
@@ -305,6 +318,7 @@ func readSettings(opts []Option) (settings, error) {
 		}
 		s.timeout = d
 	}
+	s.trace = strings.TrimSpace(os.Getenv("GOCOLL_TRACE"))
 	if v := strings.TrimSpace(os.Getenv("GOCOLL_STALL")); v != "" {
 		d, err := parseStall(v)
 		if err != nil {
@@ -450,7 +464,13 @@ func (c *Communicator) Close() error {
 	}
 	c.stopping.Store(true)
 	close(c.closed)
+	c.drainTrace(true)
 	err := c.shutdown()
+	if c.trace != nil && c.ext.root == nil {
+		if terr := c.trace.close(); terr != nil && err == nil {
+			err = fmt.Errorf("comm: rank %d: close: GOCOLL_TRACE: %w", c.cfg.Rank, terr)
+		}
+	}
 	if mm != nil {
 		return fmt.Errorf("%s: close: the last calls did not match: %w", c.prefix(), mm)
 	}

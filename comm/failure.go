@@ -260,6 +260,7 @@ func (c *Communicator) watch() {
 				seen, since, probing = turn+1, now, stall{}
 			}
 			c.observe(now, running)
+			c.drainTrace(false)
 			if running && c.stallAfter > 0 && reported != seen && now.Sub(since) > c.stallAfter {
 				reported = seen
 				call := c.status(now).Call

@@ -58,6 +58,12 @@ type activity struct {
 	call     string // its description
 	since    time.Time
 	lastBusy time.Time // the last tick at which a call ran or began
+	lastTick time.Time
+	// times is when the watchdog saw the calls it saw (the latest
+	// sampledCalls), for their records; waited, by job rank, how long the
+	// job's communicator's watchdog saw this process wait on it (Stats).
+	times  map[uint64]seen
+	waited map[int]time.Duration
 }
 
 // observe updates the activity on a watchdog tick.
@@ -81,6 +87,36 @@ func (c *Communicator) observe(now time.Time, running bool) {
 		a.lastBusy = now
 	}
 	a.running = running
+	if running && n != 0 {
+		if a.times == nil {
+			a.times = make(map[uint64]seen)
+		}
+		t, ok := a.times[n]
+		if !ok {
+			t.first = now
+			if len(a.times) >= sampledCalls {
+				oldest := n
+				for k := range a.times {
+					oldest = min(oldest, k)
+				}
+				delete(a.times, oldest)
+			}
+		}
+		t.last = now
+		a.times[n] = t
+		if c.ext.id == 0 && c.ext.mux != nil && !a.lastTick.IsZero() {
+			// The mux is the process's: only the job's communicator
+			// counts, or every communicator would count each wait.
+			recv, send := c.ext.mux.Busy()
+			if a.waited == nil {
+				a.waited = make(map[int]time.Duration)
+			}
+			for _, r := range append(recv, send...) {
+				a.waited[r] += now.Sub(a.lastTick)
+			}
+		}
+	}
+	a.lastTick = now
 }
 
 // status is what this communicator is doing, for a stall report.

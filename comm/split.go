@@ -125,6 +125,7 @@ func (c *Communicator) Split(ctx context.Context, color, key int) (*Communicator
 		calls:   c.calls,
 
 		stallAfter: c.stallAfter,
+		trace:      c.trace,
 	}
 	sub.ext.mux, sub.ext.ch, sub.ext.id = c.ext.mux, ch, id
 	sub.ext.name = fmt.Sprintf("split #%d color %d", seq, color)

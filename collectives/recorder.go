@@ -1,0 +1,253 @@
+package collectives
+
+import (
+	"encoding/binary"
+	"sort"
+	"sync/atomic"
+	"time"
+
+	"github.com/gocoll/gocoll/internal/reduce"
+)
+
+// DefaultRecorded is how many of its last calls a group's flight recorder
+// keeps unless Options.Recorded says otherwise.
+const DefaultRecorded = 256
+
+// recentCalls is how many of its last calls Recent gives: ranks that
+// finished a call a rank is stuck in have moved on by a few calls at most
+// before they need it again.
+const recentCalls = 8
+
+// recorder is a group's flight recorder: the headers of its last calls,
+// call k in slot k&mask, written by the call's goroutine and read from any
+// other (the watchdog, a stall report, a trace writer). Each slot is a
+// seqlock: its sequence word is cleared first and set last, and a reader
+// takes the rest only if it read the same sequence before and after.
+// Beginning a call costs four atomic stores; a Timed recorder also reads
+// the clock at the start and end of each call.
+type recorder struct {
+	slots []recSlot
+	mask  uint64
+	timed bool
+	base  time.Time // Timed: slot times are offsets from it
+	// The calls of each kind and the bytes of their buffers, for
+	// Counts: counted in own by the calls' goroutine in plain memory, and
+	// published, once a lap of the ring, in pub up to call pubSeq (itself
+	// a seqlock word); Counts adds the calls in the ring after it. An
+	// atomic add per call would cost more than the rest of the
+	// bookkeeping of a small call.
+	own    [kindLimit]struct{ calls, bytes uint64 }
+	pub    [kindLimit]struct{ calls, bytes atomic.Uint64 }
+	pubSeq atomic.Uint64
+	pubGen atomic.Uint64 // odd while a publication is being written
+}
+
+// recSlot holds one call: the header as it travels (words 0-3, word 1 the
+// sequence number), and when Timed its start and end (nanoseconds after
+// base; 0 while running) and outcome.
+type recSlot [7]atomic.Uint64
+
+// Outcomes of a call, in a Timed slot.
+const (
+	callRunning = 0
+	callDone    = 1
+	callFailed  = 2
+)
+
+func newRecorder(n int, timed bool) recorder {
+	if n <= 0 {
+		n = DefaultRecorded
+	}
+	size := 1
+	for size < max(n, recentCalls) {
+		size <<= 1
+	}
+	return recorder{slots: make([]recSlot, size), mask: uint64(size - 1), timed: timed, base: time.Now()}
+}
+
+// record writes h, the call beginning, into its slot.
+func (g *Group) record(h header) {
+	w0, w1, w2, w3 := h.words()
+	slot := &g.rec.slots[h.seq&g.rec.mask]
+	slot[1].Store(0)
+	slot[0].Store(w0)
+	slot[2].Store(w2)
+	slot[3].Store(w3)
+	if g.rec.timed {
+		slot[4].Store(uint64(time.Since(g.rec.base)))
+		slot[5].Store(0)
+		slot[6].Store(callRunning)
+	}
+	slot[1].Store(w1)
+	own := &g.rec.own[h.kind()&(kindLimit-1)]
+	own.calls++
+	own.bytes += h.count * uint64(h.dtype().Size())
+	if h.seq&g.rec.mask == g.rec.mask {
+		g.publishCounts(h.seq)
+	}
+}
+
+// publishCounts publishes the counts up to call seq, the last of a lap
+// of the ring, for Counts.
+func (g *Group) publishCounts(seq uint64) {
+	r := &g.rec
+	r.pubGen.Add(1)
+	for k := range r.own {
+		r.pub[k].calls.Store(r.own[k].calls)
+		r.pub[k].bytes.Store(r.own[k].bytes)
+	}
+	r.pubSeq.Store(seq)
+	r.pubGen.Add(1)
+}
+
+// Counts returns, by kind, how many calls the group has begun and the
+// bytes of their buffers. It may be called from any goroutine.
+func (g *Group) Counts() (calls, bytes [kindLimit]uint64) {
+	r := &g.rec
+	for {
+		gen := r.pubGen.Load()
+		if gen&1 == 1 {
+			continue // being published: a few stores
+		}
+		upTo := r.pubSeq.Load()
+		for k := range calls {
+			calls[k], bytes[k] = r.pub[k].calls.Load(), r.pub[k].bytes.Load()
+		}
+		// The calls after the publication are all still in the ring.
+		for _, rec := range g.Records(nil) {
+			if rec.Seq > upTo && rec.Seq <= upTo+r.mask+1 {
+				k := rec.Kind & (kindLimit - 1)
+				calls[k]++
+				bytes[k] += uint64(rec.Bytes())
+			}
+		}
+		if r.pubGen.Load() == gen {
+			return calls, bytes
+		}
+	}
+}
+
+// Ended records how the latest call ended, for a Timed recorder (the
+// communicator calls it after each collective; an untimed recorder
+// ignores it).
+func (g *Group) Ended(err error) {
+	if !g.rec.timed || g.seq == 0 {
+		return
+	}
+	slot := &g.rec.slots[g.seq&g.rec.mask]
+	if slot[1].Load() != g.seq || slot[5].Load() != 0 {
+		return // overwritten, or ended already (a call that began none)
+	}
+	outcome := uint64(callDone)
+	if err != nil {
+		outcome = callFailed
+	}
+	slot[5].Store(uint64(time.Since(g.rec.base)))
+	slot[6].Store(outcome)
+}
+
+// Record is one call in a group's flight recorder.
+type Record struct {
+	Seq   uint64
+	Kind  Kind
+	Algo  Algo
+	DType reduce.DType
+	Op    reduce.Op
+	Count int
+	Root  int // -1 where the kind has none
+	// Desc is the call as errors name it.
+	Desc string
+	// Start and End are the call's times when the recorder is Timed (End
+	// zero while it runs); Failed says it ended in an error.
+	Start, End time.Time
+	Failed     bool
+}
+
+// Bytes is the size of the call's buffer (count elements).
+func (r Record) Bytes() int { return r.Count * r.DType.Size() }
+
+// Records returns the calls in the recorder, oldest first, appended to
+// dst. It may be called from any goroutine.
+func (g *Group) Records(dst []Record) []Record {
+	start := len(dst)
+	var w [4]uint64
+	for i := range g.rec.slots {
+		slot := &g.rec.slots[i]
+		seq := slot[1].Load()
+		w[0], w[2], w[3] = slot[0].Load(), slot[2].Load(), slot[3].Load()
+		start, end, outcome := slot[4].Load(), slot[5].Load(), slot[6].Load()
+		if seq == 0 || slot[1].Load() != seq {
+			continue // never written, or being rewritten
+		}
+		w[1] = seq
+		var b [hdrLen]byte
+		for j, x := range w {
+			binary.LittleEndian.PutUint64(b[8*j:], x)
+		}
+		h, ok := parseHeader(b[:])
+		if !ok {
+			continue
+		}
+		r := Record{Seq: seq, Kind: h.kind(), Algo: h.algo(), DType: h.dtype(), Op: h.op(),
+			Count: int(h.count), Root: -1, Desc: h.String()}
+		switch h.kind() {
+		case Broadcast, Reduce, Gather, Scatter:
+			r.Root = int(h.root)
+		}
+		if g.rec.timed {
+			r.Start = g.rec.base.Add(time.Duration(start))
+			if end != 0 {
+				r.End = g.rec.base.Add(time.Duration(end))
+			}
+			r.Failed = outcome == callFailed
+		}
+		dst = append(dst, r)
+	}
+	sort.Slice(dst[start:], func(i, j int) bool { return dst[start+i].Seq < dst[start+j].Seq })
+	return dst
+}
+
+// Timed says whether the recorder reads the clock (Options.Timed).
+func (g *Group) Timed() bool { return g.rec.timed }
+
+// Recent is the headers of the last calls this group began (up to
+// recentCalls), as they travel, hdrLen bytes each; empty before the
+// first. It may be read from any goroutine: a watchdog that sees a call
+// wait for long publishes them where the other ranks compare them with
+// theirs (Disagree).
+func (g *Group) Recent() []byte {
+	var b []byte
+	var w [4]uint64
+	for i := range g.rec.slots {
+		slot := &g.rec.slots[i]
+		seq := slot[1].Load()
+		w[0], w[2], w[3] = slot[0].Load(), slot[2].Load(), slot[3].Load()
+		if seq == 0 || slot[1].Load() != seq {
+			continue
+		}
+		w[1] = seq
+		for _, x := range w {
+			b = binary.LittleEndian.AppendUint64(b, x)
+		}
+	}
+	return newest(b, recentCalls)
+}
+
+// newest keeps the n headers of the highest call numbers in b.
+func newest(b []byte, n int) []byte {
+	count := len(b) / hdrLen
+	if count <= n {
+		return b
+	}
+	idx := make([]int, count)
+	for i := range idx {
+		idx[i] = i
+	}
+	seq := func(i int) uint64 { return binary.LittleEndian.Uint64(b[i*hdrLen+8:]) }
+	sort.Slice(idx, func(i, j int) bool { return seq(idx[i]) > seq(idx[j]) })
+	out := make([]byte, 0, n*hdrLen)
+	for _, i := range idx[:n] {
+		out = append(out, b[i*hdrLen:(i+1)*hdrLen]...)
+	}
+	return out
+}

@@ -1,0 +1,86 @@
+package collectives
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gocoll/gocoll/internal/reduce"
+)
+
+// TestRecorder: the flight recorder keeps the last calls, oldest first,
+// as they were called; its counts stay exact across laps of the ring,
+// read while calls run; a Timed one has each call's times and outcome.
+func TestRecorder(t *testing.T) {
+	ctx := context.Background()
+	for _, timed := range []bool{false, true} {
+		g := NewGroup(&mirror{}, Options{Recorded: 16, Timed: timed})
+		if got := g.Records(nil); len(got) != 0 {
+			t.Fatalf("records before any call: %v", got)
+		}
+		var wg sync.WaitGroup
+		stop := make(chan struct{})
+		wg.Add(1)
+		go func() { // a reader racing the calls (-race checks it)
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+					g.Records(nil)
+					g.Counts()
+				}
+			}
+		}()
+		before := time.Now()
+		const n = 1000
+		for i := range n {
+			buf := make([]byte, 4*(1+i%3))
+			if err := g.AllReduce(ctx, buf, reduce.Float32, reduce.Max); err != nil {
+				t.Fatal(err)
+			}
+			g.Ended(nil)
+		}
+		if err := g.AllReduce(ctx, make([]byte, 40), reduce.Int32, reduce.Sum); err != nil {
+			t.Fatal(err)
+		}
+		g.Ended(errors.New("pretend it failed"))
+		close(stop)
+		wg.Wait()
+		recs := g.Records(nil)
+		if len(recs) != 16 {
+			t.Fatalf("timed %v: %d records, want 16", timed, len(recs))
+		}
+		for i, r := range recs {
+			if want := uint64(n + 1 - 15 + i); r.Seq != want {
+				t.Errorf("record %d: call #%d, want #%d", i, r.Seq, want)
+			}
+		}
+		last := recs[len(recs)-1]
+		if last.Kind != AllReduce || last.Root != -1 || last.Count != 10 || last.DType != reduce.Int32 || last.Bytes() != 40 ||
+			last.Op != reduce.Sum || last.Desc != "allreduce #1001 (algo rd, 10 x int32, sum)" {
+			t.Errorf("last record %+v", last)
+		}
+		if ar := recs[0]; ar.Kind != AllReduce || ar.Op != reduce.Max || ar.Root != -1 {
+			t.Errorf("first record %+v", ar)
+		}
+		if timed {
+			if last.Start.Before(before) || last.End.Before(last.Start) || !last.Failed || recs[0].Failed {
+				t.Errorf("timed: last %v..%v failed %v; first failed %v", last.Start, last.End, last.Failed, recs[0].Failed)
+			}
+		} else if !last.Start.IsZero() {
+			t.Errorf("untimed recorder has times: %+v", last)
+		}
+		calls, bytes := g.Counts()
+		if calls[AllReduce] != n+1 || calls[Broadcast] != 0 {
+			t.Errorf("counts: %d allreduces, %d broadcasts; want %d, 0", calls[AllReduce], calls[Broadcast], n+1)
+		}
+		// 4, 8, 12 bytes in turn, then 40.
+		if want := uint64(4*(n/3)*(1+2+3) + 4 + 40); bytes[AllReduce] != want {
+			t.Errorf("bytes: %d, want %d", bytes[AllReduce], want)
+		}
+	}
+}

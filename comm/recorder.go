@@ -1,0 +1,158 @@
+package comm
+
+import (
+	"expvar"
+	"fmt"
+	"time"
+
+	"github.com/gocoll/gocoll/collectives"
+)
+
+// CallRecord is one call in a communicator's flight recorder, which keeps
+// its last calls (256 by default) at a cost of four memory stores a call.
+type CallRecord struct {
+	// Comm names the communicator as errors do: empty for the job's.
+	Comm string `json:"comm,omitempty"`
+	// Rank is this rank in it, JobRank in the job (set in traces).
+	Rank    int `json:"rank"`
+	JobRank int `json:"job_rank"`
+	// Seq is the call's number, the same on every rank; Call the call as
+	// errors name it ("allreduce #3 (algo ring, 1024 x float32, sum)").
+	Seq  uint64 `json:"seq"`
+	Call string `json:"call"`
+	Kind string `json:"kind"`
+	Algo string `json:"algo"`
+	Type string `json:"type"`
+	// Op is the reduction, empty where the kind has none; Root -1 where
+	// it has none.
+	Op    string `json:"op,omitempty"`
+	Root  int    `json:"root"`
+	Count int    `json:"count"`
+	// Bytes is the size of this rank's buffer.
+	Bytes int `json:"bytes"`
+	// Start and End are exact under GOCOLL_TRACE (the recorder reads the
+	// clock, ~45 ns a call). Otherwise they are the communicator's
+	// watchdog's samples, to its 20 ms tick, for the calls it saw; zero
+	// for calls that began and ended between two of its looks. End is
+	// zero while the call runs.
+	Start time.Time `json:"start,omitzero"`
+	End   time.Time `json:"end,omitzero"`
+	// Running says the call has not returned; Failed that it returned an
+	// error (known under GOCOLL_TRACE, and for the latest call).
+	Running bool `json:"running,omitempty"`
+	Failed  bool `json:"failed,omitempty"`
+	// WaitingOn lists, for a running call, the job ranks this process is
+	// receiving from or sending to right now: the ones it waits for.
+	WaitingOn []int `json:"waiting_on,omitempty"`
+}
+
+// Records returns the calls in the communicator's flight recorder, oldest
+// first. It may be called from any goroutine, during a call too.
+func (c *Communicator) Records() []CallRecord {
+	if c == nil || c.g == nil {
+		return nil
+	}
+	recs := c.g.Records(nil)
+	out := make([]CallRecord, 0, len(recs))
+	a := &c.act
+	a.mu.Lock()
+	running, latest := a.running, a.no
+	sampled := make(map[uint64]seen, len(a.times))
+	for k, v := range a.times {
+		sampled[k] = v
+	}
+	a.mu.Unlock()
+	broken := c.broken.Load() != nil
+	for _, r := range recs {
+		cr := CallRecord{Comm: c.ext.name, Rank: c.cfg.Rank, Seq: r.Seq, Call: r.Desc, Kind: r.Kind.String(), Algo: r.Algo.String(),
+			Type: r.DType.String(), Root: r.Root, Count: r.Count, Bytes: r.Bytes(), Start: r.Start, End: r.End, Failed: r.Failed}
+		switch r.Kind {
+		case collectives.AllReduce, collectives.Reduce, collectives.ReduceScatter, collectives.ReduceScatterV:
+			cr.Op = r.Op.String()
+		}
+		if !c.g.Timed() {
+			if t, ok := sampled[r.Seq]; ok {
+				cr.Start, cr.End = t.first, t.last
+			}
+		}
+		if r.Seq == latest {
+			cr.Running = running
+			cr.Failed = cr.Failed || broken && !running
+			if running {
+				cr.End = time.Time{}
+				if c.ext.mux != nil {
+					recv, send := c.ext.mux.Busy()
+					cr.WaitingOn = append(recv, send...)
+				}
+			}
+		}
+		out = append(out, cr)
+	}
+	return out
+}
+
+// seen is when the watchdog saw a call: its first and last look.
+type seen struct{ first, last time.Time }
+
+// sampledCalls bounds how many calls' sampled times the watchdog keeps:
+// the calls slow enough for it to see.
+const sampledCalls = 64
+
+// Stats are a communicator's counters since it was made.
+type Stats struct {
+	// Calls and Bytes count the calls of each kind ("allreduce", ...)
+	// and the bytes of this rank's buffers in them.
+	Calls map[string]uint64 `json:"calls"`
+	Bytes map[string]uint64 `json:"bytes"`
+	// Waited is, by job rank, how long this process's calls have waited
+	// on that rank, as the watchdog samples it (to its 20 ms tick: short
+	// waits are not seen).
+	Waited map[int]time.Duration `json:"waited_ns"`
+}
+
+// Stats returns the communicator's counters. It may be called from any
+// goroutine.
+func (c *Communicator) Stats() Stats {
+	s := Stats{Calls: map[string]uint64{}, Bytes: map[string]uint64{}, Waited: map[int]time.Duration{}}
+	if c == nil || c.g == nil {
+		return s
+	}
+	calls, bytes := c.g.Counts()
+	for k, n := range calls {
+		if n > 0 {
+			name := collectives.Kind(k).String()
+			s.Calls[name], s.Bytes[name] = n, bytes[k]
+		}
+	}
+	c.act.mu.Lock()
+	for r, d := range c.act.waited {
+		s.Waited[r] = d
+	}
+	c.act.mu.Unlock()
+	return s
+}
+
+// PublishStats publishes the communicator's Stats, and its latest calls,
+// through the standard library's expvar under name (as /debug/vars
+// serves them to metrics scrapers). expvar keeps what is published for
+// the life of the process, so a name can be used once: publishing under
+// a name in use fails with ErrInvalid. After Close the last counters stay.
+func (c *Communicator) PublishStats(name string) error {
+	if c == nil {
+		return errNil("publishstats")
+	}
+	if expvar.Get(name) != nil {
+		return fmt.Errorf("comm: publishstats: expvar %q is in use: %w", name, ErrInvalid)
+	}
+	expvar.Publish(name, expvar.Func(func() any {
+		recs := c.Records()
+		if len(recs) > 8 {
+			recs = recs[len(recs)-8:]
+		}
+		return struct {
+			Stats
+			Latest []CallRecord `json:"latest"`
+		}{c.Stats(), recs}
+	}))
+	return nil
+}
