@@ -54,9 +54,13 @@ func (c *Communicator) Records() []CallRecord {
 	}
 	recs := c.g.Records(nil)
 	out := make([]CallRecord, 0, len(recs))
+	_, running := c.turns.inFlight()
+	latest := uint64(0)
+	if len(recs) > 0 {
+		latest = recs[len(recs)-1].Seq
+	}
 	a := &c.act
 	a.mu.Lock()
-	running, latest := a.running, a.no
 	sampled := make(map[uint64]seen, len(a.times))
 	for k, v := range a.times {
 		sampled[k] = v
@@ -69,6 +73,8 @@ func (c *Communicator) Records() []CallRecord {
 		switch r.Kind {
 		case collectives.AllReduce, collectives.Reduce, collectives.ReduceScatter, collectives.ReduceScatterV:
 			cr.Op = r.Op.String()
+		case collectives.Barrier:
+			cr.Type = ""
 		}
 		if !c.g.Timed() {
 			if t, ok := sampled[r.Seq]; ok {

@@ -109,6 +109,17 @@ once. Ranks that exit 0 early are fine: grun waits for all of them, then
 stops anything they left behind. A remote rank that exits with status
 128+K is reported as killed by signal K (sh reports both alike).
 
+Stall reports: SIGQUIT to grun (kill -QUIT, from another terminal) asks
+every rank what it is doing and prints which ranks wait in the oldest
+unfinished call and what the others last did, and writes it with their
+goroutine stacks to ./grun-stall-PID-K.txt; a call that waits GOCOLL_STALL
+(60s) asks for the same. The job goes on.
+
+Traces: with GOCOLL_TRACE=FILE each rank writes its calls to FILE ("%r" in
+it replaced by the rank, else ".RANK" appended);
+  grun --merge-trace [-o trace.json] [-png timeline.png] FILE...
+merges them into one Chrome trace-event file and a PNG timeline.
+
 Exit status:
   0        every rank exited 0
   S        the first rank to fail exited with status S
@@ -151,6 +162,9 @@ func dupStd(f *os.File) *os.File {
 // streams, returning the exit status. Cancelling ctx stops the job as
 // SIGTERM would.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && (args[0] == "--merge-trace" || args[0] == "-merge-trace") {
+		return mergeTrace(args[1:], stdout, stderr)
+	}
 	cfg, err := parseArgs(args, os.LookupEnv)
 	if errors.Is(err, flag.ErrHelp) {
 		fmt.Fprint(stdout, usage)

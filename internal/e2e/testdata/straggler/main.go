@@ -20,6 +20,7 @@ var (
 	at    = flag.Int("at", 2, "index of the call it comes late to")
 	calls = flag.Int("calls", 4, "allreduces to run")
 	nap   = flag.Duration("for", 3*time.Second, "how long it sleeps")
+	mix   = flag.Bool("mix", false, "cycle through allreduce, broadcast, allgather, reducescatter and barrier")
 )
 
 func main() {
@@ -45,13 +46,33 @@ func run(ctx context.Context, c *comm.Communicator) int {
 				dawdle(*nap)
 			}
 		}
-		if err := comm.AllReduce(ctx, c, buf, comm.Sum); err != nil {
+		if err := step(ctx, c, i, buf); err != nil {
 			fmt.Printf("straggler: rank %d: %v\n", c.Rank(), err)
 			return 1
 		}
 	}
 	fmt.Printf("straggler: rank %d ok\n", c.Rank())
 	return 0
+}
+
+// step is call i: an allreduce, or with -mix one of five kinds in turn.
+func step(ctx context.Context, c *comm.Communicator, i int, buf []float32) error {
+	if !*mix {
+		return comm.AllReduce(ctx, c, buf, comm.Sum)
+	}
+	n := c.Size()
+	switch i % 5 {
+	case 1:
+		return comm.Broadcast(ctx, c, buf, i%n)
+	case 2:
+		part := make([]float32, len(buf)/n)
+		return comm.AllGather(ctx, c, part, buf[:len(part)*n])
+	case 3:
+		return comm.ReduceScatter(ctx, c, buf[:len(buf)/n*n], make([]float32, len(buf)/n), comm.Sum)
+	case 4:
+		return c.Barrier(ctx)
+	}
+	return comm.AllReduce(ctx, c, buf, comm.Sum)
 }
 
 // dawdle is the user's code the stall report's goroutine stacks show.
