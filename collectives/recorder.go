@@ -170,14 +170,51 @@ func (r Record) Bytes() int { return r.Count * r.DType.Size() }
 // dst. It may be called from any goroutine.
 func (g *Group) Records(dst []Record) []Record {
 	start := len(dst)
-	var w [4]uint64
 	for i := range g.rec.slots {
-		slot := &g.rec.slots[i]
+		if r, ok := g.read(&g.rec.slots[i], 0); ok {
+			dst = append(dst, r)
+		}
+	}
+	sort.Slice(dst[start:], func(i, j int) bool { return dst[start+i].Seq < dst[start+j].Seq })
+	return dst
+}
+
+// RecordsAfter appends to dst the calls after call seq still in the
+// recorder, oldest first, reading only their slots: a trace writer
+// drains the recorder with it. Calls the ring overwrote before they were
+// read are skipped; the next call to pass after is the last returned.
+func (g *Group) RecordsAfter(seq uint64, dst []Record) []Record {
+	next := seq + 1
+	for {
+		slot := &g.rec.slots[next&g.rec.mask]
+		got := slot[1].Load()
+		switch {
+		case got > next:
+			// Overwritten by a later lap: those between are lost; the
+			// oldest left is a lap behind the newest.
+			next = got - g.rec.mask
+			continue
+		case got != next:
+			return dst // not written yet (or being rewritten)
+		}
+		r, ok := g.read(slot, next)
+		if !ok {
+			return dst
+		}
+		dst = append(dst, r)
+		next++
+	}
+}
+
+// read reads a slot through its seqlock, expecting call want (0: any).
+func (g *Group) read(slot *recSlot, want uint64) (Record, bool) {
+	var w [4]uint64
+	{
 		seq := slot[1].Load()
 		w[0], w[2], w[3] = slot[0].Load(), slot[2].Load(), slot[3].Load()
 		start, end, outcome := slot[4].Load(), slot[5].Load(), slot[6].Load()
-		if seq == 0 || slot[1].Load() != seq {
-			continue // never written, or being rewritten
+		if seq == 0 || slot[1].Load() != seq || want != 0 && seq != want {
+			return Record{}, false // never written, or being rewritten
 		}
 		w[1] = seq
 		var b [hdrLen]byte
@@ -186,9 +223,9 @@ func (g *Group) Records(dst []Record) []Record {
 		}
 		h, ok := parseHeader(b[:])
 		if !ok {
-			continue
+			return Record{}, false
 		}
-		r := Record{Seq: seq, Kind: h.kind(), Algo: h.algo(), DType: h.dtype(), Op: h.op(),
+		r := Record{Seq: w[1], Kind: h.kind(), Algo: h.algo(), DType: h.dtype(), Op: h.op(),
 			Count: int(h.count), Root: -1, Desc: h.String()}
 		switch h.kind() {
 		case Broadcast, Reduce, Gather, Scatter:
@@ -201,10 +238,8 @@ func (g *Group) Records(dst []Record) []Record {
 			}
 			r.Failed = outcome == callFailed
 		}
-		dst = append(dst, r)
+		return r, true
 	}
-	sort.Slice(dst[start:], func(i, j int) bool { return dst[start+i].Seq < dst[start+j].Seq })
-	return dst
 }
 
 // Timed says whether the recorder reads the clock (Options.Timed).

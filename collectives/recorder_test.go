@@ -74,6 +74,15 @@ func TestRecorder(t *testing.T) {
 		} else if !last.Start.IsZero() {
 			t.Errorf("untimed recorder has times: %+v", last)
 		}
+		if after := g.RecordsAfter(995, nil); len(after) != 6 || after[0].Seq != 996 || after[5].Seq != 1001 {
+			t.Errorf("RecordsAfter(995): %d records from #%d", len(after), after[0].Seq)
+		}
+		if after := g.RecordsAfter(0, nil); len(after) != 16 || after[0].Seq != 986 {
+			t.Errorf("RecordsAfter(0) of a lapped ring: %d records from #%d, want 16 from #986", len(after), after[0].Seq)
+		}
+		if after := g.RecordsAfter(1001, nil); len(after) != 0 {
+			t.Errorf("RecordsAfter(the latest): %d records", len(after))
+		}
 		calls, bytes := g.Counts()
 		if calls[AllReduce] != n+1 || calls[Broadcast] != 0 {
 			t.Errorf("counts: %d allreduces, %d broadcasts; want %d, 0", calls[AllReduce], calls[Broadcast], n+1)

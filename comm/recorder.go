@@ -52,36 +52,43 @@ func (c *Communicator) Records() []CallRecord {
 	if c == nil || c.g == nil {
 		return nil
 	}
-	recs := c.g.Records(nil)
-	out := make([]CallRecord, 0, len(recs))
+	return c.callRecords(c.g.Records(nil), true)
+}
+
+// callRecords turns the recorder's records into CallRecords; live says
+// whether the latest may still run (not so for a trace's).
+func (c *Communicator) callRecords(recs []collectives.Record, live bool) []CallRecord {
 	_, running := c.turns.inFlight()
 	latest := uint64(0)
 	if len(recs) > 0 {
 		latest = recs[len(recs)-1].Seq
 	}
-	a := &c.act
-	a.mu.Lock()
-	sampled := make(map[uint64]seen, len(a.times))
-	for k, v := range a.times {
-		sampled[k] = v
+	var sampled map[uint64]seen
+	if !c.g.Timed() {
+		a := &c.act
+		a.mu.Lock()
+		sampled = make(map[uint64]seen, len(a.times))
+		for k, v := range a.times {
+			sampled[k] = v
+		}
+		a.mu.Unlock()
 	}
-	a.mu.Unlock()
 	broken := c.broken.Load() != nil
+	out := make([]CallRecord, 0, len(recs))
 	for _, r := range recs {
-		cr := CallRecord{Comm: c.ext.name, Rank: c.cfg.Rank, Seq: r.Seq, Call: r.Desc, Kind: r.Kind.String(), Algo: r.Algo.String(),
-			Type: r.DType.String(), Root: r.Root, Count: r.Count, Bytes: r.Bytes(), Start: r.Start, End: r.End, Failed: r.Failed}
+		cr := CallRecord{Comm: c.ext.name, Rank: c.cfg.Rank, JobRank: c.jobRank(c.cfg.Rank), Seq: r.Seq, Call: r.Desc,
+			Kind: r.Kind.String(), Algo: r.Algo.String(), Type: r.DType.String(), Root: r.Root, Count: r.Count,
+			Bytes: r.Bytes(), Start: r.Start, End: r.End, Failed: r.Failed}
 		switch r.Kind {
 		case collectives.AllReduce, collectives.Reduce, collectives.ReduceScatter, collectives.ReduceScatterV:
 			cr.Op = r.Op.String()
 		case collectives.Barrier:
 			cr.Type = ""
 		}
-		if !c.g.Timed() {
-			if t, ok := sampled[r.Seq]; ok {
-				cr.Start, cr.End = t.first, t.last
-			}
+		if t, ok := sampled[r.Seq]; ok {
+			cr.Start, cr.End = t.first, t.last
 		}
-		if r.Seq == latest {
+		if live && r.Seq == latest {
 			cr.Running = running
 			cr.Failed = cr.Failed || broken && !running
 			if running {

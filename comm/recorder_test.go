@@ -133,21 +133,33 @@ func TestTrace(t *testing.T) {
 		var all, sub int
 		var prev time.Time
 		for sc.Scan() {
-			var rec comm.CallRecord
+			var rec struct {
+				Rank           int
+				Comm           string
+				Seq            uint64
+				Kind, Type, Op string
+				Count, Bytes   int
+				StartNs        int64 `json:"start_ns"`
+				EndNs          int64 `json:"end_ns"`
+			}
 			if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
 				t.Fatalf("rank %d: %q: %v", r, sc.Text(), err)
 			}
-			if rec.JobRank != r || rec.Start.Before(before) || rec.End.Before(rec.Start) || rec.Running {
+			start := time.Unix(0, rec.StartNs)
+			if rec.Rank != r || start.Before(before) || rec.EndNs < rec.StartNs {
 				t.Errorf("rank %d: record %+v", r, rec)
 			}
 			if rec.Comm != "" {
 				sub++
 				continue
 			}
-			if all++; rec.Seq != uint64(all) || rec.Start.Before(prev) {
+			if all++; rec.Seq != uint64(all) || start.Before(prev) {
 				t.Errorf("rank %d: call #%d out of order after %d", r, rec.Seq, all-1)
 			}
-			prev = rec.Start
+			if all <= 300 && (rec.Kind != "allreduce" || rec.Type != "int64" || rec.Op != "sum" || rec.Count != 3 || rec.Bytes != 24) {
+				t.Errorf("rank %d: %s", r, sc.Text())
+			}
+			prev = start
 		}
 		// 300 allreduces and the split's allgather; the sub's barrier.
 		if all != 301 || sub != 1 {

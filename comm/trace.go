@@ -2,16 +2,17 @@ package comm
 
 import (
 	"bufio"
-	"encoding/json"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/gocoll/gocoll/collectives"
 )
 
 // GOCOLL_TRACE=FILE writes every call of every communicator of the rank
-// to FILE as JSON lines (CallRecords, with exact times: the recorder then
+// to FILE as JSON lines (see traceLine; exact times: the recorder then
 // reads the clock), FILE's "%r" replaced by the job rank, or ".<rank>"
 // appended if it has none. `grun --merge-trace` merges the ranks' files
 // into one Chrome trace and a PNG timeline.
@@ -26,6 +27,7 @@ type traceFile struct {
 	mu     sync.Mutex
 	f      *os.File
 	w      *bufio.Writer
+	buf    []byte // the lines being written, reused
 	closed bool
 	err    error
 }
@@ -45,21 +47,6 @@ func openTrace(pattern string, rank int) (*traceFile, error) {
 		return nil, fmt.Errorf("GOCOLL_TRACE=%q: %w: %w", pattern, ErrInvalid, err)
 	}
 	return &traceFile{f: f, w: bufio.NewWriterSize(f, 1<<16)}, nil
-}
-
-func (t *traceFile) write(recs []CallRecord) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.closed || t.err != nil {
-		return
-	}
-	enc := json.NewEncoder(t.w)
-	for _, r := range recs {
-		if err := enc.Encode(r); err != nil {
-			t.err = err
-			return
-		}
-	}
 }
 
 func (t *traceFile) close() error {
@@ -88,17 +75,77 @@ func (c *Communicator) drainTrace(final bool) {
 	}
 	c.traceMu.Lock()
 	defer c.traceMu.Unlock()
-	var out []CallRecord
-	for _, r := range c.Records() {
-		if r.Seq <= c.traced || (r.Running || r.End.IsZero()) && !final {
-			continue
+	recs := c.g.RecordsAfter(c.traced, nil)
+	if !final {
+		// The latest may still run: it waits for the next drain.
+		for len(recs) > 0 && recs[len(recs)-1].End.IsZero() {
+			recs = recs[:len(recs)-1]
 		}
-		r.JobRank = c.jobRank(c.cfg.Rank)
-		out = append(out, r)
 	}
-	if len(out) == 0 {
+	if len(recs) == 0 {
 		return
 	}
-	c.traced = out[len(out)-1].Seq
-	c.trace.write(out)
+	c.traced = recs[len(recs)-1].Seq
+	c.trace.mu.Lock()
+	defer c.trace.mu.Unlock()
+	if c.trace.closed || c.trace.err != nil {
+		return
+	}
+	b := c.trace.buf[:0]
+	for _, r := range recs {
+		b = c.traceLine(b, r)
+	}
+	c.trace.buf = b
+	if _, err := c.trace.w.Write(b); err != nil {
+		c.trace.err = err
+	}
+}
+
+// traceLine appends r as a line of the trace: JSON, written by hand as
+// the watchdog may have a hundred thousand calls a second to write, and
+// encoding/json's reflection and time formatting would take the CPU the
+// ranks need. Times are Unix nanoseconds.
+func (c *Communicator) traceLine(b []byte, r collectives.Record) []byte {
+	b = append(b, `{"rank":`...)
+	b = strconv.AppendInt(b, int64(c.jobRank(c.cfg.Rank)), 10)
+	if c.ext.name != "" {
+		b = append(b, `,"comm":`...)
+		b = strconv.AppendQuote(b, c.ext.name)
+	}
+	b = append(b, `,"seq":`...)
+	b = strconv.AppendUint(b, r.Seq, 10)
+	b = append(b, `,"kind":"`...)
+	b = append(b, r.Kind.String()...)
+	b = append(b, `","algo":"`...)
+	b = append(b, r.Algo.String()...)
+	b = append(b, '"')
+	if r.Kind != collectives.Barrier {
+		b = append(b, `,"type":"`...)
+		b = append(b, r.DType.String()...)
+		b = append(b, '"')
+	}
+	b = append(b, `,"count":`...)
+	b = strconv.AppendInt(b, int64(r.Count), 10)
+	switch r.Kind {
+	case collectives.AllReduce, collectives.Reduce, collectives.ReduceScatter, collectives.ReduceScatterV:
+		b = append(b, `,"op":"`...)
+		b = append(b, r.Op.String()...)
+		b = append(b, '"')
+	}
+	if r.Root >= 0 {
+		b = append(b, `,"root":`...)
+		b = strconv.AppendInt(b, int64(r.Root), 10)
+	}
+	b = append(b, `,"bytes":`...)
+	b = strconv.AppendInt(b, int64(r.Bytes()), 10)
+	b = append(b, `,"start_ns":`...)
+	b = strconv.AppendInt(b, r.Start.UnixNano(), 10)
+	if !r.End.IsZero() {
+		b = append(b, `,"end_ns":`...)
+		b = strconv.AppendInt(b, r.End.UnixNano(), 10)
+	}
+	if r.Failed {
+		b = append(b, `,"failed":true`...)
+	}
+	return append(b, "}\n"...)
 }

@@ -28,19 +28,25 @@ Merges the ranks' GOCOLL_TRACE files into one Chrome trace-event file
 call, coloured by kind, so a straggler shows at a glance.
 `
 
-// traced is one line of a GOCOLL_TRACE file (a comm.CallRecord), the
-// fields the merge needs.
+// traced is one line of a GOCOLL_TRACE file (see comm's traceLine).
 type traced struct {
-	Comm    string    `json:"comm"`
-	JobRank int       `json:"job_rank"`
-	Seq     uint64    `json:"seq"`
-	Call    string    `json:"call"`
-	Kind    string    `json:"kind"`
-	Bytes   int       `json:"bytes"`
-	Start   time.Time `json:"start"`
-	End     time.Time `json:"end"`
-	Failed  bool      `json:"failed"`
-	Running bool      `json:"running"`
+	JobRank int    `json:"rank"`
+	Comm    string `json:"comm"`
+	Seq     uint64 `json:"seq"`
+	Kind    string `json:"kind"`
+	Algo    string `json:"algo"`
+	Type    string `json:"type"`
+	Count   int    `json:"count"`
+	Op      string `json:"op"`
+	Root    *int   `json:"root"`
+	Bytes   int    `json:"bytes"`
+	StartNs int64  `json:"start_ns"`
+	EndNs   int64  `json:"end_ns"`
+	Failed  bool   `json:"failed"`
+
+	Start, End time.Time `json:"-"`
+	Call       string    `json:"-"` // as errors name it
+	Running    bool      `json:"-"`
 }
 
 // mergeTrace is grun --merge-trace.
@@ -103,9 +109,23 @@ func readTrace(path string) ([]traced, error) {
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
 			return nil, fmt.Errorf("%s:%d: not a GOCOLL_TRACE line: %w", path, n, err)
 		}
-		if r.Start.IsZero() {
-			continue // a call the recorder did not time
+		if r.StartNs == 0 || r.Kind == "" {
+			return nil, fmt.Errorf("%s:%d: not a GOCOLL_TRACE line: no start_ns or kind", path, n)
 		}
+		r.Start = time.Unix(0, r.StartNs)
+		if r.EndNs != 0 {
+			r.End = time.Unix(0, r.EndNs)
+		} else {
+			r.Running = true
+		}
+		r.Call = fmt.Sprintf("%s #%d (algo %s, %d x %s", r.Kind, r.Seq, r.Algo, r.Count, r.Type)
+		if r.Op != "" {
+			r.Call += ", " + r.Op
+		}
+		if r.Root != nil {
+			r.Call += ", root " + strconv.Itoa(*r.Root)
+		}
+		r.Call += ")"
 		recs = append(recs, r)
 	}
 	return recs, sc.Err()

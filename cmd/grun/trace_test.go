@@ -12,7 +12,7 @@ import (
 func TestMergeTraceRefuses(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.jsonl")
-	os.WriteFile(bad, []byte(`{"job_rank":0,"seq":1,"call":"x","start":"2026-11-25T00:00:00Z"}`+"\nnot json\n"), 0o644)
+	os.WriteFile(bad, []byte(`{"rank":0,"seq":1,"kind":"barrier","start_ns":1795000000000000000}`+"\nnot json\n"), 0o644)
 	empty := filepath.Join(dir, "empty.jsonl")
 	os.WriteFile(empty, nil, 0o644)
 	cases := []struct {
