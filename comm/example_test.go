@@ -399,3 +399,27 @@ func ExampleCallError() {
 	// Output:
 	// rank 0 lost rank 2: true
 }
+
+// The flight recorder: the last calls, with what each was, from any
+// goroutine (a watchdog of the program's own, an HTTP handler).
+func ExampleCommunicator_Records() {
+	ctx := context.Background()
+	cs, err := comm.NewLocal(ctx, 2, comm.WithTransport("tcp"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	onEveryRank(cs, func(c *comm.Communicator) {
+		comm.AllReduce(ctx, c, []float64{1, 2}, comm.Sum)
+		comm.Broadcast(ctx, c, []int32{7}, 1)
+	})
+	for _, r := range cs[0].Records() {
+		fmt.Printf("#%d %s of %d x %s, %d bytes, running: %v\n", r.Seq, r.Kind, r.Count, r.Type, r.Bytes, r.Running)
+	}
+	st := cs[0].Stats()
+	fmt.Println("allreduces:", st.Calls["allreduce"], "bytes:", st.Bytes["allreduce"])
+	onEveryRank(cs, func(c *comm.Communicator) { c.Close() })
+	// Output:
+	// #1 allreduce of 2 x float64, 16 bytes, running: false
+	// #2 broadcast of 1 x int32, 4 bytes, running: false
+	// allreduces: 1 bytes: 16
+}

@@ -172,11 +172,16 @@ func (c *Communicator) answerReports() {
 	}()
 	// Not at once: a job that ends within a second needs no report,
 	// and a connection cut mid-handshake by Close would read, at the
-	// store, like a stranger's.
+	// store, like a stranger's. But in time for a GOCOLL_STALL shorter
+	// than that.
+	delay := time.Second
+	if c.stallAfter > 0 {
+		delay = min(delay, c.stallAfter/2)
+	}
 	select {
 	case <-ctx.Done():
 		return
-	case <-time.After(time.Second):
+	case <-time.After(delay):
 	}
 	dctx, dcancel := context.WithTimeout(context.Background(), 5*time.Second)
 	cl, err := bootstrap.Dial(dctx, c.cfg.Addr, c.cfg.Token)

@@ -263,6 +263,32 @@ func TestSlurm(t *testing.T) {
 			}
 		}
 	})
+	t.Run("stall", func(t *testing.T) {
+		// Rank 3 sleeps before its third allreduce; with no grun, the
+		// lowest rank waiting prints the report and writes it.
+		dir, _ := trainDir(t, "straggler")
+		out, code, _ := s.shell(t, dir, 2*time.Minute, "salloc -N 2 --ntasks-per-node 2 bash -c 'export GOCOLL_STALL=1s; "+
+			strings.Replace(recipe, "--ntasks-per-node 4 ./train", "--ntasks-per-node 2 ./train -late 3 -for 3s", 1)+"'")
+		if code != 0 {
+			t.Fatalf("straggler under srun: exit %d:\n%s", code, out)
+		}
+		for _, want := range []string{
+			`gocoll stall report: rank \d: allreduce #3 .* has waited 1s`,
+			`in it: ranks 0-2, waiting up to`,
+			`rank 3 finished allreduce #2 .* ago and has not entered #3`,
+			`its main goroutine \[sleep\] is in main.dawdle`,
+		} {
+			if !regexp.MustCompile(want).MatchString(out) {
+				t.Errorf("report does not say %q:\n%s", want, out)
+			}
+		}
+		if n := strings.Count(out, "gocoll stall report:"); n != 1 {
+			t.Errorf("%d reports, want 1:\n%s", n, out)
+		}
+		if files, _ := filepath.Glob(filepath.Join(dir, "gocoll-stall-*.txt")); len(files) != 1 {
+			t.Errorf("report files %v, want 1", files)
+		}
+	})
 	t.Run("kill", func(t *testing.T) {
 		dir, _ := trainDir(t, "chaos")
 		start := time.Now()
