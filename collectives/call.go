@@ -104,6 +104,9 @@ func parseHeader(b []byte) (header, bool) {
 }
 
 func (h header) String() string {
+	if h.kind() == Barrier {
+		return fmt.Sprintf("%v #%d (algo %v)", h.kind(), h.seq, h.algo())
+	}
 	s := fmt.Sprintf("%v #%d (algo %v, %d x %v", h.kind(), h.seq, h.algo(), h.count, h.dtype())
 	switch h.kind() {
 	case AllReduce, ReduceScatter, ReduceScatterV:

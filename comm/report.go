@@ -202,15 +202,13 @@ func (c *Communicator) answerReports() {
 			st.Comms = append(st.Comms, s.status(now))
 		}
 		c.kids.mu.Unlock()
-		if !st.Comms[0].Running {
-			// In none of the job's calls: what the program does instead
-			// is the interesting part.
-			var b bytes.Buffer
-			pprof.Lookup("goroutine").WriteTo(&b, 2)
-			st.Stacks = b.String()
-			if len(st.Stacks) > 256<<10 {
-				st.Stacks = st.Stacks[:256<<10] + "\n... (cut)"
-			}
+		// If this rank is late, what its program does instead is the
+		// interesting part; the report keeps only the late ranks'.
+		var b bytes.Buffer
+		pprof.Lookup("goroutine").WriteTo(&b, 2)
+		st.Stacks = b.String()
+		if len(st.Stacks) > 64<<10 {
+			st.Stacks = st.Stacks[:64<<10] + "\n... (cut)"
 		}
 		pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
 		cl.Put(pctx, stallreport.AnswerKey(k, c.cfg.Rank), stallreport.Encode(st))
@@ -268,9 +266,15 @@ func (c *Communicator) requestReport(call, why string) {
 func inCall(answers map[int]stallreport.Status, r stallreport.Report, size int) []int {
 	var in []int
 	for rank := range size {
-		s, ok := answers[rank]
-		if ok && len(s.Comms) > 0 && s.Comms[0].Running && s.Comms[0].Call == r.Call {
-			in = append(in, rank)
+		for _, c := range answers[rank].Comms {
+			call := c.Call
+			if c.Name != "" {
+				call += " of " + c.Name
+			}
+			if c.Running && call == r.Call {
+				in = append(in, rank)
+				break
+			}
 		}
 	}
 	return in

@@ -56,3 +56,46 @@ func TestStallReportWithoutGrun(t *testing.T) {
 		}
 	}
 }
+
+// TestStallReportSubCommunicator: a call of a sub-communicator stalls
+// while the job's communicator is idle: the report is about that call.
+func TestStallReportSubCommunicator(t *testing.T) {
+	wd, _ := os.Getwd()
+	dir := t.TempDir()
+	if err := os.Chdir(dir); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Chdir(wd)
+	cs := local(t, 4, comm.WithTransport("tcp"), comm.WithStall(300*time.Millisecond))
+	errs := each(t, cs, func(ctx context.Context, c *comm.Communicator) error {
+		sub, err := c.Split(ctx, c.Rank()%2, 0)
+		if err != nil {
+			return err
+		}
+		defer sub.Close()
+		time.Sleep(1100 * time.Millisecond) // the ranks answer reports from then on
+		if c.Rank() == 3 {
+			time.Sleep(1500 * time.Millisecond)
+		}
+		return sub.Barrier(ctx)
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "gocoll-stall-*.txt"))
+	if len(files) != 1 {
+		t.Fatalf("%d report files, want 1: %v", len(files), files)
+	}
+	b, _ := os.ReadFile(files[0])
+	for _, want := range []string{
+		"oldest unfinished call: barrier #1 (algo dissemination) of split #1 color 1",
+		"in it: rank 1, waiting up to",
+		"rank 3 (rank 1 of it) has made no call yet and has not entered #1",
+	} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("report does not say %q:\n%.1500s", want, b)
+		}
+	}
+}

@@ -13,8 +13,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/gocoll/gocoll/internal/testmode"
 )
 
 // line is one line of a job's output and when it came.
@@ -171,39 +169,4 @@ func TestStallReport(t *testing.T) {
 			}
 		})
 	}
-}
-
-// TestStallReportAcrossHosts: the same report when the late rank runs on
-// another host (network namespaces, grun's rsh): it answers through the
-// rendezvous like any rank.
-func TestStallReportAcrossHosts(t *testing.T) {
-	testmode.SkipIfQuick(t)
-	c := newCluster(t, 2)
-	rsh := c.rsh(t) // from the package directory
-	// grun, and the ranks through rsh, write in the working directory.
-	wd, _ := os.Getwd()
-	if err := os.Chdir(t.TempDir()); err != nil {
-		t.Fatal(err)
-	}
-	defer os.Chdir(wd)
-	_, done := c.grunIn(t, 2*time.Minute, nil, "-H", c.hosts[0]+":2,"+c.hosts[1]+":2", "--rsh", rsh,
-		"-x", "GOCOLL_STALL=1s", filepath.Join(bin, "straggler"), "-late", "3", "-for", "3s")
-	out, code := done()
-	if code != 0 {
-		t.Fatalf("exit code %d:\n%s", code, out)
-	}
-	for _, want := range []string{
-		`grun: oldest unfinished call: allreduce #3 \(algo \w+, 262144 x float32, sum\)`,
-		`grun:   in it: ranks 0-2, waiting up to`,
-		`grun:   rank 3 finished allreduce #2 .* ago and has not entered #3`,
-		`grun:     its main goroutine \[sleep\] is in main.dawdle`,
-	} {
-		if !regexp.MustCompile(want).MatchString(out) {
-			t.Errorf("report does not say %q:\n%s", want, out)
-		}
-	}
-	if n := strings.Count(out, "gocoll stall report:"); n != 1 {
-		t.Errorf("%d reports, want 1:\n%s", n, out)
-	}
-	c.checkEmpty(t)
 }

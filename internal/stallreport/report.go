@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -98,92 +99,149 @@ func Build(why string, size int, answers map[int]Status, notes func(rank int) st
 	var r Report
 	var b, stacks strings.Builder
 	fmt.Fprintf(&b, "gocoll stall report: %s\n", why)
-	world := func(s Status) (CommStatus, bool) {
+	in := func(s Status, name string) (CommStatus, bool) {
 		for _, c := range s.Comms {
-			if c.Name == "" {
+			if c.Name == name {
 				return c, true
 			}
 		}
 		return CommStatus{}, false
 	}
-	// The oldest unfinished call of the job's communicator: the lowest
-	// call number any rank is in.
+	// The communicator whose call is reported: the job's, if any rank is
+	// in one of its calls, else the sub-communicator in whose call a rank
+	// has waited longest.
+	name, found := "", false
+	var longestSub time.Duration
+	for _, s := range answers {
+		for _, c := range s.Comms {
+			switch {
+			case !c.Running:
+			case c.Name == "":
+				name, found = "", true
+			case !found && (c.For > longestSub || name == ""):
+				name, longestSub = c.Name, c.For
+			}
+		}
+		if found && name == "" {
+			break
+		}
+	}
+	// Its oldest unfinished call: the lowest call number any rank is in.
 	var oldest uint64
 	var call string
 	for _, s := range answers {
-		if c, ok := world(s); ok && c.Running && (oldest == 0 || c.CallNo < oldest) {
+		if c, ok := in(s, name); ok && c.Running && (oldest == 0 || c.CallNo < oldest) {
 			oldest, call = c.CallNo, c.Call
 		}
 	}
 	if oldest == 0 {
-		fmt.Fprintf(&b, "no rank that answered is in a call of the job's communicator (%d of %d answered)\n", len(answers), size)
-	} else {
-		r.Call = call
-		var in []int
-		var longest time.Duration
-		calls := map[string][]int{}
-		for rank, s := range answers {
-			if c, ok := world(s); ok && c.Running && c.CallNo == oldest {
-				in = append(in, rank)
-				longest = max(longest, c.For)
-				calls[c.Call] = append(calls[c.Call], rank)
-			}
+		fmt.Fprintf(&b, "no rank that answered is in a call (%d of %d answered)\n", len(answers), size)
+		r.Text = b.String()
+		return r
+	}
+	// Its members: every rank for the job's; for a sub-communicator,
+	// the ranks that answered for it (and, it may be, some that did not
+	// answer at all).
+	members := make([]int, 0, size)
+	for rank := range size {
+		if _, ok := in(answers[rank], name); ok || name == "" {
+			members = append(members, rank)
 		}
-		sort.Ints(in)
-		fmt.Fprintf(&b, "oldest unfinished call: %s\n", call)
-		fmt.Fprintf(&b, "  in it: %s, waiting up to %s\n", Ranks(in), round(longest))
-		if len(calls) > 1 {
-			// Ranks in the same call number with other arguments.
-			var parts []string
-			for c, rs := range calls {
-				sort.Ints(rs)
-				parts = append(parts, fmt.Sprintf("%s called %s", Ranks(rs), c))
-			}
-			sort.Strings(parts)
-			fmt.Fprintf(&b, "  MISMATCHED: %s\n", strings.Join(parts, "; "))
+	}
+	of, who := "", func(rank int) string { return "rank " + strconv.Itoa(rank) }
+	if name != "" {
+		of = " of " + name
+		who = func(rank int) string {
+			c, _ := in(answers[rank], name)
+			return fmt.Sprintf("rank %d (rank %d of it)", rank, c.Rank)
 		}
-		for rank := range size {
-			s, answered := answers[rank]
-			c, _ := world(s)
-			switch {
-			case answered && c.Running && c.CallNo == oldest:
+	}
+	r.Call = call + of
+	var ranksIn []int
+	var longest time.Duration
+	calls := map[string][]int{}
+	for _, rank := range members {
+		if c, ok := in(answers[rank], name); ok && c.Running && c.CallNo == oldest {
+			ranksIn = append(ranksIn, rank)
+			longest = max(longest, c.For)
+			calls[c.Call] = append(calls[c.Call], rank)
+		}
+	}
+	sort.Ints(ranksIn)
+	fmt.Fprintf(&b, "oldest unfinished call: %s%s\n", call, of)
+	fmt.Fprintf(&b, "  in it: %s, waiting up to %s\n", Ranks(ranksIn), round(longest))
+	if len(calls) > 1 {
+		// Ranks in the same call number with other arguments.
+		var parts []string
+		for c, rs := range calls {
+			sort.Ints(rs)
+			parts = append(parts, fmt.Sprintf("%s called %s", Ranks(rs), c))
+		}
+		sort.Strings(parts)
+		fmt.Fprintf(&b, "  MISMATCHED: %s\n", strings.Join(parts, "; "))
+	}
+	var silent []int
+	for _, rank := range members {
+		s, answered := answers[rank]
+		c, _ := in(s, name)
+		switch {
+		case answered && c.Running && c.CallNo == oldest:
+			continue
+		case !answered:
+			if name != "" {
+				silent = append(silent, rank)
 				continue
-			case !answered:
-				note := ""
-				if notes != nil {
-					note = notes(rank)
-				}
-				if note == "" {
-					note = "stopped, frozen or gone?"
-				}
-				fmt.Fprintf(&b, "  rank %d has not entered #%d and did not answer (%s)\n", rank, oldest, note)
-			case c.Running:
-				fmt.Fprintf(&b, "  rank %d is in %s, for %s\n", rank, c.Call, round(c.For))
-			case c.CallNo == 0:
-				fmt.Fprintf(&b, "  rank %d has made no call yet and has not entered #%d\n", rank, oldest)
-			default:
-				fmt.Fprintf(&b, "  rank %d finished %s %s ago and has not entered #%d%s\n", rank, c.Call, round(c.Idle), oldest, elsewhere(s))
 			}
-			r.Laggards = append(r.Laggards, rank)
-			if where := mainAt(s.Stacks); where != "" {
-				fmt.Fprintf(&b, "    its main goroutine %s\n", where)
+			note := ""
+			if notes != nil {
+				note = notes(rank)
 			}
-			if s.Stacks != "" {
-				fmt.Fprintf(&stacks, "=== goroutine stacks of rank %d (pid %d on %s)\n%s\n", rank, s.PID, s.Host, s.Stacks)
+			if note == "" {
+				note = "stopped, frozen or gone?"
 			}
+			fmt.Fprintf(&b, "  %s has not entered #%d and did not answer (%s)\n", who(rank), oldest, note)
+		case c.Running:
+			fmt.Fprintf(&b, "  %s is in %s, for %s\n", who(rank), c.Call, round(c.For))
+		case c.CallNo == 0:
+			fmt.Fprintf(&b, "  %s has made no call yet and has not entered #%d%s\n", who(rank), oldest, elsewhere(s, name))
+		default:
+			fmt.Fprintf(&b, "  %s finished %s %s ago and has not entered #%d%s\n", who(rank), c.Call, round(c.Idle), oldest, elsewhere(s, name))
+		}
+		r.Laggards = append(r.Laggards, rank)
+		if where := mainAt(s.Stacks); where != "" {
+			fmt.Fprintf(&b, "    its main goroutine %s\n", where)
+		}
+		if s.Stacks != "" {
+			fmt.Fprintf(&stacks, "=== goroutine stacks of rank %d (pid %d on %s)\n%s\n", rank, s.PID, s.Host, s.Stacks)
+		}
+	}
+	if len(answers) < size {
+		for rank := range size {
+			if _, ok := answers[rank]; !ok && name != "" {
+				silent = append(silent, rank)
+			}
+		}
+		if len(silent) > 0 {
+			sort.Ints(silent)
+			silent = slices.Compact(silent)
+			fmt.Fprintf(&b, "  %s did not answer (members or not)\n", Ranks(silent))
 		}
 	}
 	r.Text, r.Stacks = b.String(), stacks.String()
 	return r
 }
 
-// elsewhere says what a rank not in the job's call is doing on its other
-// communicators, if anything.
-func elsewhere(s Status) string {
+// elsewhere says what a rank not in the reported call is doing on its
+// other communicators, if anything.
+func elsewhere(s Status, reported string) string {
 	var parts []string
 	for _, c := range s.Comms {
-		if c.Name != "" && c.Running {
-			parts = append(parts, fmt.Sprintf("%s of %s for %s", c.Call, c.Name, round(c.For)))
+		if c.Name != reported && c.Running {
+			of := "the job's communicator"
+			if c.Name != "" {
+				of = c.Name
+			}
+			parts = append(parts, fmt.Sprintf("%s of %s for %s", c.Call, of, round(c.For)))
 		}
 	}
 	if len(parts) == 0 {
