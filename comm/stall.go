@@ -129,8 +129,8 @@ const closeCompareWait = 250 * time.Millisecond
 // believes the result; only a comparison of the calls shows them
 // mismatched.
 func (c *Communicator) lastCallsAgree() error {
-	if c.calls == nil || c.g == nil || c.cfg.Size == 1 || c.broken.Load() != nil {
-		return nil
+	if c.calls == nil || c.g == nil || c.cfg.Size == 1 || c.broken.Load() != nil || c.faulted.Load() || c.stopping.Load() {
+		return nil // a rank is lost or this one aborted: no rank to wait for
 	}
 	mine := c.g.Recent()
 	n := collectives.CallNumber(mine)
