@@ -92,6 +92,9 @@ type job struct {
 	// store is the job's rendezvous; grun tells it of every rank that
 	// fails, so that ranks still connecting stop waiting for it.
 	store *bootstrap.Server
+	// frozen are the ranks found stopped when the first failure came
+	// (see stoppedRanks).
+	frozen []*rank
 	// quits delivers SIGQUIT, which asks for a stall report (stall.go).
 	quits <-chan os.Signal
 
@@ -640,7 +643,23 @@ func (j *job) noteFailure(r *rank) {
 	if j.stopping && (r.status.signaled && (r.status.signal == j.stopSig || r.status.signal == syscall.SIGKILL && j.killed)) {
 		return
 	}
+	if len(j.failures) == 0 {
+		j.frozen = j.stoppedRanks()
+	}
 	j.failures = append(j.failures, r)
+}
+
+// stoppedRanks lists the local ranks still running whose process is
+// stopped (SIGSTOP, a debugger) as the first failure comes in: its peers
+// most likely timed out waiting for one of them.
+func (j *job) stoppedRanks() []*rank {
+	var rs []*rank
+	for _, r := range j.ranks {
+		if !r.done && !r.remote && r.proc != nil && procState(r.proc.pid()) == 'T' {
+			rs = append(rs, r)
+		}
+	}
+	return rs
 }
 
 // culprit picks, among the candidate failures, the rank to blame: one that
@@ -826,6 +845,13 @@ func (j *job) report() int {
 			// Its peers failed because it left without a goodbye: it,
 			// not the first of them, is the cause.
 			msg = fmt.Sprintf("%s (%s) exited 0 without closing its communicator, so its peers lost it; then %s", q.name(), q.pidNote(), msg)
+		} else if len(j.frozen) > 0 {
+			// Stopped while the others waited for it: they timed out.
+			var names []string
+			for _, r := range j.frozen {
+				names = append(names, fmt.Sprintf("%s (%s)", r.name(), r.pidNote()))
+			}
+			msg = fmt.Sprintf("%s stopped (SIGSTOP, or a debugger) while the others waited; then %s", strings.Join(names, ", "), msg)
 		}
 		var also []string
 		for _, r := range j.failures {

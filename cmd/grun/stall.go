@@ -74,24 +74,38 @@ func (j *job) rankNote(id int) string {
 		return "on " + r.host + ", " + r.pidNote()
 	}
 	pid := r.proc.pid()
+	switch procState(pid) {
+	case 0:
+		return "pid " + strconv.Itoa(pid) + ", gone"
+	case 'T':
+		return "pid " + strconv.Itoa(pid) + ", stopped (SIGSTOP, or a debugger)"
+	case 'Z':
+		return "pid " + strconv.Itoa(pid) + ", exited"
+	case 'D':
+		return "pid " + strconv.Itoa(pid) + ", in uninterruptible sleep (I/O?)"
+	case 'R':
+		return "pid " + strconv.Itoa(pid) + ", running but not answering"
+	}
+	return "pid " + strconv.Itoa(pid) + ", not answering"
+}
+
+// procState is the state letter /proc gives process pid ('R', 'S', 'T'
+// for stopped or traced, ...), or 0 if it cannot be read (no /proc, or
+// the process is gone).
+func procState(pid int) byte {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return "pid " + strconv.Itoa(pid) + ", gone"
+		return 0
 	}
 	// The state follows the command, in parentheses that may hold
 	// anything: read after the last one.
 	s := string(b)
 	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
-		switch s[i+2] {
-		case 'T', 't':
-			return "pid " + strconv.Itoa(pid) + ", stopped (SIGSTOP, or a debugger)"
-		case 'Z':
-			return "pid " + strconv.Itoa(pid) + ", exited"
-		case 'D':
-			return "pid " + strconv.Itoa(pid) + ", in uninterruptible sleep (I/O?)"
-		case 'R':
-			return "pid " + strconv.Itoa(pid) + ", running but not answering"
+		c := s[i+2]
+		if c == 't' {
+			c = 'T' // traced: stopped by a debugger
 		}
+		return c
 	}
-	return "pid " + strconv.Itoa(pid) + ", not answering"
+	return 0
 }

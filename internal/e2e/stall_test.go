@@ -166,6 +166,9 @@ func TestStallReport(t *testing.T) {
 				if !strings.Contains(out, "rank 3 never reached call #3 (nor answered the stall report") {
 					t.Errorf("the timed-out ranks do not say rank 3 did not answer the report:\n%s", out)
 				}
+				if !regexp.MustCompile(`grun: rank 3 \(pid \d+\) stopped \(SIGSTOP, or a debugger\) while the others waited; then rank [0-2] `).MatchString(out) {
+					t.Errorf("grun's summary does not name the stopped rank first:\n%s", out)
+				}
 			}
 		})
 	}
