@@ -28,6 +28,9 @@ const recentCalls = 8
 type recorder struct {
 	slots []recSlot
 	mask  uint64
+	// hint is a call number readers have seen in the ring, from which
+	// latest looks for the newest (readers write it; the calls never do).
+	hint atomic.Uint64
 	timed bool
 	base  time.Time // Timed: slot times are offsets from it
 	// The calls of each kind and the bytes of their buffers, for
@@ -114,8 +117,8 @@ func (g *Group) Counts() (calls, bytes [kindLimit]uint64) {
 			calls[k], bytes[k] = r.pub[k].calls.Load(), r.pub[k].bytes.Load()
 		}
 		// The calls after the publication are all still in the ring.
-		for _, rec := range g.Records(nil) {
-			if rec.Seq > upTo && rec.Seq <= upTo+r.mask+1 {
+		for _, rec := range g.RecordsAfter(upTo, nil) {
+			if rec.Seq <= upTo+r.mask+1 {
 				k := rec.Kind & (kindLimit - 1)
 				calls[k]++
 				bytes[k] += uint64(rec.Bytes())
@@ -155,13 +158,17 @@ type Record struct {
 	Op    reduce.Op
 	Count int
 	Root  int // -1 where the kind has none
-	// Desc is the call as errors name it.
-	Desc string
 	// Start and End are the call's times when the recorder is Timed (End
 	// zero while it runs); Failed says it ended in an error.
 	Start, End time.Time
 	Failed     bool
+
+	h header
 }
+
+// Desc is the call as errors name it: "allreduce #3 (algo ring, 1024 x
+// float32, sum)". It formats, so it is not worked out for every record.
+func (r Record) Desc() string { return r.h.String() }
 
 // Bytes is the size of the call's buffer (count elements).
 func (r Record) Bytes() int { return r.Count * r.DType.Size() }
@@ -226,7 +233,7 @@ func (g *Group) read(slot *recSlot, want uint64) (Record, bool) {
 			return Record{}, false
 		}
 		r := Record{Seq: w[1], Kind: h.kind(), Algo: h.algo(), DType: h.dtype(), Op: h.op(),
-			Count: int(h.count), Root: -1, Desc: h.String()}
+			Count: int(h.count), Root: -1, h: h}
 		switch h.kind() {
 		case Broadcast, Reduce, Gather, Scatter:
 			r.Root = int(h.root)
@@ -245,6 +252,26 @@ func (g *Group) read(slot *recSlot, want uint64) (Record, bool) {
 // Timed says whether the recorder reads the clock (Options.Timed).
 func (g *Group) Timed() bool { return g.rec.timed }
 
+// latest is the number of the newest call in the ring, 0 before the
+// first: it walks forward from where a reader last found the newest, so
+// its cost is the calls begun since, not the ring's size.
+func (g *Group) latest() uint64 {
+	r := &g.rec
+	n := r.hint.Load()
+	for {
+		got := r.slots[(n+1)&r.mask][1].Load()
+		switch {
+		case got == n+1:
+			n++
+		case got > n+1:
+			n = got // lapped since: jump to the newer lap
+		default:
+			r.hint.Store(n)
+			return n
+		}
+	}
+}
+
 // Recent is the headers of the last calls this group began (up to
 // recentCalls), as they travel, hdrLen bytes each; empty before the
 // first. It may be read from any goroutine: a watchdog that sees a call
@@ -252,37 +279,16 @@ func (g *Group) Timed() bool { return g.rec.timed }
 // theirs (Disagree).
 func (g *Group) Recent() []byte {
 	var b []byte
-	var w [4]uint64
-	for i := range g.rec.slots {
-		slot := &g.rec.slots[i]
-		seq := slot[1].Load()
-		w[0], w[2], w[3] = slot[0].Load(), slot[2].Load(), slot[3].Load()
-		if seq == 0 || slot[1].Load() != seq {
-			continue
+	last := g.latest()
+	for seq := last; seq > 0 && last-seq < recentCalls; seq-- {
+		r, ok := g.read(&g.rec.slots[seq&g.rec.mask], seq)
+		if !ok {
+			continue // rewritten meanwhile
 		}
-		w[1] = seq
-		for _, x := range w {
+		w0, w1, w2, w3 := r.h.words()
+		for _, x := range []uint64{w0, w1, w2, w3} {
 			b = binary.LittleEndian.AppendUint64(b, x)
 		}
 	}
-	return newest(b, recentCalls)
-}
-
-// newest keeps the n headers of the highest call numbers in b.
-func newest(b []byte, n int) []byte {
-	count := len(b) / hdrLen
-	if count <= n {
-		return b
-	}
-	idx := make([]int, count)
-	for i := range idx {
-		idx[i] = i
-	}
-	seq := func(i int) uint64 { return binary.LittleEndian.Uint64(b[i*hdrLen+8:]) }
-	sort.Slice(idx, func(i, j int) bool { return seq(idx[i]) > seq(idx[j]) })
-	out := make([]byte, 0, n*hdrLen)
-	for _, i := range idx[:n] {
-		out = append(out, b[i*hdrLen:(i+1)*hdrLen]...)
-	}
-	return out
+	return b
 }

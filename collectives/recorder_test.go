@@ -61,7 +61,7 @@ func TestRecorder(t *testing.T) {
 		}
 		last := recs[len(recs)-1]
 		if last.Kind != AllReduce || last.Root != -1 || last.Count != 10 || last.DType != reduce.Int32 || last.Bytes() != 40 ||
-			last.Op != reduce.Sum || last.Desc != "allreduce #1001 (algo rd, 10 x int32, sum)" {
+			last.Op != reduce.Sum || last.Desc() != "allreduce #1001 (algo rd, 10 x int32, sum)" {
 			t.Errorf("last record %+v", last)
 		}
 		if ar := recs[0]; ar.Kind != AllReduce || ar.Op != reduce.Max || ar.Root != -1 {
@@ -82,6 +82,9 @@ func TestRecorder(t *testing.T) {
 		}
 		if after := g.RecordsAfter(1001, nil); len(after) != 0 {
 			t.Errorf("RecordsAfter(the latest): %d records", len(after))
+		}
+		if hs := headers(g.Recent()); len(hs) != recentCalls || hs[0].seq != n+1 || hs[recentCalls-1].seq != n+2-recentCalls {
+			t.Errorf("Recent: %d headers, from #%d to #%d; want %d from #%d down", len(hs), hs[0].seq, hs[len(hs)-1].seq, recentCalls, n+1)
 		}
 		calls, bytes := g.Counts()
 		if calls[AllReduce] != n+1 || calls[Broadcast] != 0 {
