@@ -30,7 +30,7 @@ type recorder struct {
 	mask  uint64
 	// hint is a call number readers have seen in the ring, from which
 	// latest looks for the newest (readers write it; the calls never do).
-	hint atomic.Uint64
+	hint  atomic.Uint64
 	timed bool
 	base  time.Time // Timed: slot times are offsets from it
 	// The calls of each kind and the bytes of their buffers, for
