@@ -147,8 +147,9 @@ func (c *Communicator) callError(what string, ran bool, err error) error {
 	if strings.Contains(ce.Cause, "timed out") && !errors.Is(err, ErrTimeout) {
 		ce.root = ErrTimeout
 	}
-	if !errors.Is(err, ErrPeerLost) && !errors.Is(err, ErrTimeout) && errors.Is(err, context.Canceled) {
-		// This rank's own context ended its call.
+	if !errors.Is(err, ErrPeerLost) && !errors.Is(err, ErrTimeout) &&
+		(errors.Is(err, context.Canceled) || errors.Is(err, ErrAborted) || errors.Is(err, ErrClosed)) {
+		// This rank's own context, Abort or Close ended its call.
 		culprit = c.cfg.Rank
 	}
 	if culprit >= c.cfg.Size {

@@ -22,7 +22,7 @@ func (c *Communicator) failed(what string, err error) error {
 		if errors.Is(uerr, ErrAborted) {
 			c.setBroken(uerr)
 		}
-		return fmt.Errorf("%s: %s: %w", c.prefix(), what, uerr)
+		return c.callError(what, true, uerr)
 	}
 	if ferr := c.faultErr(); ferr != nil {
 		ferr = c.callError(what, true, c.withLosses(ferr))
