@@ -27,7 +27,10 @@ import (
 //	request:  op(1) keylen(2) key value
 //	response: status(1) payload       (the value, or an error text)
 //
-// Besides put, get and scan (every entry under a prefix, without waiting), a client may say which rank it is (join), that it is
+// Besides put, get, scan (every entry under a prefix, without waiting)
+// and create (a put that only the first writer of a key wins, answered
+// with the value that won: what ranks that must decide one thing alike
+// agree through), a client may say which rank it is (join), that it is
 // leaving and why (leave; an empty reason is a normal end), and ask who has
 // left the job abnormally (departures). The store records a joined client
 // whose connection ends without a leave as dead: the kernel closes a
@@ -43,6 +46,7 @@ const (
 	opLeave      = 4 // value: why, empty for a normal end
 	opDepartures = 5 // value: uint32 milliseconds to wait for a first departure
 	opScan       = 6 // key: a prefix; answer: every entry under it, now, without waiting
+	opCreate     = 7 // put only if the key is absent; answer: the value the key then holds
 
 	statusOK     = 0
 	statusErr    = 1
@@ -309,6 +313,8 @@ func (s *Server) serveConn(c net.Conn) {
 			err = writeFrame(c, statusOK, encodeDepartures(s.departures(min(wait, maxDepartWait))), nil)
 		case opScan:
 			err = writeFrame(c, statusOK, s.scan(key), nil)
+		case opCreate:
+			err = writeFrame(c, statusOK, s.create(key, val), nil)
 		default:
 			s.refused.Add(1)
 			logging.L().Warn("rendezvous: unknown request", "remote", c.RemoteAddr().String(), "op", op)
@@ -370,6 +376,20 @@ func (s *Server) put(key string, val []byte) {
 	close(s.changed)
 	s.changed = make(chan struct{})
 	s.mu.Unlock()
+}
+
+// create stores val under key unless the key holds a value already, and
+// returns the value the key holds then: the first writer's.
+func (s *Server) create(key string, val []byte) []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if v, ok := s.kv[key]; ok {
+		return v
+	}
+	s.kv[key] = val
+	close(s.changed)
+	s.changed = make(chan struct{})
+	return val
 }
 
 // Value is what is stored under key, if anything: for the launcher
@@ -642,6 +662,14 @@ func (c *Client) Scan(ctx context.Context, prefix string) (map[string][]byte, er
 	return decodeScan(b)
 }
 
+// Create stores value under key if no client has stored anything there
+// yet, and returns the value the key holds afterwards: value if this call
+// won, else the first writer's. Ranks that each propose an outcome and
+// must all act on the same one agree this way.
+func (c *Client) Create(ctx context.Context, key string, value []byte) ([]byte, error) {
+	return c.do(ctx, opCreate, key, value)
+}
+
 // Join tells the store which rank of which job this client is, so that
 // the store can tell the others if the connection ends without a Leave. The
 // store refuses (ErrJoinRefused) a rank that joined already, and a rank
@@ -782,6 +810,8 @@ func opName(op byte) string {
 		return "departures"
 	case opScan:
 		return "scan"
+	case opCreate:
+		return "create"
 	}
 	return fmt.Sprintf("op %d", op)
 }

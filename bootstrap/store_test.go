@@ -167,6 +167,50 @@ func TestStoreScan(t *testing.T) {
 	}
 }
 
+// TestStoreCreate: of many clients racing to create one key, exactly one
+// wins, and every client is answered with the winner's value; a key
+// already put is never replaced.
+func TestStoreCreate(t *testing.T) {
+	s := newServer(t, testToken)
+	ctx := testCtx(t)
+	const n = 16
+	got := make([]string, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		c := dial(t, s)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var v []byte
+			v, errs[i] = c.Create(ctx, "decided", []byte(fmt.Sprintf("proposal %d", i)))
+			got[i] = string(v)
+		}()
+	}
+	wg.Wait()
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("client %d: Create: %v", i, errs[i])
+		}
+		if got[i] != got[0] {
+			t.Fatalf("client %d was answered %q, client 0 %q: want one winner for all", i, got[i], got[0])
+		}
+	}
+	if !strings.HasPrefix(got[0], "proposal ") {
+		t.Fatalf("the winner is %q, not one of the proposals", got[0])
+	}
+	if v, err := dial(t, s).Get(ctx, "decided"); err != nil || string(v) != got[0] {
+		t.Fatalf("Get after the race = %q, %v; want the winner %q", v, err, got[0])
+	}
+	c := dial(t, s)
+	if err := c.Put(ctx, "put first", []byte("old")); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := c.Create(ctx, "put first", []byte("new")); err != nil || string(v) != "old" {
+		t.Fatalf("Create over a put key = %q, %v; want the old value kept", v, err)
+	}
+}
+
 func TestStoreGetWaitsForPut(t *testing.T) {
 	s := newServer(t, testToken)
 	ctx := testCtx(t)
