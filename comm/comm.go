@@ -132,6 +132,10 @@ type Communicator struct {
 	// (see drop), which Close waits for.
 	leaving sync.WaitGroup
 
+	// elastic: a failure ends this communicator alone and leaves the
+	// connections to the live ranks up, for Shrink (elastic.go).
+	elastic bool
+
 	hosts []int  // each rank's host, for the host-aware algorithms
 	tname string // the transport chosen
 	ext   ext    // sub-communicators, point-to-point, issue order (split.go, async.go)
@@ -141,17 +145,19 @@ type Communicator struct {
 type Option func(*settings)
 
 type settings struct {
-	transport string
-	algo      string
-	timeout   time.Duration
-	stall     time.Duration
-	stallSet  bool
-	trace     string
-	logger    *slog.Logger
-	tcp       tcp.Options
-	shm       shm.Options
-	rdma      rdma.Options
-	fakeHosts int
+	transport  string
+	algo       string
+	timeout    time.Duration
+	stall      time.Duration
+	stallSet   bool
+	trace      string
+	logger     *slog.Logger
+	tcp        tcp.Options
+	shm        shm.Options
+	rdma       rdma.Options
+	fakeHosts  int
+	elastic    bool
+	elasticSet bool
 }
 
 // WithTransport picks the transport: "auto" (default), "tcp", "shm", "rdma".
@@ -273,6 +279,12 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 	}
 	c.g = collectives.NewGroup(c.share(maxMessage), gopts)
 	c.calls = c.store
+	if s.elastic && c.calls != nil {
+		// A failure ends the job's communicator as it ends a
+		// sub-communicator, through its life, keeping the links.
+		c.elastic = true
+		c.life, c.kill = context.WithCancelCause(context.Background())
+	}
 	go c.watch()
 	if cfg.Size > 1 && cfg.Addr != "" {
 		go c.answerReports()
@@ -326,6 +338,11 @@ func readSettings(opts []Option) (settings, error) {
 		}
 		s.stall, s.stallSet = d, true
 	}
+	elastic, err := elasticFromEnv()
+	if err != nil {
+		return s, err
+	}
+	s.elastic = elastic
 	for _, o := range opts {
 		o(&s)
 	}
@@ -469,6 +486,12 @@ func (c *Communicator) Close() error {
 	if c.trace != nil && c.ext.root == nil {
 		if terr := c.trace.close(); terr != nil && err == nil {
 			err = fmt.Errorf("comm: rank %d: close: GOCOLL_TRACE: %w", c.cfg.Rank, terr)
+		}
+	}
+	if c.ext.shrunkFrom != nil {
+		// This one owns the job's connections now (see Shrink).
+		if perr := c.ext.shrunkFrom.Close(); perr != nil && err == nil && !errors.Is(perr, ErrMismatch) {
+			err = perr
 		}
 	}
 	if mm != nil {

@@ -198,8 +198,15 @@ func (c *Communicator) leave(why string) {
 func (c *Communicator) watch() {
 	var lost <-chan struct{}
 	ln, _ := c.t.(transport.LossNotifier)
-	if ln != nil {
+	if ln != nil && !c.elastic {
 		lost = ln.Lost()
+	}
+	// An elastic communicator looks on every tick for losses among its
+	// own members: the transport's Lost says only when the first peer
+	// of the job goes, which a communicator shrunk after it must ignore.
+	var members transport.LossNotifier
+	if c.elastic {
+		members, _ = c.ext.mux.Transport().(transport.LossNotifier)
 	}
 	var tick <-chan time.Time
 	if c.timeout > 0 || c.calls != nil {
@@ -253,6 +260,22 @@ func (c *Communicator) watch() {
 			c.faulted.Store(true)
 			c.faultMu.Unlock()
 		case now := <-tick:
+			if members != nil {
+				if err := c.memberLoss(members); err != nil {
+					members = nil
+					if mm, _ := c.probe(context.Background()); mm != nil {
+						err = also{mm, err}
+					}
+					if _, running := c.turns.inFlight(); running {
+						c.setFault(err)
+						return
+					}
+					c.faultMu.Lock()
+					c.lostErr = err
+					c.faulted.Store(true)
+					c.faultMu.Unlock()
+				}
+			}
 			turn, running := c.turns.inFlight()
 			if !running {
 				seen = 0
@@ -368,7 +391,9 @@ func (c *Communicator) drop(cause error) {
 		// no link go, read why in the store when their call stalls.
 		c.publishFault(false, fmt.Sprintf("%s left the communicator: %v", c.who(), cause))
 		c.kill(cause)
-		c.t.Close()
+		if c.ext.ch != nil {
+			c.ext.ch.Close()
+		}
 		return
 	}
 	if cause != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"sort"
+	"sync/atomic"
 
 	"github.com/gocoll/gocoll/collectives"
 	"github.com/gocoll/gocoll/internal/reduce"
@@ -24,11 +25,18 @@ type ext struct {
 	id  uint64
 
 	splits uint64 // Splits so far; counted inside collectives, so in step on every rank
-	// root is the job's communicator, nil on itself.
-	root *Communicator
+	// root is the job's communicator, nil on itself; parent the one this
+	// was split or shrunk from.
+	root, parent *Communicator
 	// name is how errors name the communicator: empty for the job's,
 	// else how it was split from it (see CallError.Comm).
 	name string
+	// shrunk is set once Shrink was called on this communicator;
+	// shrunkFrom is the one this was shrunk from (whose Close this
+	// one's closes: see Shrink), and gen how many shrinks led here.
+	shrunk     atomic.Bool
+	shrunkFrom *Communicator
+	gen        int
 }
 
 // share puts the job's transport under a Mux, so that sub-communicators
@@ -111,9 +119,21 @@ func (c *Communicator) Split(ctx context.Context, color, key int) (*Communicator
 	binary.LittleEndian.PutUint64(b[16:], uint64(int64(color)))
 	h.Write(b[:])
 	id := h.Sum64() | 1 // never 0, the job's
-	ch, err := c.ext.mux.Channel(id, jobRanks)
+	name := fmt.Sprintf("split #%d color %d", seq, color)
+	sub, err := c.child(id, jobRanks, name)
 	if err != nil {
 		return nil, fmt.Errorf("comm: split: %w", err)
+	}
+	return sub, nil
+}
+
+// child makes the communicator id of the job ranks jobRanks (its members,
+// in their new order) over c's shared connections, named name after c's
+// own name: a split's, or a shrink's.
+func (c *Communicator) child(id uint64, jobRanks []int, name string) (*Communicator, error) {
+	ch, err := c.ext.mux.Channel(id, jobRanks)
+	if err != nil {
+		return nil, err
 	}
 	sub := &Communicator{
 		cfg:     Config{Rank: ch.Rank(), Size: ch.Size(), LocalRank: -1, Source: c.cfg.Source},
@@ -123,15 +143,17 @@ func (c *Communicator) Split(ctx context.Context, color, key int) (*Communicator
 		timeout: c.timeout,
 		aborted: make(chan struct{}),
 		calls:   c.calls,
+		elastic: c.elastic,
 
 		stallAfter: c.stallAfter,
 		trace:      c.trace,
 	}
 	sub.ext.mux, sub.ext.ch, sub.ext.id = c.ext.mux, ch, id
-	sub.ext.name = fmt.Sprintf("split #%d color %d", seq, color)
+	sub.ext.name = name
 	if c.ext.name != "" {
 		sub.ext.name = c.ext.name + " > " + sub.ext.name
 	}
+	sub.ext.parent = c
 	sub.life, sub.kill = context.WithCancelCause(context.Background())
 	sub.g = collectives.NewGroup(ch, c.g.Options())
 	sub.ext.root = c

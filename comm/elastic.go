@@ -1,0 +1,334 @@
+package comm
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gocoll/gocoll/transport"
+)
+
+// ErrExcluded: the ranks that called Shrink agreed on a set of survivors
+// without this rank (another survivor had lost its link to it, or it
+// called Shrink after they had agreed). It cannot rejoin that
+// communicator; it should close what it holds and exit.
+var ErrExcluded = errors.New("left out of the shrunk communicator")
+
+// WithElastic makes the job elastic (see Shrink): a communicator that
+// fails ends alone, leaving the connections to the live ranks up, so that
+// the survivors can shrink it and go on. It overrides GOCOLL_ELASTIC.
+func WithElastic(on bool) Option {
+	return func(s *settings) { s.elastic, s.elasticSet = on, true }
+}
+
+// parseElastic reads GOCOLL_ELASTIC.
+func parseElastic(v string) (bool, error) {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "", "0", "false", "off", "no":
+		return false, nil
+	case "1", "true", "on", "yes":
+		return true, nil
+	}
+	return false, fmt.Errorf("GOCOLL_ELASTIC=%q: want 1 or 0: %w", v, ErrInvalid)
+}
+
+// shrinkPoll is how often a rank in Shrink looks at the store for the
+// others' arrivals and departures.
+const shrinkPoll = 5 * time.Millisecond
+
+// Shrink is how the survivors of a failure go on without the ranks they
+// lost, as ULFM's MPI_Comm_shrink and ncclCommShrink: every live rank of
+// c calls it (typically after a call failed with ErrPeerLost or
+// ErrBroken, or after an Abort on any rank), and each gets a new
+// communicator of the same survivors, ranked densely in their order in c.
+// It needs an elastic job (GOCOLL_ELASTIC=1, grun --elastic, or
+// WithElastic(true)), in which a failure ends the communicator it
+// happened on but leaves the connections to the live ranks up: the new
+// communicator reuses them, and no connection is made.
+//
+// What is agreed: the set of survivors, the same on every rank that gets
+// a communicator. A rank is left out if it died (its process ended: the
+// rendezvous store saw its connection close), if any survivor lost its
+// link to it, or if it called Shrink only after the others had agreed
+// (it gets ErrExcluded). The survivors wait for every rank of c to call
+// Shrink or be found gone, so a rank that lives but never calls Shrink
+// keeps them waiting until ctx ends (or GOCOLL_TIMEOUT when ctx has no
+// deadline): the error then names it. A rank that dies while the others
+// agree is left out if its death is seen before they decide; if it is
+// seen after, the new communicator's first call fails with ErrPeerLost
+// naming it, and the survivors shrink again.
+//
+// The decision is made through the rendezvous store, with one
+// compare-and-set: under grun the store lives in grun, so any rank may
+// die, rank 0 included. Under other launchers it lives in rank 0's
+// process; if rank 0 dies, Shrink fails (with an error wrapping
+// ErrPeerLost) because no rank can be sure what the others decided.
+//
+// After Shrink, c is broken for good (ErrBroken), and so is every
+// communicator split from it: split the new one again to rebuild them.
+// The new communicator owns the job's connections: closing it closes
+// them (and c), so close it, not c, when done; closing c as well does no
+// harm. Data the failed call wrote into a buffer may be partial on any
+// rank: redo the step on the new communicator from state every survivor
+// agrees on (broadcast it, as examples/elastic does). A communicator can
+// be shrunk once; shrink the one it returned after a later failure.
+func (c *Communicator) Shrink(ctx context.Context) (*Communicator, error) {
+	if c == nil {
+		return nil, errNil("shrink")
+	}
+	if ctx == nil {
+		return nil, errNilContext("shrink")
+	}
+	if !c.elastic {
+		return nil, fmt.Errorf("%s: shrink: the job is not elastic (start it with GOCOLL_ELASTIC=1, grun --elastic, or comm.WithElastic(true)): %w", c.prefix(), ErrInvalid)
+	}
+	if c.calls == nil || c.ext.ch == nil {
+		return nil, fmt.Errorf("%s: shrink: a job without a rendezvous store cannot agree on survivors: %w", c.prefix(), ErrInvalid)
+	}
+	if c.closing.Load() {
+		return nil, fmt.Errorf("%s: shrink: %w", c.prefix(), ErrClosed)
+	}
+	if !c.ext.shrunk.CompareAndSwap(false, true) {
+		return nil, fmt.Errorf("%s: shrink: this communicator was shrunk already; shrink the one that returned: %w", c.prefix(), ErrInvalid)
+	}
+	start := time.Now()
+	if _, ok := ctx.Deadline(); !ok && c.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+	}
+	// The ranks move on: this communicator, and what was split from it,
+	// end here, so a call still running on them wakes (on other ranks
+	// too, through the store: see drop) instead of waiting for a rank
+	// that has gone to Shrink.
+	cause := fmt.Errorf("%w: it was shrunk", ErrBroken)
+	if c.broken.Load() == nil {
+		c.setBroken(cause)
+	}
+	c.endDescendants(cause)
+	c.drop(cause)
+
+	members := make([]int, c.Size())
+	for i := range members {
+		members[i] = c.ext.ch.JobRank(i)
+	}
+	survivors, err := c.agreeSurvivors(ctx, members)
+	if err != nil {
+		return nil, fmt.Errorf("%s: shrink: %w", c.prefix(), err)
+	}
+	me := c.jobRank(c.cfg.Rank)
+	if !slices.Contains(survivors, me) {
+		return nil, fmt.Errorf("%s: shrink: the survivors (job ranks %s) agreed without this rank: %w", c.prefix(), rankList(survivors), ErrExcluded)
+	}
+	gen := c.ext.gen + 1
+	name := strings.TrimSuffix(c.ext.name, fmt.Sprintf("shrink #%d", c.ext.gen))
+	name = strings.TrimSuffix(name, " > ")
+	if name != "" {
+		name += " > "
+	}
+	name += fmt.Sprintf("shrink #%d", gen)
+	// A hash of the old id alone: every survivor computes it on its own,
+	// and a communicator is shrunk once.
+	h := fnv.New64a()
+	var b [16]byte
+	binary.LittleEndian.PutUint64(b[0:], c.ext.id)
+	binary.LittleEndian.PutUint64(b[8:], 0x4b4e49524853) // "SHRINK"
+	h.Write(b[:])
+	id := h.Sum64() | 1
+	// child prefixes the parent's name; a shrink replaces it.
+	saved := c.ext.name
+	c.ext.name = ""
+	nc, err := c.child(id, survivors, name)
+	c.ext.name = saved
+	if err != nil {
+		return nil, fmt.Errorf("%s: shrink: %w", c.prefix(), err)
+	}
+	nc.ext.gen = gen
+	nc.ext.shrunkFrom = c
+	c.log.Info("shrunk", "survivors", rankList(survivors), "lost", len(members)-len(survivors),
+		"rank", nc.Rank(), "size", nc.Size(), "took", time.Since(start).Round(time.Microsecond))
+	return nc, nil
+}
+
+// endDescendants ends every communicator split (or shrunk) from c: their
+// members move on with c's survivors.
+func (c *Communicator) endDescendants(cause error) {
+	root := c
+	if c.ext.root != nil {
+		root = c.ext.root
+	}
+	root.kids.mu.Lock()
+	var ends []*Communicator
+	for _, k := range root.kids.list {
+		for p := k.ext.parent; p != nil; p = p.ext.parent {
+			if p == c {
+				ends = append(ends, k)
+				break
+			}
+		}
+	}
+	root.kids.mu.Unlock()
+	for _, k := range ends {
+		if k.broken.Load() == nil {
+			k.setBroken(fmt.Errorf("%w: the communicator it was split from was shrunk", ErrBroken))
+		}
+		k.drop(cause)
+	}
+}
+
+// agreeSurvivors returns the job ranks among members that the ranks in
+// Shrink agreed survive, in members' order. Each rank publishes which
+// members it lost; once every member has either done so or is known gone
+// (departed from the store, or lost by one that published), a rank
+// proposes the members that published and that nobody lost, and the
+// store keeps the first proposal: the one every rank then acts on.
+func (c *Communicator) agreeSurvivors(ctx context.Context, members []int) ([]int, error) {
+	base := "elastic/" + strconv.FormatUint(c.ext.id, 16) + "/"
+	me := c.jobRank(c.cfg.Rank)
+	var lost []int
+	if ln, ok := c.ext.mux.Transport().(transport.LossNotifier); ok {
+		for _, pe := range lossList(ln.LostErr()) {
+			if slices.Contains(members, pe.Peer) {
+				lost = append(lost, pe.Peer)
+			}
+		}
+	}
+	if err := c.calls.Put(ctx, base+"in/"+strconv.Itoa(me), []byte(rankList(lost))); err != nil {
+		return nil, c.storeGone(err)
+	}
+	for {
+		m, err := c.calls.Scan(ctx, base)
+		if err != nil {
+			return nil, c.storeGone(err)
+		}
+		if v, ok := m[base+"decided"]; ok {
+			return parseRanks(string(v))
+		}
+		ds, err := c.calls.Departures(ctx, 0)
+		if err != nil {
+			return nil, c.storeGone(err)
+		}
+		gone := map[int]bool{}
+		for _, d := range ds {
+			gone[d.Rank] = true
+		}
+		in := map[int]bool{}
+		for _, j := range members {
+			v, ok := m[base+"in/"+strconv.Itoa(j)]
+			if !ok {
+				continue
+			}
+			in[j] = true
+			ls, err := parseRanks(string(v))
+			if err != nil {
+				return nil, fmt.Errorf("rank %d's entry in the store: %w", j, err)
+			}
+			for _, l := range ls {
+				gone[l] = true
+			}
+		}
+		var missing, alive []int
+		for _, j := range members {
+			switch {
+			case gone[j]:
+			case in[j]:
+				alive = append(alive, j)
+			default:
+				missing = append(missing, j)
+			}
+		}
+		if len(missing) == 0 {
+			v, err := c.calls.Create(ctx, base+"decided", []byte(rankList(alive)))
+			if err != nil {
+				return nil, c.storeGone(err)
+			}
+			return parseRanks(string(v))
+		}
+		select {
+		case <-ctx.Done():
+			names := make([]string, len(missing))
+			for i, j := range missing {
+				names[i] = c.jobWho(j)
+			}
+			return nil, fmt.Errorf("%w: %s neither called Shrink nor left the job: %w",
+				ErrTimeout, strings.Join(names, ", "), context.Cause(ctx))
+		case <-time.After(shrinkPoll):
+		}
+	}
+}
+
+// storeGone explains a failed request to the store during Shrink.
+func (c *Communicator) storeGone(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return err
+	}
+	where := "the launcher's"
+	if c.cfg.Source != "grun" && c.cfg.Source != "local" {
+		where = "rank 0's (it serves the store under " + c.cfg.Source + "; recovery from rank 0's loss needs grun's store)"
+	}
+	return fmt.Errorf("%w: the rendezvous store, %s, is unreachable, so no survivor can know what the others agreed: %w", ErrPeerLost, where, err)
+}
+
+// lossList is the peers a LossNotifier's LostErr names.
+func lossList(err error) []*transport.PeerError {
+	switch lost := err.(type) {
+	case *transport.PeerError:
+		return []*transport.PeerError{lost}
+	case transport.Losses:
+		return lost
+	}
+	return nil
+}
+
+// memberLoss is, on an elastic communicator, the losses among its
+// members the shared transport has seen, or nil. The transport says
+// when its first peer is lost, once; a communicator shrunk after that
+// loss must react only to losses of its own members.
+func (c *Communicator) memberLoss(ln transport.LossNotifier) error {
+	var mine transport.Losses
+	for _, pe := range lossList(ln.LostErr()) {
+		if c.fromJob(pe.Peer) >= 0 {
+			mine = append(mine, pe)
+		}
+	}
+	switch len(mine) {
+	case 0:
+		return nil
+	case 1:
+		return mine[0]
+	}
+	return mine
+}
+
+func rankList(rs []int) string {
+	s := make([]string, len(rs))
+	for i, r := range rs {
+		s[i] = strconv.Itoa(r)
+	}
+	return strings.Join(s, ",")
+}
+
+func parseRanks(v string) ([]int, error) {
+	if v == "" {
+		return nil, nil
+	}
+	var rs []int
+	for _, f := range strings.Split(v, ",") {
+		r, err := strconv.Atoi(f)
+		if err != nil || r < 0 {
+			return nil, fmt.Errorf("bad rank list %q in the store: %w", v, ErrInvalid)
+		}
+		rs = append(rs, r)
+	}
+	return rs, nil
+}
+
+// elasticFromEnv is GOCOLL_ELASTIC's value, for readSettings.
+func elasticFromEnv() (bool, error) { return parseElastic(os.Getenv("GOCOLL_ELASTIC")) }
