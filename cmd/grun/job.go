@@ -57,9 +57,12 @@ type config struct {
 	// failWait is how long, after a rank fails, the others have to exit
 	// on their own before they are stopped.
 	failWait time.Duration
-	verbose  bool
-	prog     string
-	args     []string
+	// elastic is --elastic's MIN: while at least that many ranks live,
+	// a failed rank does not stop the others. 0: not elastic.
+	elastic int
+	verbose bool
+	prog    string
+	args    []string
 
 	// Multi-host jobs. placement is nil when all ranks run here as in
 	// the single-host grun (no -H, --hostfile or Slurm allocation).
@@ -97,6 +100,9 @@ type job struct {
 	frozen []*rank
 	// quits delivers SIGQUIT, which asks for a stall report (stall.go).
 	quits <-chan os.Signal
+
+	// lost are the ranks an elastic job went on without, in order.
+	lost []*rank
 
 	// Filled by the goroutines the job starts: the per-rank waiters, and
 	// the forwarders when whoever reads grun's output went away (as in
@@ -395,6 +401,9 @@ func (j *job) rankEnv(exports []string, token string) []string {
 func (j *job) rankExports(i int, addr string) []string {
 	env := make([]string, 0, len(j.cfg.env)+5)
 	env = append(env, j.cfg.env...)
+	if j.cfg.elastic > 0 {
+		env = append(env, "GOCOLL_ELASTIC=1")
+	}
 	return append(env,
 		"GRUN_RANK="+strconv.Itoa(i),
 		"GRUN_SIZE="+strconv.Itoa(j.cfg.n),
@@ -554,6 +563,9 @@ func (j *job) supervise(ctx context.Context, sigs <-chan os.Signal) {
 				if j.store != nil {
 					j.store.MarkGone(r.id, r.status.String())
 				}
+				if j.goesOn(r) {
+					continue
+				}
 				j.noteFailure(r)
 				j.rankFailed(r)
 			}
@@ -598,6 +610,23 @@ func (j *job) supervise(ctx context.Context, sigs <-chan os.Signal) {
 		j.cause = j.pending
 		j.failuresAtStop = len(j.failures)
 	}
+}
+
+// goesOn reports whether an elastic job goes on without r, which failed:
+// while at least --elastic ranks live (and none has yet failed the job).
+// It says so, and counts r as lost.
+func (j *job) goesOn(r *rank) bool {
+	if j.cfg.elastic <= 0 || j.cause != nil || j.pending != nil {
+		return false
+	}
+	live := j.running
+	if live < j.cfg.elastic {
+		j.out.say("%s left after %s failed, fewer than --elastic %d: stopping the job", plural(live, "rank"), r.name(), j.cfg.elastic)
+		return false
+	}
+	j.lost = append(j.lost, r)
+	j.out.say("%s (%s) %v; the job goes on with %s (--elastic %d)", r.name(), r.pidNote(), r.status, plural(live, "rank"), j.cfg.elastic)
+	return true
 }
 
 // rankFailed starts the end of the job on r's failure: at once without
@@ -835,6 +864,14 @@ func (j *job) drain() {
 func (j *job) report() int {
 	c := j.cause
 	if c == nil {
+		if len(j.lost) > 0 {
+			var names []string
+			for _, r := range j.lost {
+				names = append(names, r.name())
+			}
+			j.out.say("the job finished with %d of %d ranks; lost %s (--elastic %d)",
+				len(j.ranks)-len(j.lost), len(j.ranks), strings.Join(names, ", "), j.cfg.elastic)
+		}
 		return 0
 	}
 	switch c.kind {

@@ -239,6 +239,20 @@ func TestStop(t *testing.T) {
 			failer: 1, minDur: 700 * time.Millisecond,
 		},
 		{
+			// An elastic job goes on without a dead rank while enough
+			// live, and succeeds if the rest end well.
+			name: "elastic goes on", n: 3, flags: []string{"--elastic", "2"}, ctl: []string{"-kill-rank", "1", "-sleep", "1s"},
+			code: 0, msg: `(?m)^grun: rank 1 \(pid PID\) killed by signal SIGKILL; the job goes on with 2 ranks \(--elastic 2\)\n` +
+				`grun: the job finished with 2 of 3 ranks; lost rank 1 \(--elastic 2\)\n\z`,
+			failer: 1, minDur: time.Second,
+		},
+		{
+			name: "elastic below its minimum", n: 2, flags: []string{"--elastic", "2"}, ctl: []string{"-kill-rank", "1"},
+			code: 137, msg: `(?m)^grun: 1 rank left after rank 1 failed, fewer than --elastic 2: stopping the job\n` +
+				`grun: rank 1 \(pid PID\) killed by signal SIGKILL; stopped the other 1 rank\n\z`,
+			failer: 1,
+		},
+		{
 			name: "timeout", n: 3, flags: []string{"--timeout", "1s"}, ctl: []string{"-child"},
 			code: 124, msg: `(?m)^grun: job exceeded --timeout 1s; stopped 3 ranks\n\z`, failer: -1, minDur: time.Second,
 		},

@@ -46,6 +46,11 @@ Flags (-flag and --flag are the same; flags end at PROG or at "--"):
   --fail-wait D  after a rank fails, how long the others have to notice and
                  exit on their own, reporting their errors, before they get
                  SIGTERM (default 2s; 0: at once, as mpirun does)
+  --elastic MIN  an elastic job: a rank that fails does not stop the others
+                 while at least MIN ranks live; grun sets GOCOLL_ELASTIC=1
+                 in every rank, whose survivors go on with Communicator.Shrink
+                 (see "Elastic jobs" in the README). Below MIN, the job
+                 stops as without the flag
   -v, --verbose  print the store address, the hosts and each rank's pid to
                  stderr
   -h, --help     print this help and exit
@@ -121,7 +126,8 @@ it replaced by the rank, else ".RANK" appended);
 merges them into one Chrome trace-event file and a PNG timeline.
 
 Exit status:
-  0        every rank exited 0
+  0        every rank exited 0 (with --elastic: every rank that did not
+           fail, and at least MIN of them)
   S        the first rank to fail exited with status S
   128+K    the first rank to fail was killed by signal K (137 = SIGKILL)
   124      the job ran longer than --timeout
@@ -280,6 +286,14 @@ func newFlagSet(cfg *config, lookupEnv func(string) (string, bool)) *flag.FlagSe
 		cfg.outputDir = s
 		return nil
 	})
+	fs.Func("elastic", "keep the job going while at least MIN ranks live", func(s string) error {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			return errors.New("want the smallest number of ranks the job may go on with, at least 1")
+		}
+		cfg.elastic = n
+		return nil
+	})
 	fs.BoolVar(&cfg.verbose, "v", false, "verbose")
 	fs.BoolVar(&cfg.verbose, "verbose", false, "verbose")
 	return fs
@@ -333,6 +347,8 @@ func parseArgs(args []string, lookupEnv func(string) (string, bool)) (config, er
 		return config{}, fmt.Errorf("-n %d: the number of ranks must be at least 1", cfg.n)
 	case fs.NArg() == 0:
 		return config{}, errors.New("missing PROG: the program each rank runs")
+	case cfg.elastic > cfg.n:
+		return config{}, fmt.Errorf("--elastic %d: more than the %d ranks started", cfg.elastic, cfg.n)
 	}
 	cfg.prog, cfg.args = fs.Arg(0), fs.Args()[1:]
 	if cfg.hostsFrom != "" {

@@ -200,6 +200,8 @@ func TestUsage(t *testing.T) {
 		{"-x reserved", []string{"-n", "1", "-x", "GRUN_RANK=7", helper("envdump")}, 2, "GRUN_RANK is set by grun"},
 		{"bad duration", []string{"-n", "1", "--timeout", "5", helper("envdump")}, 2, `invalid value "5" for flag -timeout: not a duration`},
 		{"negative grace", []string{"-n", "1", "--grace", "-1s", helper("envdump")}, 2, "must not be negative"},
+		{"--elastic over -n", []string{"-n", "2", "--elastic", "3", helper("envdump")}, 2, "--elastic 3: more than the 2 ranks started"},
+		{"--elastic 0", []string{"-n", "2", "--elastic", "0", helper("envdump")}, 2, "want the smallest number of ranks the job may go on with"},
 		{"unknown flag", []string{"-n", "1", "--bogus", helper("envdump")}, 2, "flag provided but not defined: -bogus"},
 		{"bad --bind-to", []string{"-n", "1", "--bind-to", "socket", helper("envdump")}, 2, `invalid value "socket" for flag -bind-to: want core, none or auto`},
 		{"program not found", []string{"-n", "2", "grun-test-no-such-program"}, 127, `cannot start rank 0: exec: "grun-test-no-such-program": executable file not found`},
