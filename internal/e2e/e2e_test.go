@@ -40,6 +40,7 @@ func TestMain(m *testing.M) {
 	out, err := exec.Command("go", "build", "-o", dir+string(filepath.Separator),
 		"github.com/gocoll/gocoll/cmd/grun",
 		"github.com/gocoll/gocoll/examples/allreduce",
+		"github.com/gocoll/gocoll/examples/elastic",
 		"github.com/gocoll/gocoll/internal/e2e/testdata/collcheck",
 		"github.com/gocoll/gocoll/internal/e2e/testdata/chaos",
 		"github.com/gocoll/gocoll/internal/e2e/testdata/jobshape",

@@ -1,0 +1,222 @@
+// Command elastic is a small data-parallel training loop that survives
+// the loss of ranks: it fits a linear model to synthetic data by gradient
+// descent, each rank taking its share of the samples, and when a rank dies
+// the survivors shrink the communicator, agree on the model again and go
+// on with the step they were at. It ends by printing, on every rank, the
+// loss and a checksum of the parameters, which must be the same on all.
+//
+//	go run ./cmd/grun -n 4 --elastic 2 go run ./examples/elastic
+//	go run ./cmd/grun -n 4 --elastic 2 go run ./examples/elastic -kill 2@40,0@90
+//
+// -kill R@S makes job rank R kill itself (SIGKILL, as the OOM killer
+// would) at step S, to try it; -kill-in-shrink R makes rank R die while
+// the survivors agree on who is left.
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"math"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/gocoll/gocoll/comm"
+)
+
+const (
+	dim     = 16   // parameters of the model
+	samples = 4096 // in the whole data set, shared out among the live ranks
+)
+
+func main() {
+	steps := flag.Int("steps", 150, "gradient steps")
+	lr := flag.Float64("lr", 0.1, "learning rate")
+	kills := flag.String("kill", "", "R@S,...: job rank R kills itself at step S")
+	inShrink := flag.Int("kill-in-shrink", -1, "job rank that kills itself while the survivors agree")
+	flag.Parse()
+	if err := run(*steps, *lr, *kills, *inShrink); err != nil {
+		log.Fatal(err) // after run closed the communicator
+	}
+}
+
+func run(steps int, lr float64, kills string, inShrink int) error {
+	ctx := context.Background()
+	c, err := comm.Init(ctx)
+	if err != nil {
+		return err
+	}
+	// The communicator Shrink returns owns the job's connections; close
+	// the newest one (closing it closes the ones before it).
+	defer func() { c.Close() }()
+	me := c.Rank() // the job rank: ranks in c change as it shrinks
+	killAt, err := parseKills(kills, me)
+	if err != nil {
+		return err
+	}
+	x, y := data()
+	w := make([]float64, dim)
+	shrinks := 0
+	start := time.Now()
+	for step := 0; step < steps; {
+		if step == killAt {
+			die(me, fmt.Sprintf("at step %d", step))
+		}
+		err := trainStep(ctx, c, x, y, w, lr)
+		if err == nil {
+			step++
+			continue
+		}
+		// A rank was lost, or the step failed on another rank: shrink
+		// and go on with the survivors. Another rank may die during the
+		// shrink or just after it, so the loop tries again until the
+		// survivors agree on the model.
+		for lost(err) {
+			if me == inShrink {
+				go func() {
+					time.Sleep(time.Millisecond)
+					die(me, "while the others shrink")
+				}()
+			}
+			t0 := time.Now()
+			nc, serr := c.Shrink(ctx)
+			if serr != nil {
+				return fmt.Errorf("rank %d: step %d failed (%v), and shrinking failed: %w", me, step, err, serr)
+			}
+			c = nc
+			shrinks++
+			// The failed step may have updated the model on some ranks
+			// and not on others: take rank 0's model and step.
+			var at int
+			if at, err = agree(ctx, c, w, step); err == nil {
+				step = at
+				fmt.Printf("elastic: rank %d: %d ranks left, going on from step %d (shrink and resync took %v; t=%d)\n",
+					me, c.Size(), step, time.Since(t0).Round(time.Millisecond), time.Now().UnixNano())
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
+	sum := sha256.Sum256(bytesOf(w))
+	fmt.Printf("elastic: rank %d: %d of %d steps done on %d ranks after %d shrinks in %v, loss %.3g, params %x\n",
+		me, steps, steps, c.Size(), shrinks, time.Since(start).Round(time.Millisecond), loss(x, y, w), sum[:8])
+	return nil
+}
+
+// die kills this process as the OOM killer would, saying when first (t,
+// in Unix nanoseconds, is for measuring how long the others take to go
+// on).
+func die(me int, when string) {
+	fmt.Printf("elastic: rank %d kills itself %s (t=%d)\n", me, when, time.Now().UnixNano())
+	syscall.Kill(os.Getpid(), syscall.SIGKILL)
+}
+
+// lost reports whether err is a failure the survivors can shrink away:
+// a peer lost, or the communicator broken by a failure elsewhere.
+func lost(err error) bool {
+	return errors.Is(err, comm.ErrPeerLost) || errors.Is(err, comm.ErrBroken)
+}
+
+// trainStep computes this rank's share of the gradient of the squared
+// error, sums it with the others' and takes one step. The shares are
+// the samples i with i % size == rank, so the live ranks always cover
+// the whole data set, however many there are.
+func trainStep(ctx context.Context, c *comm.Communicator, x [][]float64, y []float64, w []float64, lr float64) error {
+	g := make([]float64, dim)
+	for i := c.Rank(); i < samples; i += c.Size() {
+		d := dot(x[i], w) - y[i]
+		for k := range g {
+			g[k] += d * x[i][k]
+		}
+	}
+	if err := comm.AllReduce(ctx, c, g, comm.Sum); err != nil {
+		return err
+	}
+	for k := range w {
+		w[k] -= lr * g[k] / samples
+	}
+	return nil
+}
+
+// agree makes every rank of c hold rank 0's model and step.
+func agree(ctx context.Context, c *comm.Communicator, w []float64, step int) (int, error) {
+	buf := append(append([]float64(nil), w...), float64(step))
+	if err := comm.Broadcast(ctx, c, buf, 0); err != nil {
+		return 0, err
+	}
+	copy(w, buf)
+	return int(buf[dim]), nil
+}
+
+// data is the same synthetic data set on every rank: y = x·w* + noise.
+func data() ([][]float64, []float64) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	truth := make([]float64, dim)
+	for k := range truth {
+		truth[k] = rng.NormFloat64()
+	}
+	x := make([][]float64, samples)
+	y := make([]float64, samples)
+	for i := range x {
+		x[i] = make([]float64, dim)
+		for k := range x[i] {
+			x[i][k] = rng.NormFloat64()
+		}
+		y[i] = dot(x[i], truth) + 0.01*rng.NormFloat64()
+	}
+	return x, y
+}
+
+func loss(x [][]float64, y []float64, w []float64) float64 {
+	var s float64
+	for i := range x {
+		d := dot(x[i], w) - y[i]
+		s += d * d
+	}
+	return s / float64(len(x))
+}
+
+func dot(a, b []float64) float64 {
+	var s float64
+	for i := range a {
+		s += a[i] * b[i]
+	}
+	return s
+}
+
+func bytesOf(w []float64) []byte {
+	b := make([]byte, 0, 8*len(w))
+	for _, v := range w {
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
+	}
+	return b
+}
+
+// parseKills returns the step at which job rank me is to kill itself,
+// or -1.
+func parseKills(s string, me int) (int, error) {
+	if s == "" {
+		return -1, nil
+	}
+	for _, f := range strings.Split(s, ",") {
+		r, st, ok := strings.Cut(f, "@")
+		rank, err1 := strconv.Atoi(r)
+		step, err2 := strconv.Atoi(st)
+		if !ok || err1 != nil || err2 != nil || step < 0 {
+			return 0, fmt.Errorf("-kill %q: want RANK@STEP,...", s)
+		}
+		if rank == me {
+			return step, nil
+		}
+	}
+	return -1, nil
+}

@@ -1,0 +1,210 @@
+//go:build linux
+
+package e2e
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gocoll/gocoll/internal/testmode"
+)
+
+// elasticPlan is one run of examples/elastic under grun --elastic 2: who
+// dies when.
+type elasticPlan struct {
+	transport string // GOCOLL_TRANSPORT
+	fakeHosts string // GOCOLL_FAKE_HOSTS, for shm+tcp on one machine
+	victim    int    // job rank that kills itself at step
+	step      int
+	inShrink  int // job rank that dies while the others shrink, or -1
+}
+
+func (p elasticPlan) String() string {
+	s := fmt.Sprintf("%s: rank %d killed at step %d", p.transport, p.victim, p.step)
+	if p.fakeHosts != "" {
+		s = fmt.Sprintf("%s on hosts %s: rank %d killed at step %d", p.transport, p.fakeHosts, p.victim, p.step)
+	}
+	if p.inShrink >= 0 {
+		s += fmt.Sprintf(", rank %d while the others shrink", p.inShrink)
+	}
+	return s
+}
+
+func (p elasticPlan) args() []string {
+	a := []string{"-kill", fmt.Sprintf("%d@%d", p.victim, p.step)}
+	if p.inShrink >= 0 {
+		a = append(a, "-kill-in-shrink", strconv.Itoa(p.inShrink))
+	}
+	return a
+}
+
+// TestElastic runs the elastic example, a data-parallel training loop of
+// 4 ranks under grun --elastic 2, and SIGKILLs ranks at random steps:
+// rank 0 among them (under grun the store lives in grun, so any rank may
+// die), and in half the runs a second rank as the survivors agree on who
+// is left. Over tcp, shm and shm+tcp, the survivors must shrink, go on
+// from the same step and end with the same parameters, bitwise, and grun
+// must exit 0 saying which ranks the job lost. The plans are seeded
+// (GOCOLL_ELASTIC_SEED replays them); the test prints the time from each
+// kill to the survivors' first successful collective after it.
+func TestElastic(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("GOCOLL_ELASTIC_SEED"); v != "" {
+		var err error
+		if seed, err = strconv.ParseUint(v, 10, 64); err != nil {
+			t.Fatalf("GOCOLL_ELASTIC_SEED=%q: %v", v, err)
+		}
+	}
+	t.Logf("elastic: seed %d (GOCOLL_ELASTIC_SEED=%d replays it)", seed, seed)
+	rng := rand.New(rand.NewPCG(seed, 2))
+	var plans []elasticPlan
+	setups := [][2]string{{"tcp", ""}, {"shm", ""}, {"auto", "1,3"}}
+	runs := 2
+	if testmode.Quick() {
+		runs = 1
+	}
+	for i := range runs * len(setups) {
+		p := elasticPlan{transport: setups[i%3][0], fakeHosts: setups[i%3][1], victim: rng.IntN(4), step: 5 + rng.IntN(120), inShrink: -1}
+		if i < len(setups) {
+			p.victim = 0 // every transport loses the rank that would serve the store under other launchers
+		}
+		if i%2 == 1 {
+			p.inShrink = (p.victim + 1 + rng.IntN(3)) % 4
+		}
+		plans = append(plans, p)
+	}
+	var worst time.Duration
+	for _, p := range plans {
+		t.Run(p.String(), func(t *testing.T) {
+			env := []string{"GOCOLL_TRANSPORT=" + p.transport, "GOCOLL_FAKE_HOSTS=" + p.fakeHosts, "GOCOLL_TIMEOUT=30s"}
+			out, code := grun(t, 2*time.Minute, env, append([]string{"-n", "4", "--elastic", "2", filepath.Join(bin, "elastic")}, p.args()...)...)
+			lost := checkElastic(t, out, code, 4)
+			if !slices.Contains(lost, p.victim) {
+				t.Errorf("rank %d was killed but grun does not list it as lost (%v):\n%s", p.victim, lost, out)
+			}
+			if d := killToResume(t, out); d > worst {
+				worst = d
+			}
+		})
+	}
+	t.Logf("elastic: seed %d, %d runs, worst time from a kill to the survivors' first collective after it: %v", seed, len(plans), worst)
+	fmt.Printf("elastic: seed %d, %d runs, worst time from a kill to the survivors' first collective after it: %v\n", seed, len(plans), worst)
+}
+
+// TestElasticAcrossHosts: the same across two network-namespace hosts of
+// two ranks each, a rank of the second host killed mid-run; the store is
+// grun's, in a third namespace.
+func TestElasticAcrossHosts(t *testing.T) {
+	testmode.SkipIfQuick(t)
+	c := newCluster(t, 2)
+	_, done := c.grunIn(t, 2*time.Minute, nil, "-H", c.hosts[0]+":2,"+c.hosts[1]+":2", "--rsh", c.rsh(t),
+		"--elastic", "2", "-x", "GOCOLL_TIMEOUT=30s", filepath.Join(bin, "elastic"), "-kill", "3@60")
+	out, code := done()
+	lost := checkElastic(t, out, code, 4)
+	if !slices.Equal(lost, []int{3}) {
+		t.Errorf("grun lists ranks %v as lost, want [3]:\n%s", lost, out)
+	}
+	d := killToResume(t, out)
+	t.Logf("elastic across hosts: %v from the kill to the survivors' first collective after it", d)
+	fmt.Printf("elastic across hosts: %v from the kill to the survivors' first collective after it\n", d)
+	c.checkEmpty(t)
+}
+
+var (
+	elasticDone   = regexp.MustCompile(`(?m)^elastic: rank (\d+): 150 of 150 steps done on (\d+) ranks after (\d+) shrinks in \S+, loss (\S+), params ([0-9a-f]+)$`)
+	elasticLost   = regexp.MustCompile(`(?m)^grun: the job finished with (\d+) of (\d+) ranks; lost (.*) \(--elastic 2\)$`)
+	elasticKill   = regexp.MustCompile(`(?m)^elastic: rank (\d+) kills itself .* \(t=(\d+)\)$`)
+	elasticResume = regexp.MustCompile(`(?m)^elastic: rank (\d+): \d+ ranks left, going on from step (\d+) .*; t=(\d+)\)$`)
+)
+
+// checkElastic checks a run of the elastic example of n ranks: grun
+// exited 0 naming the lost ranks, every survivor finished with the same
+// parameters and a small loss, on as many ranks as survived. It returns
+// the lost ranks.
+func checkElastic(t *testing.T, out string, code, n int) []int {
+	t.Helper()
+	if code != 0 {
+		t.Fatalf("grun exited %d, want 0:\n%s", code, out)
+	}
+	m := elasticLost.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("grun does not say which ranks the job lost (%v):\n%s", elasticLost, out)
+	}
+	var lost []int
+	for _, f := range strings.Split(m[3], ", ") {
+		// "rank 3", or "rank 3 on host 198.18.0.3"
+		num, _, _ := strings.Cut(strings.TrimPrefix(f, "rank "), " ")
+		r, err := strconv.Atoi(num)
+		if err != nil {
+			t.Fatalf("lost rank %q: %v", f, err)
+		}
+		lost = append(lost, r)
+	}
+	survivors := n - len(lost)
+	done := elasticDone.FindAllStringSubmatch(out, -1)
+	if len(done) != survivors || m[1] != strconv.Itoa(survivors) {
+		t.Fatalf("%d ranks finished and grun says %s did, want %d (%d lost):\n%s", len(done), m[1], survivors, len(lost), out)
+	}
+	for _, d := range done {
+		r, _ := strconv.Atoi(d[1])
+		if slices.Contains(lost, r) {
+			t.Errorf("rank %d finished but grun lists it as lost:\n%s", r, out)
+		}
+		if d[2] != strconv.Itoa(survivors) {
+			t.Errorf("rank %d finished on %s ranks, want %d", r, d[2], survivors)
+		}
+		if d[5] != done[0][5] {
+			t.Errorf("rank %d ended with parameters %s, rank %s with %s: the survivors disagree", r, d[5], done[0][1], done[0][5])
+		}
+		if loss, err := strconv.ParseFloat(d[4], 64); err != nil || loss > 1e-3 {
+			t.Errorf("rank %d: loss %s, want the model fitted (below 1e-3)", r, d[4])
+		}
+	}
+	return lost
+}
+
+// killToResume is the longest time from a kill to the next line of a
+// survivor that went on after it: its first successful collective (the
+// broadcast of the model) on the shrunk communicator.
+func killToResume(t *testing.T, out string) time.Duration {
+	t.Helper()
+	var kills []int64
+	for _, m := range elasticKill.FindAllStringSubmatch(out, -1) {
+		at, _ := strconv.ParseInt(m[2], 10, 64)
+		kills = append(kills, at)
+	}
+	slices.Sort(kills)
+	var resumes []int64
+	for _, m := range elasticResume.FindAllStringSubmatch(out, -1) {
+		at, _ := strconv.ParseInt(m[3], 10, 64)
+		resumes = append(resumes, at)
+	}
+	if len(kills) == 0 || len(resumes) == 0 {
+		t.Fatalf("no kill or no survivor going on after it:\n%s", out)
+	}
+	var worst time.Duration
+	for i, k := range kills {
+		// The resumes after this kill and before the next one.
+		next := int64(1 << 62)
+		if i+1 < len(kills) {
+			next = kills[i+1]
+		}
+		for _, r := range resumes {
+			if r > k && r < next {
+				worst = max(worst, time.Duration(r-k))
+			}
+		}
+	}
+	if worst > 5*time.Second {
+		t.Errorf("the survivors took %v after a kill to go on", worst)
+	}
+	return worst
+}
