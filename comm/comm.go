@@ -473,6 +473,7 @@ func (c *Communicator) Close() error {
 	if c.ext.root != nil {
 		c.ext.root.kids.remove(c)
 	}
+	c.sayClosed()
 	c.publishLast()
 	mm := c.lastCallsAgree()
 	c.saidChecked()

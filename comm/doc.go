@@ -33,6 +33,13 @@
 // in Err. errors.Is matches the sentinel of the root cause on every rank
 // (ErrMismatch, ErrTimeout) as well as what this rank saw (ErrPeerLost).
 //
+// An elastic job (GOCOLL_ELASTIC=1, grun --elastic) can lose ranks and
+// go on: a failure ends the communicator it happened on but leaves the
+// connections to the live ranks up, and the survivors call Shrink, which
+// agrees on who is left through the rendezvous store and returns a
+// communicator of them over the same connections (see Shrink and
+// examples/elastic).
+//
 // The collectives are package functions, generic over the element type
 // (AllReduce[T]), because Go methods cannot have type parameters of their
 // own; what takes no buffer of elements (Barrier, Split, Close, Abort) is

@@ -55,7 +55,8 @@ const shrinkPoll = 5 * time.Millisecond
 //
 // What is agreed: the set of survivors, the same on every rank that gets
 // a communicator. A rank is left out if it died (its process ended: the
-// rendezvous store saw its connection close), if any survivor lost its
+// rendezvous store saw its connection close), if it closed the job's
+// communicator (it left in good order), if any survivor lost its
 // link to it, or if it called Shrink only after the others had agreed
 // (it gets ErrExcluded). The survivors wait for every rank of c to call
 // Shrink or be found gone, so a rank that lives but never calls Shrink
@@ -219,6 +220,15 @@ func (c *Communicator) agreeSurvivors(ctx context.Context, members []int) ([]int
 		for _, d := range ds {
 			gone[d.Rank] = true
 		}
+		closed, err := c.calls.Scan(ctx, "elastic/closed/")
+		if err != nil {
+			return nil, c.storeGone(err)
+		}
+		for k := range closed {
+			if j, err := strconv.Atoi(strings.TrimPrefix(k, "elastic/closed/")); err == nil {
+				gone[j] = true
+			}
+		}
 		in := map[int]bool{}
 		for _, j := range members {
 			v, ok := m[base+"in/"+strconv.Itoa(j)]
@@ -262,6 +272,22 @@ func (c *Communicator) agreeSurvivors(ctx context.Context, members []int) ([]int
 		case <-time.After(shrinkPoll):
 		}
 	}
+}
+
+// closedKey is where a rank of an elastic job says it closed the job's
+// communicator: it left in good order, which the store's departures do
+// not list, and the others must not wait for it in Shrink.
+func closedKey(jobRank int) string { return "elastic/closed/" + strconv.Itoa(jobRank) }
+
+// sayClosed tells the store this rank closes the job's communicator of an
+// elastic job.
+func (c *Communicator) sayClosed() {
+	if !c.elastic || c.ext.root != nil || c.calls == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	c.calls.Put(ctx, closedKey(c.cfg.Rank), nil)
 }
 
 // storeGone explains a failed request to the store during Shrink.

@@ -57,6 +57,7 @@ func TestInitMistakes(t *testing.T) {
 			comm.ErrEnv, []string{"SLURM_STEP_ID", "srun"}},
 		{"MASTER_ADDR of another host", map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0", "MASTER_ADDR": "198.18.250.1", "MASTER_PORT": port},
 			comm.ErrEnv, []string{"198.18.250.1 is not an address of this host", "127.0.0.1"}},
+		{"GOCOLL_ELASTIC typo", map[string]string{"RANK": "0", "WORLD_SIZE": "1", "GOCOLL_ELASTIC": "yes please"}, comm.ErrInvalid, []string{`GOCOLL_ELASTIC="yes please"`, "1 or 0"}},
 		{"GOCOLL_STALL typo", map[string]string{"RANK": "0", "WORLD_SIZE": "1", "GOCOLL_STALL": "soon"}, comm.ErrInvalid, []string{`GOCOLL_STALL="soon"`, "off"}},
 		{"GOCOLL_TRACE unwritable", map[string]string{"RANK": "0", "WORLD_SIZE": "1", "GOCOLL_TRACE": "/nonexistent-dir/t-%r"}, comm.ErrInvalid,
 			[]string{`GOCOLL_TRACE="/nonexistent-dir/t-%r"`, "/nonexistent-dir/t-0"}},

@@ -210,6 +210,49 @@ func ExampleCommunicator_Split() {
 	// rank 3: rank 1 of 2 in its half, sum 4
 }
 
+// In an elastic job the survivors of a failure shrink the communicator
+// and go on. Here rank 2 leaves (it aborts and closes; a rank killed
+// outright is left out the same way), the others' barrier fails with
+// ErrPeerLost, and they shrink to a communicator of two.
+func ExampleCommunicator_Shrink() {
+	ctx := context.Background()
+	cs, err := comm.NewLocal(ctx, 3, comm.WithElastic(true))
+	if err != nil {
+		log.Fatal(err)
+	}
+	results := make([]string, len(cs))
+	onEveryRank(cs, func(c *comm.Communicator) {
+		if c.Rank() == 2 {
+			c.Abort(errors.New("rank 2 is done"))
+			c.Close()
+			results[2] = "rank 2: left"
+			return
+		}
+		defer c.Close()
+		err := c.Barrier(ctx)
+		if !errors.Is(err, comm.ErrPeerLost) {
+			log.Fatalf("barrier: %v", err)
+		}
+		nc, err := c.Shrink(ctx)
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer nc.Close()
+		v := []int32{1}
+		if err := comm.AllReduce(ctx, nc, v, comm.Sum); err != nil {
+			log.Fatal(err)
+		}
+		results[c.Rank()] = fmt.Sprintf("rank %d: rank %d of %d after the shrink, sum %d", c.Rank(), nc.Rank(), nc.Size(), v[0])
+	})
+	for _, s := range results {
+		fmt.Println(s)
+	}
+	// Output:
+	// rank 0: rank 0 of 2 after the shrink, sum 2
+	// rank 1: rank 1 of 2 after the shrink, sum 2
+	// rank 2: left
+}
+
 // An async allreduce runs while the program computes; Wait collects it.
 func ExampleAllReduceAsync() {
 	ctx := context.Background()

@@ -58,7 +58,7 @@ func (c *Communicator) failed(what string, err error) error {
 	// of leaving them to hang until their own deadlines. The peers read
 	// the one line as the reason this rank gave up.
 	c.drop(err)
-	c.log.Info("communicator broken; dropped its connections so the peers notice", "err", err, "chain", chainOf(err))
+	c.log.Info("communicator broken; "+c.howPeersLearn(), "err", err, "chain", chainOf(err))
 	return err
 }
 
@@ -320,7 +320,7 @@ func (c *Communicator) setFault(err error) {
 	}
 	c.faulted.Store(true)
 	c.faultMu.Unlock()
-	c.log.Info("communicator fault; dropping its connections", "err", err)
+	c.log.Info("communicator fault; "+c.howPeersLearn(), "err", err)
 	// The peers read the one line as the reason this rank gave up.
 	c.drop(c.callError("", true, err))
 }
@@ -359,6 +359,12 @@ func (c *Communicator) unusable() error {
 // naming this rank instead of waiting for it. Abort does not wait for the
 // peers; Close must still be called to release the rest. Only the first
 // Abort counts.
+//
+// In an elastic job (see Shrink) Abort ends the communicator, not the
+// rank's membership of the job: as ULFM's revoke, the connections stay
+// up, the peers' calls fail with ErrPeerLost carrying reason (they read
+// it in the rendezvous store, within tens of milliseconds), and every
+// rank, this one included, may then Shrink to go on.
 func (c *Communicator) Abort(reason error) {
 	if c == nil {
 		return
@@ -373,6 +379,14 @@ func (c *Communicator) Abort(reason error) {
 		c.log.Info("communicator aborted; dropping its connections", "reason", reason)
 		c.drop(c.abortErr)
 	})
+}
+
+// howPeersLearn says, for the log, how drop tells the peers.
+func (c *Communicator) howPeersLearn() string {
+	if c.kill != nil {
+		return "ended it alone, its links kept; the peers read why in the store"
+	}
+	return "dropped its connections so the peers notice"
 }
 
 // drop cuts every connection so that the peers see this rank lost and stop

@@ -75,7 +75,9 @@ func (c *Communicator) share(maxMessage int) transport.Transport {
 // other members' calls on it fail within moments with ErrPeerLost naming
 // the rank that left and why (it tells them through the rendezvous
 // store). A failure of the job's communicator, or a lost peer, ends every
-// communicator of the job.
+// communicator of the job; in an elastic job (see Shrink), a lost peer
+// ends only the communicators it is a member of, and a failure of the
+// job's communicator only that one.
 func (c *Communicator) Split(ctx context.Context, color, key int) (*Communicator, error) {
 	if c == nil {
 		return nil, errNil("split")
@@ -155,7 +157,17 @@ func (c *Communicator) child(id uint64, jobRanks []int, name string) (*Communica
 	}
 	sub.ext.parent = c
 	sub.life, sub.kill = context.WithCancelCause(context.Background())
-	sub.g = collectives.NewGroup(ch, c.g.Options())
+	opts := c.g.Options()
+	opts.Hosts = nil
+	if root := c.rootOrSelf(); len(root.hosts) > 0 {
+		// Each member's host, in the new numbering, so that the
+		// host-aware algorithms serve sub-communicators too.
+		opts.Hosts = make([]int, len(jobRanks))
+		for i, j := range jobRanks {
+			opts.Hosts[i] = root.hosts[j]
+		}
+	}
+	sub.g = collectives.NewGroup(ch, opts)
 	sub.ext.root = c
 	if c.ext.root != nil {
 		sub.ext.root = c.ext.root
@@ -163,6 +175,14 @@ func (c *Communicator) child(id uint64, jobRanks []int, name string) (*Communica
 	sub.ext.root.kids.add(sub)
 	go sub.watch()
 	return sub, nil
+}
+
+// rootOrSelf is the job's communicator.
+func (c *Communicator) rootOrSelf() *Communicator {
+	if c.ext.root != nil {
+		return c.ext.root
+	}
+	return c
 }
 
 // SubCommunicator makes a communicator of the ranks listed, ranked in the
