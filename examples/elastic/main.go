@@ -62,6 +62,13 @@ func run(steps int, lr float64, kills string, inShrink int) error {
 	if err != nil {
 		return err
 	}
+	// Under torchrun --max_restarts, which restarts every rank when one
+	// fails, a kill is for the first attempt only; the later ones say
+	// when their first step is done, to compare with a shrink.
+	restarted := os.Getenv("TORCHELASTIC_RESTART_COUNT")
+	if restarted != "" && restarted != "0" {
+		killAt = -1
+	}
 	x, y := data()
 	w := make([]float64, dim)
 	shrinks := 0
@@ -72,6 +79,9 @@ func run(steps int, lr float64, kills string, inShrink int) error {
 		}
 		err := trainStep(ctx, c, x, y, w, lr)
 		if err == nil {
+			if step == 0 && restarted != "" && restarted != "0" {
+				fmt.Printf("elastic: rank %d: restart %s by torchrun, first step done (t=%d)\n", me, restarted, time.Now().UnixNano())
+			}
 			step++
 			continue
 		}
