@@ -601,6 +601,12 @@ type Client struct {
 	conn   net.Conn
 	r      *bufio.Reader
 	broken error
+	// owed counts answers to requests whose callers gave up waiting
+	// before any byte of the answer came: the store still sends them,
+	// and the next request reads them first. The connection stays up:
+	// it is the one the store watches to tell a rank's death, and a
+	// caller's short deadline must not read as one.
+	owed int
 }
 
 // Dial connects to the store at addr and authenticates with token. The store
@@ -720,21 +726,35 @@ func (c *Client) do(ctx context.Context, op byte, key string, value []byte) ([]b
 	if c.broken != nil {
 		return nil, c.broken
 	}
+	if err := ctx.Err(); err != nil {
+		// It ended while another request held the connection: nothing
+		// was sent, and the stream is still in step for the next one.
+		return nil, fmt.Errorf("bootstrap: %s %q: %w", opName(op), key, err)
+	}
 	if ctx.Done() != nil {
-		// Cancelling ctx interrupts the request by expiring the deadline.
-		// If that races with the request's completion, wait for it and
-		// clear the deadline again, or it would fail the next request.
+		// Cancelling ctx interrupts the request by expiring the read
+		// deadline (a request is small, and written whole). If that
+		// races with the request's completion, wait for it and clear
+		// the deadline again, or it would fail the next request.
 		fired := make(chan struct{})
 		stop := context.AfterFunc(ctx, func() {
-			c.conn.SetDeadline(time.Unix(1, 0))
+			c.conn.SetReadDeadline(time.Unix(1, 0))
 			close(fired)
 		})
 		defer func() {
 			if !stop() {
 				<-fired
-				c.conn.SetDeadline(time.Time{})
+				c.conn.SetReadDeadline(time.Time{})
 			}
 		}()
+	}
+	for c.owed > 0 {
+		_, err := c.answer()
+		var refused *refusal
+		if err != nil && !errors.As(err, &refused) {
+			return nil, c.cutOff(ctx, op, key, err, false)
+		}
+		c.owed--
 	}
 	var kh [3]byte
 	kh[0] = op
@@ -742,36 +762,65 @@ func (c *Client) do(ctx context.Context, op byte, key string, value []byte) ([]b
 	buf := make([]byte, 4, 4+3+len(key)+len(value))
 	binary.LittleEndian.PutUint32(buf, uint32(3+len(key)+len(value)))
 	buf = append(append(append(buf, kh[:]...), key...), value...)
-	resp, err := c.roundTrip(buf)
+	if _, err := c.conn.Write(buf); err != nil {
+		c.broken = fmt.Errorf("bootstrap: %s %q: %w", opName(op), key, err)
+		c.conn.Close()
+		return nil, c.broken
+	}
+	resp, err := c.answer()
 	var refused *refusal
 	if errors.As(err, &refused) {
 		// A whole answer, only not a value: the stream is in step.
 		return nil, fmt.Errorf("bootstrap: %s %q: %w", opName(op), key, refused.err)
 	}
 	if err != nil {
-		if ctx.Err() != nil {
-			err = ctx.Err()
-		}
-		// A request cut off half-way leaves the stream out of step.
-		c.broken = fmt.Errorf("bootstrap: %s %q: %w", opName(op), key, err)
-		c.conn.Close()
-		return nil, c.broken
+		// A get may wait for its answer for good (the key may never
+		// come): only an answer due at once is worth waiting for later.
+		return nil, c.cutOff(ctx, op, key, err, op != opGet)
 	}
 	return resp, nil
 }
 
-func (c *Client) roundTrip(req []byte) ([]byte, error) {
-	if _, err := c.conn.Write(req); err != nil {
-		return nil, err
+// cutOff is the error of a request whose answer did not come whole. If
+// the caller's ctx ended before any byte of it arrived, the stream is
+// still in step: the answer is owed (when owe) and read by the next
+// request, or the request was only waiting for an owed one. Anything
+// else leaves the stream out of step, and the client broken.
+func (c *Client) cutOff(ctx context.Context, op byte, key string, err error, owe bool) error {
+	var clean *unread
+	if ctx.Err() != nil && errors.As(err, &clean) && (owe || c.owed > 0) {
+		if owe {
+			c.owed++
+		}
+		return fmt.Errorf("bootstrap: %s %q: %w", opName(op), key, ctx.Err())
 	}
-	var hdr [4]byte
-	if _, err := io.ReadFull(c.r, hdr[:]); err != nil {
+	if ctx.Err() != nil {
+		err = ctx.Err()
+	}
+	c.broken = fmt.Errorf("bootstrap: %s %q: %w", opName(op), key, err)
+	c.conn.Close()
+	return c.broken
+}
+
+// unread is a read of an answer that failed before taking any of it.
+type unread struct{ err error }
+
+func (u *unread) Error() string { return u.err.Error() }
+func (u *unread) Unwrap() error { return u.err }
+
+// answer reads one answer.
+func (c *Client) answer() ([]byte, error) {
+	// Peek takes nothing from the stream: a header cut short stays
+	// buffered for the next read.
+	hdr, err := c.r.Peek(4)
+	if err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			return nil, ErrStoreClosed
 		}
-		return nil, err
+		return nil, &unread{err}
 	}
-	n := binary.LittleEndian.Uint32(hdr[:])
+	n := binary.LittleEndian.Uint32(hdr)
+	c.r.Discard(4)
 	if n < 1 || n > 1+MaxValue {
 		return nil, fmt.Errorf("response length %d: %w", n, ErrBadFrame)
 	}

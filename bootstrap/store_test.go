@@ -211,6 +211,66 @@ func TestStoreCreate(t *testing.T) {
 	}
 }
 
+// TestStoreClientOwedAnswer: a request whose caller stops waiting before
+// its answer comes (the store is slow) leaves the client, and the
+// connection the store watches to tell a rank's death, up: the next
+// request reads the late answer first and then its own.
+func TestStoreClientOwedAnswer(t *testing.T) {
+	s := newServer(t, testToken)
+	c := dial(t, s)
+	ctx := testCtx(t)
+	if err := c.Join(ctx, 0, 2, "job"); err != nil {
+		t.Fatal(err)
+	}
+	// A departures request waits up to its wait for a first departure:
+	// a slow answer, made to order.
+	short, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
+	defer cancel()
+	if _, err := c.Departures(short, 400*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Departures cut short = %v, want DeadlineExceeded", err)
+	}
+	for i := range 3 {
+		if err := c.Put(ctx, fmt.Sprint("k", i), []byte(fmt.Sprint("v", i))); err != nil {
+			t.Fatalf("Put after a request was cut short: %v", err)
+		}
+		if v, err := c.Get(ctx, fmt.Sprint("k", i)); err != nil || string(v) != fmt.Sprint("v", i) {
+			t.Fatalf("Get = %q, %v; want v%d (a stale answer read as this one's?)", v, err, i)
+		}
+	}
+	if d, err := dial(t, s).Departures(ctx, 0); err != nil || len(d) != 0 {
+		t.Fatalf("Departures = %v, %v; want none: rank 0's connection must not have been taken for a death", d, err)
+	}
+}
+
+// TestStoreClientWaitedPastDeadline: a request whose context ends while
+// another request holds the shared client fails with the context's error
+// and leaves the client usable: nothing of it was sent.
+func TestStoreClientWaitedPastDeadline(t *testing.T) {
+	s := newServer(t, testToken)
+	c := dial(t, s)
+	ctx := testCtx(t)
+	held := make(chan error, 1)
+	go func() {
+		_, err := c.Departures(ctx, 300*time.Millisecond) // holds the client while it waits
+		held <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if err := c.Put(short, "k", []byte("v")); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Put whose context ended while waiting for the client = %v, want DeadlineExceeded", err)
+	}
+	if err := <-held; err != nil {
+		t.Fatalf("the request that held the client: %v", err)
+	}
+	if err := c.Put(ctx, "k", []byte("v2")); err != nil {
+		t.Fatalf("the client after a request gave up waiting for it: %v", err)
+	}
+	if v, err := c.Get(ctx, "k"); err != nil || string(v) != "v2" {
+		t.Fatalf("Get = %q, %v; want v2", v, err)
+	}
+}
+
 func TestStoreGetWaitsForPut(t *testing.T) {
 	s := newServer(t, testToken)
 	ctx := testCtx(t)
@@ -332,20 +392,24 @@ func TestStoreGetContext(t *testing.T) {
 		name string
 		ctx  func() (context.Context, context.CancelFunc)
 		want error
+		// usable: nothing was sent, so the client still serves; else
+		// the get's answer may come at any time, if ever, and the
+		// client is done for.
+		usable bool
 	}{
 		{"cancelled before", func() (context.Context, context.CancelFunc) {
 			ctx, cancel := context.WithCancel(context.Background())
 			cancel()
 			return ctx, cancel
-		}, context.Canceled},
+		}, context.Canceled, true},
 		{"expires while waiting", func() (context.Context, context.CancelFunc) {
 			return context.WithTimeout(context.Background(), 50*time.Millisecond)
-		}, context.DeadlineExceeded},
+		}, context.DeadlineExceeded, false},
 		{"cancelled while waiting", func() (context.Context, context.CancelFunc) {
 			ctx, cancel := context.WithCancel(context.Background())
 			time.AfterFunc(50*time.Millisecond, cancel)
 			return ctx, cancel
-		}, context.Canceled},
+		}, context.Canceled, false},
 	}
 	s := newServer(t, testToken)
 	for _, tt := range tests {
@@ -361,7 +425,13 @@ func TestStoreGetContext(t *testing.T) {
 			if !errors.Is(err, tt.want) {
 				t.Fatalf("Get = %q, %v; want %v", v, err, tt.want)
 			}
-			// The request may have been cut off half-way, so the client
+			if tt.usable {
+				if err := c.Put(context.Background(), "k", []byte("v")); err != nil {
+					t.Fatalf("Put after a Get that sent nothing: %v", err)
+				}
+				return
+			}
+			// The answer may come at any time, if ever, so the client
 			// is done for; it says so rather than reading a stale answer.
 			if _, err := c.Get(context.Background(), "k"); err == nil {
 				t.Fatal("Get on a client whose request was cut off succeeded")
