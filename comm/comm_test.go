@@ -23,21 +23,7 @@ func local(t *testing.T, n int, opts ...comm.Option) []*comm.Communicator {
 	if err != nil {
 		t.Fatalf("NewLocal(%d): %v", n, err)
 	}
-	t.Cleanup(func() {
-		// All at once, as separate processes would: each Close waits a
-		// little for its peers' goodbyes.
-		var wg sync.WaitGroup
-		for _, c := range cs {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if err := c.Close(); err != nil {
-					t.Errorf("rank %d: Close: %v", c.Rank(), err)
-				}
-			}()
-		}
-		wg.Wait()
-	})
+	t.Cleanup(func() { closeAll(t, cs) })
 	return cs
 }
 

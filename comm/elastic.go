@@ -193,6 +193,7 @@ func (c *Communicator) endDescendants(cause error) {
 func (c *Communicator) agreeSurvivors(ctx context.Context, members []int) ([]int, error) {
 	base := "elastic/" + strconv.FormatUint(c.ext.id, 16) + "/"
 	me := c.jobRank(c.cfg.Rank)
+	store := c.calls
 	var lost []int
 	if ln, ok := c.ext.mux.Transport().(transport.LossNotifier); ok {
 		for _, pe := range lossList(ln.LostErr()) {
@@ -201,28 +202,47 @@ func (c *Communicator) agreeSurvivors(ctx context.Context, members []int) ([]int
 			}
 		}
 	}
-	if err := c.calls.Put(ctx, base+"in/"+strconv.Itoa(me), []byte(rankList(lost))); err != nil {
-		return nil, c.storeGone(err)
+	// The ranks still waited for when ctx ends: all but this one, until
+	// the store says otherwise.
+	var waiting []int
+	for _, j := range members {
+		if j != me {
+			waiting = append(waiting, j)
+		}
+	}
+	fail := func(err error) error {
+		if ctx.Err() == nil {
+			return c.storeGone(err)
+		}
+		names := make([]string, len(waiting))
+		for i, j := range waiting {
+			names[i] = c.jobWho(j)
+		}
+		return fmt.Errorf("%w: %s neither called Shrink nor left the job: %w",
+			ErrTimeout, strings.Join(names, ", "), context.Cause(ctx))
+	}
+	if err := store.Put(ctx, base+"in/"+strconv.Itoa(me), []byte(rankList(lost))); err != nil {
+		return nil, fail(err)
 	}
 	for {
-		m, err := c.calls.Scan(ctx, base)
+		m, err := store.Scan(ctx, base)
 		if err != nil {
-			return nil, c.storeGone(err)
+			return nil, fail(err)
 		}
 		if v, ok := m[base+"decided"]; ok {
 			return parseRanks(string(v))
 		}
-		ds, err := c.calls.Departures(ctx, 0)
+		ds, err := store.Departures(ctx, 0)
 		if err != nil {
-			return nil, c.storeGone(err)
+			return nil, fail(err)
 		}
 		gone := map[int]bool{}
 		for _, d := range ds {
 			gone[d.Rank] = true
 		}
-		closed, err := c.calls.Scan(ctx, "elastic/closed/")
+		closed, err := store.Scan(ctx, "elastic/closed/")
 		if err != nil {
-			return nil, c.storeGone(err)
+			return nil, fail(err)
 		}
 		for k := range closed {
 			if j, err := strconv.Atoi(strings.TrimPrefix(k, "elastic/closed/")); err == nil {
@@ -255,20 +275,16 @@ func (c *Communicator) agreeSurvivors(ctx context.Context, members []int) ([]int
 			}
 		}
 		if len(missing) == 0 {
-			v, err := c.calls.Create(ctx, base+"decided", []byte(rankList(alive)))
+			v, err := store.Create(ctx, base+"decided", []byte(rankList(alive)))
 			if err != nil {
-				return nil, c.storeGone(err)
+				return nil, fail(err)
 			}
 			return parseRanks(string(v))
 		}
+		waiting = missing
 		select {
 		case <-ctx.Done():
-			names := make([]string, len(missing))
-			for i, j := range missing {
-				names[i] = c.jobWho(j)
-			}
-			return nil, fmt.Errorf("%w: %s neither called Shrink nor left the job: %w",
-				ErrTimeout, strings.Join(names, ", "), context.Cause(ctx))
+			return nil, fail(ctx.Err())
 		case <-time.After(shrinkPoll):
 		}
 	}
@@ -331,6 +347,31 @@ func (c *Communicator) memberLoss(ln transport.LossNotifier) error {
 		return mine[0]
 	}
 	return mine
+}
+
+// departuresEvery is how often an elastic communicator's watchdog asks
+// the store, while a call runs, whether one of its members has left.
+const departuresEvery = 100 * time.Millisecond
+
+// memberDeparted is, on an elastic communicator, a loss naming the first
+// member the rendezvous store saw leave the job abnormally, or nil.
+func (c *Communicator) memberDeparted() error {
+	if c.calls == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*departuresEvery)
+	defer cancel()
+	ds, err := c.calls.Departures(ctx, 0)
+	if err != nil {
+		return nil
+	}
+	for _, d := range ds {
+		if c.fromJob(d.Rank) >= 0 && d.Rank != c.jobRank(c.cfg.Rank) {
+			return &transport.PeerError{Peer: d.Rank, Op: "wait for",
+				Err: fmt.Errorf("%w: the rendezvous saw it %s", ErrPeerLost, d.Why)}
+		}
+	}
+	return nil
 }
 
 func rankList(rs []int) string {

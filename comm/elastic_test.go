@@ -185,7 +185,9 @@ func TestShrinkMistakes(t *testing.T) {
 	})
 }
 
-// closeAll closes the communicators that are not nil, all at once.
+// closeAll closes the communicators that are not nil, all at once, as
+// separate processes would: each Close waits a little for its peers'
+// goodbyes.
 func closeAll(t *testing.T, cs []*comm.Communicator) {
 	t.Helper()
 	var wg sync.WaitGroup

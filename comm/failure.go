@@ -205,6 +205,7 @@ func (c *Communicator) watch() {
 	// own members: the transport's Lost says only when the first peer
 	// of the job goes, which a communicator shrunk after it must ignore.
 	var members transport.LossNotifier
+	var departuresSeen time.Time
 	if c.elastic {
 		members, _ = c.ext.mux.Transport().(transport.LossNotifier)
 	}
@@ -244,36 +245,24 @@ func (c *Communicator) watch() {
 				return
 			case <-time.After(lossSettle):
 			}
-			err := ln.LostErr()
-			// A rank that found a call mismatched dropped its links: say
-			// so, rather than only that it is gone.
-			if mm, _ := c.probe(context.Background()); mm != nil {
-				err = also{mm, err}
-			}
-			if _, running := c.turns.inFlight(); running {
-				c.setFault(err)
+			if c.peerLost(ln.LostErr()) {
 				return
 			}
-			// Nothing runs: the next collective fails with it (run checks).
-			c.faultMu.Lock()
-			c.lostErr = err
-			c.faulted.Store(true)
-			c.faultMu.Unlock()
 		case now := <-tick:
 			if members != nil {
-				if err := c.memberLoss(members); err != nil {
+				err := c.memberLoss(members)
+				if _, running := c.turns.inFlight(); err == nil && running && now.Sub(departuresSeen) >= departuresEvery {
+					// A death no link reports at once (over RDMA a
+					// dead peer's queue pair fails only once its
+					// retries run out), the store saw at once.
+					departuresSeen = now
+					err = c.memberDeparted()
+				}
+				if err != nil {
 					members = nil
-					if mm, _ := c.probe(context.Background()); mm != nil {
-						err = also{mm, err}
-					}
-					if _, running := c.turns.inFlight(); running {
-						c.setFault(err)
+					if c.peerLost(err) {
 						return
 					}
-					c.faultMu.Lock()
-					c.lostErr = err
-					c.faulted.Store(true)
-					c.faultMu.Unlock()
 				}
 			}
 			turn, running := c.turns.inFlight()
@@ -309,6 +298,26 @@ func (c *Communicator) watch() {
 			}
 		}
 	}
+}
+
+// peerLost is the watchdog's answer to err, a peer lost: the running
+// collective fails with it (peerLost reports true: the watchdog's work
+// is done), or, if none runs, the next one.
+func (c *Communicator) peerLost(err error) bool {
+	// A rank that found a call mismatched dropped its links: say so,
+	// rather than only that it is gone.
+	if mm, _ := c.probe(context.Background()); mm != nil {
+		err = also{mm, err}
+	}
+	if _, running := c.turns.inFlight(); running {
+		c.setFault(err)
+		return true
+	}
+	c.faultMu.Lock()
+	c.lostErr = err
+	c.faulted.Store(true)
+	c.faultMu.Unlock()
+	return false
 }
 
 // setFault records why the running collective must fail and wakes it by

@@ -67,12 +67,17 @@ func TestElastic(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 2))
 	var plans []elasticPlan
 	setups := [][2]string{{"tcp", ""}, {"shm", ""}, {"auto", "1,3"}}
+	if tr := os.Getenv("GOCOLL_ELASTIC_TRANSPORT"); tr != "" {
+		// One transport alone: rdma, in the VM (transport/rdma/vmtest/ci).
+		setups = [][2]string{{tr, ""}}
+	}
 	runs := 2
 	if testmode.Quick() {
 		runs = 1
 	}
 	for i := range runs * len(setups) {
-		p := elasticPlan{transport: setups[i%3][0], fakeHosts: setups[i%3][1], victim: rng.IntN(4), step: 5 + rng.IntN(120), inShrink: -1}
+		setup := setups[i%len(setups)]
+		p := elasticPlan{transport: setup[0], fakeHosts: setup[1], victim: rng.IntN(4), step: 5 + rng.IntN(120), inShrink: -1}
 		if i < len(setups) {
 			p.victim = 0 // every transport loses the rank that would serve the store under other launchers
 		}
@@ -203,7 +208,7 @@ func killToResume(t *testing.T, out string) time.Duration {
 			}
 		}
 	}
-	if worst > 5*time.Second {
+	if worst > 10*time.Second { // a hang, not a slow machine: the figures are printed
 		t.Errorf("the survivors took %v after a kill to go on", worst)
 	}
 	return worst
