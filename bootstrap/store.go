@@ -97,17 +97,24 @@ type Server struct {
 	ln    net.Listener
 	token []byte
 
-	mu      sync.Mutex
-	kv      map[string][]byte
-	changed chan struct{} // closed and replaced on every Put and departure
-	conns   map[net.Conn]struct{}
-	departs []Departure    // in the order seen
-	joined  map[int]string // rank -> the address it joined from
-	job     string         // the job every joining rank must belong to
-	size    int            // its number of ranks; 0 until known
-	jobSet  bool           // job and size are fixed (by Expect or a first join)
-	closed  bool
-	done    chan struct{}
+	mu sync.Mutex
+	kv map[string][]byte
+	// waiting has a channel per key some get waits for, closed by the
+	// key's put; departed is closed and replaced at each departure. A put
+	// wakes only the gets waiting for its key: with one channel for every
+	// change, each of n ranks' puts would wake every waiting get, n² wake-ups
+	// per job, which at thousands of ranks is what the store spent its
+	// time on.
+	waiting  map[string]chan struct{}
+	departed chan struct{}
+	conns    map[net.Conn]struct{}
+	departs  []Departure    // in the order seen
+	joined   map[int]string // rank -> the address it joined from
+	job      string         // the job every joining rank must belong to
+	size     int            // its number of ranks; 0 until known
+	jobSet   bool           // job and size are fixed (by Expect or a first join)
+	closed   bool
+	done     chan struct{}
 
 	refused          atomic.Int64
 	wg               sync.WaitGroup
@@ -127,13 +134,14 @@ func Listen(addr string, token []byte) (*Server, error) {
 // Serve serves a store on an existing listener, in the background.
 func Serve(ln net.Listener, token []byte) *Server {
 	s := &Server{
-		ln:      ln,
-		token:   append([]byte(nil), token...),
-		kv:      make(map[string][]byte),
-		changed: make(chan struct{}),
-		conns:   make(map[net.Conn]struct{}),
-		joined:  make(map[int]string),
-		done:    make(chan struct{}),
+		ln:       ln,
+		token:    append([]byte(nil), token...),
+		kv:       make(map[string][]byte),
+		waiting:  make(map[string]chan struct{}),
+		departed: make(chan struct{}),
+		conns:    make(map[net.Conn]struct{}),
+		joined:   make(map[int]string),
+		done:     make(chan struct{}),
 
 		handshakeTimeout: handshakeTimeout,
 	}
@@ -367,8 +375,10 @@ func decodeScan(b []byte) (map[string][]byte, error) {
 func (s *Server) put(key string, val []byte) {
 	s.mu.Lock()
 	s.kv[key] = val
-	close(s.changed)
-	s.changed = make(chan struct{})
+	if ch, ok := s.waiting[key]; ok {
+		close(ch)
+		delete(s.waiting, key)
+	}
 	s.mu.Unlock()
 }
 
@@ -410,8 +420,8 @@ func (s *Server) MarkGone(rank int, why string) {
 		}
 	}
 	s.departs = append(s.departs, Departure{Rank: rank, Why: safetext.Printable([]byte(why))})
-	close(s.changed)
-	s.changed = make(chan struct{})
+	close(s.departed)
+	s.departed = make(chan struct{})
 }
 
 // LeftWithoutGoodbye reports whether rank's connection ended without a
@@ -438,7 +448,15 @@ func (s *Server) wait(key string) (v []byte, gone *Departure, ok bool) {
 		if len(s.departs) > 0 {
 			d = &s.departs[0]
 		}
-		ch := s.changed
+		var ch, dep chan struct{}
+		if !ok && d == nil {
+			ch = s.waiting[key]
+			if ch == nil {
+				ch = make(chan struct{})
+				s.waiting[key] = ch
+			}
+			dep = s.departed
+		}
 		s.mu.Unlock()
 		if ok {
 			return v, nil, true
@@ -448,6 +466,7 @@ func (s *Server) wait(key string) (v []byte, gone *Departure, ok bool) {
 		}
 		select {
 		case <-ch:
+		case <-dep:
 		case <-s.done:
 			return nil, nil, false
 		}
@@ -461,7 +480,7 @@ func (s *Server) departures(wait time.Duration) []Departure {
 	for {
 		s.mu.Lock()
 		d := slices.Clone(s.departs)
-		ch := s.changed
+		ch := s.departed
 		s.mu.Unlock()
 		if len(d) > 0 {
 			return d
@@ -680,7 +699,15 @@ func (c *Client) Departures(ctx context.Context, wait time.Duration) ([]Departur
 // Close disconnects from the store.
 func (c *Client) Close() error { return c.conn.Close() }
 
+// requests counts the requests this process's clients sent.
+var requests atomic.Int64
+
+// Requests is how many requests the clients of this process have sent
+// to a store: what bench/scale reports as a job's store traffic.
+func Requests() int64 { return requests.Load() }
+
 func (c *Client) do(ctx context.Context, op byte, key string, value []byte) ([]byte, error) {
+	requests.Add(1)
 	if len(key) > MaxKey {
 		return nil, fmt.Errorf("bootstrap: key of %d bytes over the %d limit: %w", len(key), MaxKey, ErrBadFrame)
 	}
