@@ -2,19 +2,30 @@
 // hosts without RDMA, and the reference every other transport is tested
 // against.
 //
-// The mesh is eager and all-to-all: at Connect every rank listens on one
-// port, publishes it through the rendezvous store, dials every lower rank and
-// accepts every higher one, so that a job either starts fully connected or
-// fails at start with a precise error instead of part-way through a
-// collective. Each connection is authenticated with the job token (see
-// internal/auth) and then carries frames in both directions: a 12-byte
-// header (kind, slot, length, piggybacked credits) and the payload.
+// Every rank can reach every other over a connection of its own, but a
+// link is made only when a call first needs it: at Connect a rank listens
+// on one port and publishes it through the rendezvous store; the first
+// Send or Recv to a peer fetches that peer's address and dials it, and an
+// accept loop admits the peers that dial this rank, for as long as the
+// transport is open. A job whose algorithms talk to O(log n) partners
+// (recursive doubling, trees, a ring) thus holds O(log n) connections,
+// descriptors and receive slabs per rank instead of n-1, and starts
+// without the n(n-1)/2 handshakes of an all-to-all mesh. Either end may
+// dial first; when both do at once the higher rank's connection wins
+// (links.go says how). A peer that cannot be reached is lost like one
+// whose connection broke. Options.Eager builds every link at Connect
+// instead, so that a job either starts fully connected or fails at start;
+// Options.Warm builds a chosen few. Each connection is authenticated with
+// the job token (see internal/auth) and then carries frames in both
+// directions: a 12-byte header (kind, slot, length, piggybacked credits)
+// and the payload.
 //
-// There are no background goroutines. Data moves only inside Send, Recv and
-// Close, as in MPI: whichever call is waiting becomes the progress engine,
-// drains every peer's socket (non-blocking reads on raw descriptors) and
-// lands each payload straight in the slot of that peer's pre-allocated
-// receive slab, spinning briefly on poll(2) before it blocks in it. Draining
+// Data moves only inside Send, Recv and Close, as in MPI (the background
+// goroutines only accept and dial links): whichever call is waiting
+// becomes the progress engine, drains every linked peer's socket
+// (non-blocking reads on raw descriptors) and lands each payload straight
+// in the slot of that peer's receive slab, allocated with the link,
+// spinning briefly on poll(2) before it blocks in it. Draining
 // every peer, not just the one waited for, is what keeps two ranks writing
 // large frames to each other from deadlocking: inbound data always has a
 // slot, because a sender only sends with a credit. Sends go to the kernel
