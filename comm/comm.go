@@ -149,6 +149,7 @@ type settings struct {
 	trace     string
 	logger    *slog.Logger
 	tcp       tcp.Options
+	tcpWarm   bool // GOCOLL_TCP_CONNECT=warm: link the first partners at Init
 	shm       shm.Options
 	rdma      rdma.Options
 	fakeHosts int
@@ -328,6 +329,15 @@ func readSettings(opts []Option) (settings, error) {
 	}
 	for _, o := range opts {
 		o(&s)
+	}
+	switch v := strings.ToLower(strings.TrimSpace(os.Getenv("GOCOLL_TCP_CONNECT"))); v {
+	case "", "lazy":
+	case "warm":
+		s.tcpWarm = true
+	case "eager":
+		s.tcp.Eager = true
+	default:
+		return s, fmt.Errorf("GOCOLL_TCP_CONNECT=%q: want warm, lazy or eager: %w", v, ErrInvalid)
 	}
 	if !s.stallSet {
 		s.stall = DefaultStall
