@@ -132,6 +132,11 @@ type Communicator struct {
 	// (see drop), which Close waits for.
 	leaving sync.WaitGroup
 
+	// leavers carries the store's word that a rank left the job
+	// abnormally, for a transport that is not linked to every rank
+	// (TCP's links on demand): no link may tell (see watchLeavers).
+	leavers chan error
+
 	hosts []int  // each rank's host, for the host-aware algorithms
 	tname string // the transport chosen
 	ext   ext    // sub-communicators, point-to-point, issue order (split.go, async.go)
@@ -274,6 +279,10 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 	}
 	c.g = collectives.NewGroup(c.share(maxMessage), gopts)
 	c.calls = c.store
+	if cfg.Size > 1 && cfg.Addr != "" && strings.Contains(c.tname, "tcp") && !s.tcp.Eager {
+		c.leavers = make(chan error, 1)
+		go c.watchLeavers()
+	}
 	go c.watch()
 	if cfg.Size > 1 && cfg.Addr != "" {
 		go c.answerReports()
