@@ -596,7 +596,7 @@ func writeFrame(w io.Writer, first byte, a, b []byte) error {
 // Client talks to a Server. Its methods are safe for concurrent use; requests
 // are served one at a time.
 type Client struct {
-	mu     sync.Mutex
+	turn   chan struct{} // held (a value in it) by the request in flight
 	conn   net.Conn
 	r      *bufio.Reader
 	broken error
@@ -619,7 +619,7 @@ func Dial(ctx context.Context, addr string, token []byte) (*Client, error) {
 				c.Close()
 				return nil, fmt.Errorf("bootstrap: rendezvous %s: %w", addr, err)
 			}
-			return &Client{conn: c, r: bufio.NewReader(c)}, nil
+			return &Client{turn: make(chan struct{}, 1), conn: c, r: bufio.NewReader(c)}, nil
 		}
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("bootstrap: rendezvous %s unreachable: %w (last error: %v)", addr, ctx.Err(), err)
@@ -714,15 +714,56 @@ func (c *Client) do(ctx context.Context, op byte, key string, value []byte) ([]b
 	if len(value) > MaxValue {
 		return nil, fmt.Errorf("bootstrap: value of %d bytes over the %d limit: %w", len(value), MaxValue, ErrBadFrame)
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	// The connection is one request at a time: a request waits for its
+	// turn as long as ctx lets it.
+	select {
+	case c.turn <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("bootstrap: %s %q: %w", opName(op), key, ctx.Err())
+	}
 	if c.broken != nil {
+		<-c.turn
 		return nil, c.broken
 	}
+	var kh [3]byte
+	kh[0] = op
+	binary.LittleEndian.PutUint16(kh[1:], uint16(len(key)))
+	buf := make([]byte, 4, 4+3+len(key)+len(value))
+	binary.LittleEndian.PutUint32(buf, uint32(3+len(key)+len(value)))
+	buf = append(append(append(buf, kh[:]...), key...), value...)
+	if op != opGet && op != opDepartures {
+		// The store answers these at once. A caller whose ctx ends
+		// first stops waiting, but the request goes on to its answer in
+		// the background, so that the stream stays in step and the
+		// connection usable: cutting it short would leave it broken for
+		// good, and a rank whose leave then could not be said would be
+		// taken for dead. A store that does not answer within
+		// abandonedWait breaks the connection as before.
+		type answer struct {
+			resp []byte
+			err  error
+		}
+		done := make(chan answer, 1)
+		go func() {
+			defer func() { <-c.turn }()
+			c.conn.SetDeadline(time.Now().Add(abandonedWait))
+			resp, err := c.roundTrip(buf)
+			c.conn.SetDeadline(time.Time{})
+			done <- answer{resp, c.settle(op, key, err, nil)}
+		}()
+		select {
+		case a := <-done:
+			return a.resp, a.err
+		case <-ctx.Done():
+			return nil, fmt.Errorf("bootstrap: %s %q: %w", opName(op), key, ctx.Err())
+		}
+	}
+	defer func() { <-c.turn }()
 	if ctx.Done() != nil {
-		// Cancelling ctx interrupts the request by expiring the deadline.
-		// If that races with the request's completion, wait for it and
-		// clear the deadline again, or it would fail the next request.
+		// Cancelling ctx interrupts a waiting get by expiring the
+		// deadline. If that races with the request's completion, wait
+		// for it and clear the deadline again, or it would fail the
+		// next request.
 		fired := make(chan struct{})
 		stop := context.AfterFunc(ctx, func() {
 			c.conn.SetDeadline(time.Unix(1, 0))
@@ -735,28 +776,35 @@ func (c *Client) do(ctx context.Context, op byte, key string, value []byte) ([]b
 			}
 		}()
 	}
-	var kh [3]byte
-	kh[0] = op
-	binary.LittleEndian.PutUint16(kh[1:], uint16(len(key)))
-	buf := make([]byte, 4, 4+3+len(key)+len(value))
-	binary.LittleEndian.PutUint32(buf, uint32(3+len(key)+len(value)))
-	buf = append(append(append(buf, kh[:]...), key...), value...)
 	resp, err := c.roundTrip(buf)
+	if err = c.settle(op, key, err, ctx); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// abandonedWait bounds how long a request whose caller stopped waiting
+// may take before the connection is given up.
+const abandonedWait = 30 * time.Second
+
+// settle turns a round trip's error into do's, breaking the connection
+// if the stream may be out of step. Called in turn.
+func (c *Client) settle(op byte, key string, err error, ctx context.Context) error {
 	var refused *refusal
 	if errors.As(err, &refused) {
 		// A whole answer, only not a value: the stream is in step.
-		return nil, fmt.Errorf("bootstrap: %s %q: %w", opName(op), key, refused.err)
+		return fmt.Errorf("bootstrap: %s %q: %w", opName(op), key, refused.err)
 	}
 	if err != nil {
-		if ctx.Err() != nil {
+		if ctx != nil && ctx.Err() != nil {
 			err = ctx.Err()
 		}
 		// A request cut off half-way leaves the stream out of step.
 		c.broken = fmt.Errorf("bootstrap: %s %q: %w", opName(op), key, err)
 		c.conn.Close()
-		return nil, c.broken
+		return c.broken
 	}
-	return resp, nil
+	return nil
 }
 
 func (c *Client) roundTrip(req []byte) ([]byte, error) {

@@ -71,6 +71,9 @@ type Communicator struct {
 	t     transport.Transport
 	g     *collectives.Group
 	store *bootstrap.Client
+	// linkStore is the TCP transport's own store connection, for the
+	// addresses of the peers it links to as calls need them.
+	linkStore *bootstrap.Client
 	// calls is the store where a stalled collective publishes what it
 	// called (stall.go): the job's, shared by its sub-communicators;
 	// nil for a job of one rank.
@@ -475,6 +478,14 @@ func (c *Communicator) Close() error {
 	if c.ext.root != nil {
 		c.ext.root.kids.remove(c)
 	}
+	if c.kill == nil && c.broken.Load() == nil && !c.faulted.Load() {
+		// Say so first, while the store connection is sure to be in
+		// step: a request of the comparison below cut short by its
+		// deadline breaks it, and a rank whose connection ends without
+		// this is taken for dead by the ranks still at work (over TCP
+		// links made on demand, they ask the store; see watchLeavers).
+		c.leave("")
+	}
 	c.publishLast()
 	mm := c.lastCallsAgree()
 	c.saidChecked()
@@ -500,6 +511,9 @@ func (c *Communicator) shutdown() error {
 	var errs []error
 	if c.t != nil {
 		errs = append(errs, c.t.Close())
+	}
+	if c.linkStore != nil {
+		c.linkStore.Close()
 	}
 	if c.store != nil {
 		c.leaving.Wait()

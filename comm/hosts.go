@@ -448,7 +448,17 @@ func firstPartners(rank, n int) []int {
 func (c *Communicator) connectNetwork(ctx context.Context, store *bootstrap.Client, name string, s settings) (transport.Transport, error) {
 	cfg := c.cfg
 	if name != "rdma" {
-		return tcp.Connect(ctx, store, cfg.Rank, cfg.Size, cfg.Token, s.tcp)
+		// The links fetch addresses as calls need them, for the
+		// transport's life, through a store connection of their own:
+		// on the communicator's, a request of the watchdog's cut short
+		// by its deadline leaves the connection unusable, and a dial
+		// behind it would fail for no fault of the peer's.
+		links, err := bootstrap.Dial(ctx, cfg.Addr, cfg.Token)
+		if err != nil {
+			return nil, err
+		}
+		c.linkStore = links
+		return tcp.Connect(ctx, links, cfg.Rank, cfg.Size, cfg.Token, s.tcp)
 	}
 	if cfg.Size == 1 {
 		// One rank opens no connection, so Connect would not find out
