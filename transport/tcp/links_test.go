@@ -334,3 +334,90 @@ func TestEagerConnectNeedsEveryone(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkFirstContact is what one link costs: the first message
+// between two ranks that have none, which fetches the address, dials,
+// authenticates both ends and allocates the slabs. docs/scale.md uses it.
+//
+//	go test -run '^$' -bench FirstContact ./transport/tcp
+func BenchmarkFirstContact(b *testing.B) {
+	token := []byte("links-bench-token")
+	srv, err := bootstrap.Listen("127.0.0.1:0", token)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Close()
+	ctx := context.Background()
+	stores := make([]*bootstrap.Client, 2)
+	for r := range stores {
+		if stores[r], err = bootstrap.Dial(ctx, srv.Addr(), token); err != nil {
+			b.Fatal(err)
+		}
+		defer stores[r].Close()
+	}
+	var linking time.Duration
+	for i := 0; i < b.N; i++ {
+		// A namespace per pair keeps the pairs apart in the one store.
+		ts := make([]*tcp.Transport, 2)
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for r := range ts {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ts[r], errs[r] = tcp.Connect(ctx, stores[r], r, 2, token, tcp.Options{Namespace: fmt.Sprintf("b%d/", i)})
+			}()
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[0] = ts[0].Send(ctx, 1, []byte("x"))
+		}()
+		m, err := ts[1].Recv(ctx, 0)
+		wg.Wait()
+		linking += time.Since(start)
+		if err != nil || errs[0] != nil {
+			b.Fatal(err, errs[0])
+		}
+		ts[1].Release(m)
+		for _, tr := range ts {
+			wg.Add(1)
+			go func() { defer wg.Done(); tr.Abort(nil) }()
+		}
+		wg.Wait()
+	}
+	b.ReportMetric(float64(linking.Nanoseconds())/float64(b.N), "ns/link")
+}
+
+// BenchmarkStoreRequest is one request to the rendezvous store and its
+// answer, on loopback: the unit of the rendezvous's cost in docs/scale.md.
+//
+//	go test -run '^$' -bench StoreRequest ./transport/tcp
+func BenchmarkStoreRequest(b *testing.B) {
+	token := []byte("links-bench-token")
+	srv, err := bootstrap.Listen("127.0.0.1:0", token)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Close()
+	ctx := context.Background()
+	c, err := bootstrap.Dial(ctx, srv.Addr(), token)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Put(ctx, "k", []byte("127.0.0.1:12345")); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := c.Get(ctx, "k"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
