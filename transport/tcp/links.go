@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"time"
 
@@ -186,13 +187,22 @@ func (t *Transport) dialPeer(r int, a *attempt) {
 		select {
 		case <-a.done: // its connection arrived (register finished a)
 		case <-timer.C:
-			err = fmt.Errorf("%w: rank %d declined our connection, being about to connect to us, and never did", transport.ErrPeerLost, r)
+			// Its dial may have timed out at its end (see below): the
+			// calls that wait dial again.
 		case <-t.life.Done():
 		}
 		timer.Stop()
 	}
 	if err != nil && t.life.Err() != nil {
 		err = nil // Close or Abort cut it short: not a loss
+	}
+	if err != nil && timedOut(err) {
+		// A peer too slow to finish a handshake in time (a host
+		// overloaded by its ranks) is not lost: the calls that wait
+		// dial again, for as long as their contexts let them. A dead
+		// peer refuses the connection, or the store says it left.
+		logging.L().Info("tcp: a link timed out; the calls that need it try again", "rank", t.rank, "peer", r, "err", err)
+		err = nil
 	}
 	t.endAttempt(r, a, true, err)
 }
@@ -212,17 +222,17 @@ func (t *Transport) dial(ctx context.Context, r int) (p *peer, declined bool, er
 	if err != nil {
 		// The listener lives as long as the peer's transport: a refusal
 		// means the peer is gone (died, gave up or closed).
-		return nil, false, fmt.Errorf("%w: %v", transport.ErrPeerLost, err)
+		return nil, false, fmt.Errorf("%w: %w", transport.ErrPeerLost, err)
 	}
 	tc := c.(*net.TCPConn)
 	if _, err := t.handshake(dctx, tc, true, r); err != nil {
 		c.Close()
-		return nil, false, fmt.Errorf("%w: %v", transport.ErrPeerLost, err)
+		return nil, false, fmt.Errorf("%w: %w", transport.ErrPeerLost, err)
 	}
 	verdict, err := t.readVerdict(dctx, tc)
 	if err != nil {
 		c.Close()
-		return nil, false, fmt.Errorf("%w: %v", transport.ErrPeerLost, err)
+		return nil, false, fmt.Errorf("%w: %w", transport.ErrPeerLost, err)
 	}
 	if !verdict {
 		c.Close()
@@ -234,6 +244,14 @@ func (t *Transport) dial(ctx context.Context, r int) (p *peer, declined bool, er
 		return nil, false, err
 	}
 	return p, false, nil
+}
+
+// timedOut says whether err is a deadline's: the handshake's, or the
+// connect's.
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.As(err, &ne) && ne.Timeout()
 }
 
 // The one byte an accepting end answers after the hellos.
