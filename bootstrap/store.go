@@ -714,6 +714,10 @@ func (c *Client) do(ctx context.Context, op byte, key string, value []byte) ([]b
 	if len(value) > MaxValue {
 		return nil, fmt.Errorf("bootstrap: value of %d bytes over the %d limit: %w", len(value), MaxValue, ErrBadFrame)
 	}
+	if err := ctx.Err(); err != nil {
+		// Nothing sent: the connection stays as it is.
+		return nil, fmt.Errorf("bootstrap: %s %q: %w", opName(op), key, err)
+	}
 	// The connection is one request at a time: a request waits for its
 	// turn as long as ctx lets it.
 	select {

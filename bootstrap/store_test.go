@@ -288,20 +288,22 @@ func TestStoreGetContext(t *testing.T) {
 		name string
 		ctx  func() (context.Context, context.CancelFunc)
 		want error
+		// usable: nothing was sent, so the client still works.
+		usable bool
 	}{
 		{"cancelled before", func() (context.Context, context.CancelFunc) {
 			ctx, cancel := context.WithCancel(context.Background())
 			cancel()
 			return ctx, cancel
-		}, context.Canceled},
+		}, context.Canceled, true},
 		{"expires while waiting", func() (context.Context, context.CancelFunc) {
 			return context.WithTimeout(context.Background(), 50*time.Millisecond)
-		}, context.DeadlineExceeded},
+		}, context.DeadlineExceeded, false},
 		{"cancelled while waiting", func() (context.Context, context.CancelFunc) {
 			ctx, cancel := context.WithCancel(context.Background())
 			time.AfterFunc(50*time.Millisecond, cancel)
 			return ctx, cancel
-		}, context.Canceled},
+		}, context.Canceled, false},
 	}
 	s := newServer(t, testToken)
 	for _, tt := range tests {
@@ -316,6 +318,12 @@ func TestStoreGetContext(t *testing.T) {
 			}
 			if !errors.Is(err, tt.want) {
 				t.Fatalf("Get = %q, %v; want %v", v, err, tt.want)
+			}
+			if tt.usable {
+				if err := c.Put(context.Background(), "k", []byte("v")); err != nil {
+					t.Fatalf("Put after a Get given up before it was sent: %v", err)
+				}
+				return
 			}
 			// The request may have been cut off half-way, so the client
 			// is done for; it says so rather than reading a stale answer.

@@ -100,7 +100,12 @@ func (c *Communicator) watchLeavers() {
 		}
 		others := slices.DeleteFunc(ds, func(d bootstrap.Departure) bool { return d.Rank == c.cfg.Rank })
 		if len(others) > 0 {
-			c.leavers <- fmt.Errorf("%w: %w: the rendezvous saw %s", ErrPeerLost, bootstrap.ErrRankGone, departures(others))
+			saw := departures(others)
+			if why, ok := strings.CutPrefix(others[0].Why, "give up: "); ok && len(others) == 1 {
+				// Worded as the rank's own link would have told it.
+				saw = fmt.Sprintf("that rank %d gave up: %s", others[0].Rank, why)
+			}
+			c.leavers <- fmt.Errorf("%w: %w: the rendezvous saw %s", ErrPeerLost, bootstrap.ErrRankGone, saw)
 			return
 		}
 		if len(ds) > 0 {
