@@ -62,7 +62,8 @@ var (
 )
 
 // Communicator is this process's membership in a job: its rank, its
-// connections to every other rank, and the collectives over them. Its
+// connections to the other ranks (over TCP, made as calls first need
+// them; see GOCOLL_TCP_CONNECT), and the collectives over them. Its
 // methods and the collective functions are safe to call from several
 // goroutines, but collectives on one communicator run one at a time, and
 // every rank must issue them in the same order, as with MPI and NCCL.
@@ -193,7 +194,10 @@ const DefaultTimeout = 10 * time.Minute
 
 // Init joins the job described by the launcher's environment (grun,
 // torchrun-style, Open MPI or Slurm; see bootstrap.FromEnv) and connects to
-// every other rank. It returns once every rank has connected. A rank a
+// the other ranks: to every one (shared memory, RDMA, TCP with
+// GOCOLL_TCP_CONNECT=eager), or over TCP by default to the partners of a
+// first allreduce, the rest as calls need them. It returns once every rank
+// has joined and that allreduce has run among them all. A rank a
 // launcher started leaves, from Init on, if that launcher exits
 // (ErrLauncherGone).
 func Init(ctx context.Context, opts ...Option) (*Communicator, error) {
