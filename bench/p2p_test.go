@@ -66,7 +66,9 @@ func connectMesh(tb testing.TB, n int, connect connectFunc) []transport.Transpor
 				errs[r] = err
 				return
 			}
-			defer store.Close()
+			// TCP makes its links on demand, through the store: it stays
+			// open as long as the transports.
+			tb.Cleanup(func() { store.Close() })
 			ts[r], errs[r] = connect(ctx, store, r, token)
 		}()
 	}

@@ -101,17 +101,24 @@ type Server struct {
 	ln    net.Listener
 	token []byte
 
-	mu      sync.Mutex
-	kv      map[string][]byte
-	changed chan struct{} // closed and replaced on every Put and departure
-	conns   map[net.Conn]struct{}
-	departs []Departure    // in the order seen
-	joined  map[int]string // rank -> the address it joined from
-	job     string         // the job every joining rank must belong to
-	size    int            // its number of ranks; 0 until known
-	jobSet  bool           // job and size are fixed (by Expect or a first join)
-	closed  bool
-	done    chan struct{}
+	mu sync.Mutex
+	kv map[string][]byte
+	// waiting has a channel per key some get waits for, closed by the
+	// key's put; departed is closed and replaced at each departure. A put
+	// wakes only the gets waiting for its key: with one channel for every
+	// change, each of n ranks' puts would wake every waiting get, n² wake-ups
+	// per job, which at thousands of ranks is what the store spent its
+	// time on.
+	waiting  map[string]chan struct{}
+	departed chan struct{}
+	conns    map[net.Conn]struct{}
+	departs  []Departure    // in the order seen
+	joined   map[int]string // rank -> the address it joined from
+	job      string         // the job every joining rank must belong to
+	size     int            // its number of ranks; 0 until known
+	jobSet   bool           // job and size are fixed (by Expect or a first join)
+	closed   bool
+	done     chan struct{}
 
 	refused          atomic.Int64
 	wg               sync.WaitGroup
@@ -131,13 +138,14 @@ func Listen(addr string, token []byte) (*Server, error) {
 // Serve serves a store on an existing listener, in the background.
 func Serve(ln net.Listener, token []byte) *Server {
 	s := &Server{
-		ln:      ln,
-		token:   append([]byte(nil), token...),
-		kv:      make(map[string][]byte),
-		changed: make(chan struct{}),
-		conns:   make(map[net.Conn]struct{}),
-		joined:  make(map[int]string),
-		done:    make(chan struct{}),
+		ln:       ln,
+		token:    append([]byte(nil), token...),
+		kv:       make(map[string][]byte),
+		waiting:  make(map[string]chan struct{}),
+		departed: make(chan struct{}),
+		conns:    make(map[net.Conn]struct{}),
+		joined:   make(map[int]string),
+		done:     make(chan struct{}),
 
 		handshakeTimeout: handshakeTimeout,
 	}
@@ -373,8 +381,10 @@ func decodeScan(b []byte) (map[string][]byte, error) {
 func (s *Server) put(key string, val []byte) {
 	s.mu.Lock()
 	s.kv[key] = val
-	close(s.changed)
-	s.changed = make(chan struct{})
+	if ch, ok := s.waiting[key]; ok {
+		close(ch)
+		delete(s.waiting, key)
+	}
 	s.mu.Unlock()
 }
 
@@ -387,8 +397,10 @@ func (s *Server) create(key string, val []byte) []byte {
 		return v
 	}
 	s.kv[key] = val
-	close(s.changed)
-	s.changed = make(chan struct{})
+	if ch, ok := s.waiting[key]; ok {
+		close(ch)
+		delete(s.waiting, key)
+	}
 	return val
 }
 
@@ -430,8 +442,8 @@ func (s *Server) MarkGone(rank int, why string) {
 		}
 	}
 	s.departs = append(s.departs, Departure{Rank: rank, Why: safetext.Printable([]byte(why))})
-	close(s.changed)
-	s.changed = make(chan struct{})
+	close(s.departed)
+	s.departed = make(chan struct{})
 }
 
 // LeftWithoutGoodbye reports whether rank's connection ended without a
@@ -458,7 +470,15 @@ func (s *Server) wait(key string) (v []byte, gone *Departure, ok bool) {
 		if len(s.departs) > 0 {
 			d = &s.departs[0]
 		}
-		ch := s.changed
+		var ch, dep chan struct{}
+		if !ok && d == nil {
+			ch = s.waiting[key]
+			if ch == nil {
+				ch = make(chan struct{})
+				s.waiting[key] = ch
+			}
+			dep = s.departed
+		}
 		s.mu.Unlock()
 		if ok {
 			return v, nil, true
@@ -468,6 +488,7 @@ func (s *Server) wait(key string) (v []byte, gone *Departure, ok bool) {
 		}
 		select {
 		case <-ch:
+		case <-dep:
 		case <-s.done:
 			return nil, nil, false
 		}
@@ -481,7 +502,7 @@ func (s *Server) departures(wait time.Duration) []Departure {
 	for {
 		s.mu.Lock()
 		d := slices.Clone(s.departs)
-		ch := s.changed
+		ch := s.departed
 		s.mu.Unlock()
 		if len(d) > 0 {
 			return d
@@ -597,16 +618,10 @@ func writeFrame(w io.Writer, first byte, a, b []byte) error {
 // Client talks to a Server. Its methods are safe for concurrent use; requests
 // are served one at a time.
 type Client struct {
-	mu     sync.Mutex
+	turn   chan struct{} // held (a value in it) by the request in flight
 	conn   net.Conn
 	r      *bufio.Reader
 	broken error
-	// owed counts answers to requests whose callers gave up waiting
-	// before any byte of the answer came: the store still sends them,
-	// and the next request reads them first. The connection stays up:
-	// it is the one the store watches to tell a rank's death, and a
-	// caller's short deadline must not read as one.
-	owed int
 }
 
 // Dial connects to the store at addr and authenticates with token. The store
@@ -626,7 +641,7 @@ func Dial(ctx context.Context, addr string, token []byte) (*Client, error) {
 				c.Close()
 				return nil, fmt.Errorf("bootstrap: rendezvous %s: %w", addr, err)
 			}
-			return &Client{conn: c, r: bufio.NewReader(c)}, nil
+			return &Client{turn: make(chan struct{}, 1), conn: c, r: bufio.NewReader(c)}, nil
 		}
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("bootstrap: rendezvous %s unreachable: %w (last error: %v)", addr, ctx.Err(), err)
@@ -714,47 +729,35 @@ func (c *Client) Departures(ctx context.Context, wait time.Duration) ([]Departur
 // Close disconnects from the store.
 func (c *Client) Close() error { return c.conn.Close() }
 
+// requests counts the requests this process's clients sent.
+var requests atomic.Int64
+
+// Requests is how many requests the clients of this process have sent
+// to a store: what bench/scale reports as a job's store traffic.
+func Requests() int64 { return requests.Load() }
+
 func (c *Client) do(ctx context.Context, op byte, key string, value []byte) ([]byte, error) {
+	requests.Add(1)
 	if len(key) > MaxKey {
 		return nil, fmt.Errorf("bootstrap: key of %d bytes over the %d limit: %w", len(key), MaxKey, ErrBadFrame)
 	}
 	if len(value) > MaxValue {
 		return nil, fmt.Errorf("bootstrap: value of %d bytes over the %d limit: %w", len(value), MaxValue, ErrBadFrame)
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.broken != nil {
-		return nil, c.broken
-	}
 	if err := ctx.Err(); err != nil {
-		// It ended while another request held the connection: nothing
-		// was sent, and the stream is still in step for the next one.
+		// Nothing sent: the connection stays as it is.
 		return nil, fmt.Errorf("bootstrap: %s %q: %w", opName(op), key, err)
 	}
-	if ctx.Done() != nil {
-		// Cancelling ctx interrupts the request by expiring the read
-		// deadline (a request is small, and written whole). If that
-		// races with the request's completion, wait for it and clear
-		// the deadline again, or it would fail the next request.
-		fired := make(chan struct{})
-		stop := context.AfterFunc(ctx, func() {
-			c.conn.SetReadDeadline(time.Unix(1, 0))
-			close(fired)
-		})
-		defer func() {
-			if !stop() {
-				<-fired
-				c.conn.SetReadDeadline(time.Time{})
-			}
-		}()
+	// The connection is one request at a time: a request waits for its
+	// turn as long as ctx lets it.
+	select {
+	case c.turn <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("bootstrap: %s %q: %w", opName(op), key, ctx.Err())
 	}
-	for c.owed > 0 {
-		_, err := c.answer()
-		var refused *refusal
-		if err != nil && !errors.As(err, &refused) {
-			return nil, c.cutOff(ctx, op, key, err, false)
-		}
-		c.owed--
+	if c.broken != nil {
+		<-c.turn
+		return nil, c.broken
 	}
 	var kh [3]byte
 	kh[0] = op
@@ -762,65 +765,95 @@ func (c *Client) do(ctx context.Context, op byte, key string, value []byte) ([]b
 	buf := make([]byte, 4, 4+3+len(key)+len(value))
 	binary.LittleEndian.PutUint32(buf, uint32(3+len(key)+len(value)))
 	buf = append(append(append(buf, kh[:]...), key...), value...)
-	if _, err := c.conn.Write(buf); err != nil {
-		c.broken = fmt.Errorf("bootstrap: %s %q: %w", opName(op), key, err)
-		c.conn.Close()
-		return nil, c.broken
+	if op != opGet && (op != opDepartures || binary.LittleEndian.Uint32(value) == 0) {
+		// The store answers these at once (a departures request that
+		// waits for none too: an elastic watchdog's). A caller whose ctx ends
+		// first stops waiting, but the request goes on to its answer in
+		// the background, so that the stream stays in step and the
+		// connection usable: cutting it short would leave it broken for
+		// good, and a rank whose leave then could not be said would be
+		// taken for dead. A store that does not answer within
+		// abandonedWait breaks the connection as before.
+		type answer struct {
+			resp []byte
+			err  error
+		}
+		done := make(chan answer, 1)
+		go func() {
+			defer func() { <-c.turn }()
+			c.conn.SetDeadline(time.Now().Add(abandonedWait))
+			resp, err := c.roundTrip(buf)
+			c.conn.SetDeadline(time.Time{})
+			done <- answer{resp, c.settle(op, key, err, nil)}
+		}()
+		select {
+		case a := <-done:
+			return a.resp, a.err
+		case <-ctx.Done():
+			return nil, fmt.Errorf("bootstrap: %s %q: %w", opName(op), key, ctx.Err())
+		}
 	}
-	resp, err := c.answer()
-	var refused *refusal
-	if errors.As(err, &refused) {
-		// A whole answer, only not a value: the stream is in step.
-		return nil, fmt.Errorf("bootstrap: %s %q: %w", opName(op), key, refused.err)
+	defer func() { <-c.turn }()
+	if ctx.Done() != nil {
+		// Cancelling ctx interrupts a waiting get by expiring the
+		// deadline. If that races with the request's completion, wait
+		// for it and clear the deadline again, or it would fail the
+		// next request.
+		fired := make(chan struct{})
+		stop := context.AfterFunc(ctx, func() {
+			c.conn.SetDeadline(time.Unix(1, 0))
+			close(fired)
+		})
+		defer func() {
+			if !stop() {
+				<-fired
+				c.conn.SetDeadline(time.Time{})
+			}
+		}()
 	}
-	if err != nil {
-		// A get may wait for its answer for good (the key may never
-		// come): only an answer due at once is worth waiting for later.
-		return nil, c.cutOff(ctx, op, key, err, op != opGet)
+	resp, err := c.roundTrip(buf)
+	if err = c.settle(op, key, err, ctx); err != nil {
+		return nil, err
 	}
 	return resp, nil
 }
 
-// cutOff is the error of a request whose answer did not come whole. If
-// the caller's ctx ended before any byte of it arrived, the stream is
-// still in step: the answer is owed (when owe) and read by the next
-// request, or the request was only waiting for an owed one. Anything
-// else leaves the stream out of step, and the client broken.
-func (c *Client) cutOff(ctx context.Context, op byte, key string, err error, owe bool) error {
-	var clean *unread
-	if ctx.Err() != nil && errors.As(err, &clean) && (owe || c.owed > 0) {
-		if owe {
-			c.owed++
+// abandonedWait bounds how long a request whose caller stopped waiting
+// may take before the connection is given up.
+const abandonedWait = 30 * time.Second
+
+// settle turns a round trip's error into do's, breaking the connection
+// if the stream may be out of step. Called in turn.
+func (c *Client) settle(op byte, key string, err error, ctx context.Context) error {
+	var refused *refusal
+	if errors.As(err, &refused) {
+		// A whole answer, only not a value: the stream is in step.
+		return fmt.Errorf("bootstrap: %s %q: %w", opName(op), key, refused.err)
+	}
+	if err != nil {
+		if ctx != nil && ctx.Err() != nil {
+			err = ctx.Err()
 		}
-		return fmt.Errorf("bootstrap: %s %q: %w", opName(op), key, ctx.Err())
+		// A request cut off half-way leaves the stream out of step.
+		c.broken = fmt.Errorf("bootstrap: %s %q: %w", opName(op), key, err)
+		c.conn.Close()
+		return c.broken
 	}
-	if ctx.Err() != nil {
-		err = ctx.Err()
-	}
-	c.broken = fmt.Errorf("bootstrap: %s %q: %w", opName(op), key, err)
-	c.conn.Close()
-	return c.broken
+	return nil
 }
 
-// unread is a read of an answer that failed before taking any of it.
-type unread struct{ err error }
-
-func (u *unread) Error() string { return u.err.Error() }
-func (u *unread) Unwrap() error { return u.err }
-
-// answer reads one answer.
-func (c *Client) answer() ([]byte, error) {
-	// Peek takes nothing from the stream: a header cut short stays
-	// buffered for the next read.
-	hdr, err := c.r.Peek(4)
-	if err != nil {
+func (c *Client) roundTrip(req []byte) ([]byte, error) {
+	if _, err := c.conn.Write(req); err != nil {
+		return nil, err
+	}
+	var hdr [4]byte
+	if _, err := io.ReadFull(c.r, hdr[:]); err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			return nil, ErrStoreClosed
 		}
-		return nil, &unread{err}
+		return nil, err
 	}
-	n := binary.LittleEndian.Uint32(hdr)
-	c.r.Discard(4)
+	n := binary.LittleEndian.Uint32(hdr[:])
 	if n < 1 || n > 1+MaxValue {
 		return nil, fmt.Errorf("response length %d: %w", n, ErrBadFrame)
 	}

@@ -62,7 +62,8 @@ var (
 )
 
 // Communicator is this process's membership in a job: its rank, its
-// connections to every other rank, and the collectives over them. Its
+// connections to the other ranks (over TCP, made as calls first need
+// them; see GOCOLL_TCP_CONNECT), and the collectives over them. Its
 // methods and the collective functions are safe to call from several
 // goroutines, but collectives on one communicator run one at a time, and
 // every rank must issue them in the same order, as with MPI and NCCL.
@@ -71,6 +72,9 @@ type Communicator struct {
 	t     transport.Transport
 	g     *collectives.Group
 	store *bootstrap.Client
+	// linkStore is the TCP transport's own store connection, for the
+	// addresses of the peers it links to as calls need them.
+	linkStore *bootstrap.Client
 	// calls is the store where a stalled collective publishes what it
 	// called (stall.go): the job's, shared by its sub-communicators;
 	// nil for a job of one rank.
@@ -135,6 +139,10 @@ type Communicator struct {
 	// elastic: a failure ends this communicator alone and leaves the
 	// connections to the live ranks up, for Shrink (elastic.go).
 	elastic bool
+	// leavers carries the store's word that a rank left the job
+	// abnormally, for a transport that is not linked to every rank
+	// (TCP's links on demand): no link may tell (see watchLeavers).
+	leavers chan error
 
 	hosts []int  // each rank's host, for the host-aware algorithms
 	tname string // the transport chosen
@@ -153,6 +161,7 @@ type settings struct {
 	trace      string
 	logger     *slog.Logger
 	tcp        tcp.Options
+	tcpWarm    bool // GOCOLL_TCP_CONNECT=warm: link the first partners at Init
 	shm        shm.Options
 	rdma       rdma.Options
 	fakeHosts  int
@@ -190,7 +199,10 @@ const DefaultTimeout = 10 * time.Minute
 
 // Init joins the job described by the launcher's environment (grun,
 // torchrun-style, Open MPI or Slurm; see bootstrap.FromEnv) and connects to
-// every other rank. It returns once every rank has connected. A rank a
+// the other ranks: to every one (shared memory, RDMA, TCP with
+// GOCOLL_TCP_CONNECT=eager), or over TCP by default to the partners of a
+// first allreduce, the rest as calls need them. It returns once every rank
+// has joined and that allreduce has run among them all. A rank a
 // launcher started leaves, from Init on, if that launcher exits
 // (ErrLauncherGone).
 func Init(ctx context.Context, opts ...Option) (*Communicator, error) {
@@ -285,6 +297,10 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 		c.elastic = true
 		c.life, c.kill = context.WithCancelCause(context.Background())
 	}
+	if cfg.Size > 1 && cfg.Addr != "" && strings.Contains(c.tname, "tcp") && !s.tcp.Eager {
+		c.leavers = make(chan error, 1)
+		go c.watchLeavers()
+	}
 	go c.watch()
 	if cfg.Size > 1 && cfg.Addr != "" {
 		go c.answerReports()
@@ -345,6 +361,15 @@ func readSettings(opts []Option) (settings, error) {
 	s.elastic = elastic
 	for _, o := range opts {
 		o(&s)
+	}
+	switch v := strings.ToLower(strings.TrimSpace(os.Getenv("GOCOLL_TCP_CONNECT"))); v {
+	case "", "lazy":
+	case "warm":
+		s.tcpWarm = true
+	case "eager":
+		s.tcp.Eager = true
+	default:
+		return s, fmt.Errorf("GOCOLL_TCP_CONNECT=%q: want warm, lazy or eager: %w", v, ErrInvalid)
 	}
 	if !s.stallSet {
 		s.stall = DefaultStall
@@ -474,6 +499,14 @@ func (c *Communicator) Close() error {
 		c.ext.root.kids.remove(c)
 	}
 	c.sayClosed()
+	if c.kill == nil && c.broken.Load() == nil && !c.faulted.Load() {
+		// Say so first, while the store connection is sure to be in
+		// step: a request of the comparison below cut short by its
+		// deadline breaks it, and a rank whose connection ends without
+		// this is taken for dead by the ranks still at work (over TCP
+		// links made on demand, they ask the store; see watchLeavers).
+		c.leave("")
+	}
 	c.publishLast()
 	mm := c.lastCallsAgree()
 	c.saidChecked()
@@ -505,6 +538,9 @@ func (c *Communicator) shutdown() error {
 	var errs []error
 	if c.t != nil {
 		errs = append(errs, c.t.Close())
+	}
+	if c.linkStore != nil {
+		c.linkStore.Close()
 	}
 	if c.store != nil {
 		c.leaving.Wait()

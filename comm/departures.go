@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -63,6 +64,52 @@ func watchDepartures(ctx context.Context, stop context.CancelCauseFunc, cfg Conf
 		if len(ds) > 0 {
 			stop(fmt.Errorf("%w: %w: the rendezvous saw %s", ErrPeerLost, bootstrap.ErrRankGone, departures(ds)))
 			return
+		}
+	}
+}
+
+// watchLeavers passes on to the watchdog (on c.leavers) the first rank
+// the store sees leave the job abnormally, other than this one. With TCP
+// links made on demand, a rank holds links to few peers: the death of
+// one it has no link to would otherwise reach it only through a chain of
+// ranks that gave up one after another, or when it next needed that
+// rank. Asking the store keeps the job failing as fast as when every
+// rank had a link to every other: one long-poll per rank, on a store
+// connection of its own (the communicator's is busy with calls that
+// wait), renewed every 10 s.
+func (c *Communicator) watchLeavers() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-c.closed:
+		case <-c.aborted:
+		case <-ctx.Done():
+		}
+		cancel()
+	}()
+	w, err := bootstrap.Dial(ctx, c.cfg.Addr, c.cfg.Token)
+	if err != nil {
+		return
+	}
+	defer w.Close()
+	for ctx.Err() == nil {
+		ds, err := w.Departures(ctx, 10*time.Second)
+		if err != nil {
+			return
+		}
+		others := slices.DeleteFunc(ds, func(d bootstrap.Departure) bool { return d.Rank == c.cfg.Rank })
+		if len(others) > 0 {
+			saw := departures(others)
+			if why, ok := strings.CutPrefix(others[0].Why, "give up: "); ok && len(others) == 1 {
+				// Worded as the rank's own link would have told it.
+				saw = fmt.Sprintf("that rank %d gave up: %s", others[0].Rank, why)
+			}
+			c.leavers <- fmt.Errorf("%w: %w: the rendezvous saw %s", ErrPeerLost, bootstrap.ErrRankGone, saw)
+			return
+		}
+		if len(ds) > 0 {
+			return // only this rank left: it knows why
 		}
 	}
 }

@@ -232,6 +232,30 @@ func (c *Communicator) watch() {
 			return
 		case <-c.aborted:
 			return
+		case err := <-c.leavers:
+			// The store saw a rank leave that this rank may have no link
+			// to. Let the links that did break say so first, as below.
+			select {
+			case <-c.closed:
+				return
+			case <-c.aborted:
+				return
+			case <-time.After(lossSettle):
+			}
+			if ln != nil && ln.LostErr() != nil {
+				err = fmt.Errorf("%w (also lost: %w)", err, ln.LostErr())
+			}
+			if mm, _ := c.probe(context.Background()); mm != nil {
+				err = also{mm, err}
+			}
+			if _, running := c.turns.inFlight(); running {
+				c.setFault(err)
+				return
+			}
+			c.faultMu.Lock()
+			c.lostErr = err
+			c.faulted.Store(true)
+			c.faultMu.Unlock()
 		case <-lost:
 			lost = nil
 			// A rank that gave up because another died resets its links

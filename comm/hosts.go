@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -98,10 +99,15 @@ type jobHosts struct {
 }
 
 // exchangeHosts publishes this rank's host, RDMA verdict and CPUs, and
-// reads everyone's. Deciding from everyone's answers, not each rank
+// learns everyone's. Deciding from everyone's answers, not each rank
 // alone, is what keeps a job whose hosts differ from splitting into ranks
 // that wait on different transports, and tells apart ranks that share a
 // few cores from ranks bound to a core each (each sees one CPU).
+//
+// Rank 0 reads every rank's entry and publishes what they add up to (the
+// layout), which every other rank reads in one request: n+1 puts and 2n
+// gets per job. Every rank reading every entry, as before, took n² gets
+// through the one store, the largest part of a big job's start.
 //
 // fake, if not negative, is this rank's fake host (GOCOLL_FAKE_HOSTS).
 func exchangeHosts(ctx context.Context, store *bootstrap.Client, cfg Config, fake int, rdmaErr error) (jobHosts, error) {
@@ -114,46 +120,181 @@ func exchangeHosts(ctx context.Context, store *bootstrap.Client, cfg Config, fak
 	if rdmaErr != nil {
 		why = strings.ReplaceAll(rdmaErr.Error(), "\n", " ")
 	}
-	key := func(r int) string { return "comm/host/" + strconv.Itoa(r) }
-	if err := store.Put(ctx, key(cfg.Rank), []byte(host+"\n"+why+"\n"+machine+"\n"+cpuList())); err != nil {
+	if err := store.Put(ctx, hostKey(cfg.Rank), []byte(host+"\n"+why+"\n"+machine+"\n"+cpuList())); err != nil {
 		return jobHosts{}, fmt.Errorf("publish host: %w", err)
 	}
-	j := jobHosts{hosts: make([]int, cfg.Size)}
-	ids := make(map[string]int)
-	cpus := make(map[string]bool)
-	cpusKnown := true
-	for r := range j.hosts {
-		v, err := store.Get(ctx, key(r))
-		if err != nil {
-			return jobHosts{}, fmt.Errorf("host of rank %d: %w", r, err)
+	var layout []byte
+	if cfg.Rank == 0 {
+		var err error
+		if layout, err = gatherHosts(ctx, store, cfg.Size); err != nil {
+			return jobHosts{}, err
 		}
-		f := strings.SplitN(string(v), "\n", 4)
-		if len(f) != 4 {
-			return jobHosts{}, fmt.Errorf("host of rank %d: %d fields, want 4 (a rank of another gocoll version?): %w", r, len(f), ErrInvalid)
+		if err := store.Put(ctx, layoutKey, layout); err != nil {
+			return jobHosts{}, fmt.Errorf("publish the job's layout: %w", err)
 		}
-		h, why, theirMachine, theirCPUs := f[0], f[1], f[2], f[3]
-		if why != "" && j.noRDMA == "" {
-			j.noRDMA = fmt.Sprintf("rank %d: %s", r, why)
-		}
-		id, ok := ids[h]
-		if !ok {
-			id = len(j.names)
-			ids[h] = id
-			j.names = append(j.names, h)
-		}
-		j.hosts[r] = id
-		if theirMachine == machine {
-			j.ranksHere++
-			if theirCPUs == "" {
-				cpusKnown = false
-			}
-			for _, c := range strings.Split(theirCPUs, ",") {
-				cpus[c] = true
-			}
+	} else {
+		var err error
+		if layout, err = store.Get(ctx, layoutKey); err != nil {
+			return jobHosts{}, fmt.Errorf("the job's layout (from rank 0): %w", err)
 		}
 	}
-	j.cpusHere = len(cpus)
-	if !cpusKnown {
+	return readLayout(layout, cfg.Rank, cfg.Size)
+}
+
+func hostKey(r int) string { return "comm/host/" + strconv.Itoa(r) }
+
+// layoutKey is where rank 0 publishes the job's layout.
+const layoutKey = "comm/layout"
+
+// gatherHosts reads every rank's host entry and encodes the layout, as
+// lines: RDMA's verdict ("" if every rank can use it); the number of
+// hosts and their names; the number of machines and, for each, its ranks
+// and the CPUs they may run on together (-1: some rank did not say); and
+// for each rank, its host and machine.
+func gatherHosts(ctx context.Context, store *bootstrap.Client, size int) ([]byte, error) {
+	type mach struct {
+		ranks int
+		cpus  map[string]bool
+		known bool
+	}
+	noRDMA := ""
+	hostIDs := map[string]int{}
+	var hostNames []string
+	machIDs := map[string]int{}
+	var machs []*mach
+	perRank := make([]byte, 0, 8*size)
+	entries, err := allEntries(ctx, store, size)
+	if err != nil {
+		return nil, err
+	}
+	for r, v := range entries {
+		f := strings.SplitN(string(v), "\n", 4)
+		if len(f) != 4 {
+			return nil, fmt.Errorf("host of rank %d: %d fields, want 4 (a rank of another gocoll version?): %w", r, len(f), ErrInvalid)
+		}
+		h, why, theirMachine, theirCPUs := f[0], f[1], f[2], f[3]
+		if why != "" && noRDMA == "" {
+			noRDMA = fmt.Sprintf("rank %d: %s", r, why)
+		}
+		hi, ok := hostIDs[h]
+		if !ok {
+			hi = len(hostNames)
+			hostIDs[h] = hi
+			hostNames = append(hostNames, h)
+		}
+		mi, ok := machIDs[theirMachine]
+		if !ok {
+			mi = len(machs)
+			machIDs[theirMachine] = mi
+			machs = append(machs, &mach{cpus: map[string]bool{}, known: true})
+		}
+		m := machs[mi]
+		m.ranks++
+		if theirCPUs == "" {
+			m.known = false
+		}
+		for _, c := range strings.Split(theirCPUs, ",") {
+			m.cpus[c] = true
+		}
+		perRank = fmt.Appendf(perRank, "%d.%d ", hi, mi)
+	}
+	var b []byte
+	b = fmt.Appendf(b, "%s\n%d\n", noRDMA, len(hostNames))
+	for _, h := range hostNames {
+		b = fmt.Appendf(b, "%s\n", h)
+	}
+	b = fmt.Appendf(b, "%d\n", len(machs))
+	for _, m := range machs {
+		cpus := len(m.cpus)
+		if !m.known {
+			cpus = -1
+		}
+		b = fmt.Appendf(b, "%d %d\n", m.ranks, cpus)
+	}
+	b = append(b, perRank...)
+	return b, nil
+}
+
+// allEntries returns every rank's host entry. A scan takes what is there,
+// a get waits for the first one missing (by when most of the rest have
+// come too), and so on: a few requests where a get per rank, one round
+// trip after another, made rank 0 the last to finish the exchange. (A
+// scan's answer is capped at bootstrap.MaxValue; entries it leaves out
+// are simply fetched by get.)
+func allEntries(ctx context.Context, store *bootstrap.Client, size int) ([][]byte, error) {
+	entries := make([][]byte, size)
+	missing := size
+	next := 0 // no rank below is missing
+	for missing > 0 {
+		m, err := store.Scan(ctx, "comm/host/")
+		if err != nil {
+			return nil, fmt.Errorf("hosts of the ranks: %w", err)
+		}
+		for r := next; r < size; r++ {
+			if v, ok := m[hostKey(r)]; ok && entries[r] == nil {
+				entries[r] = v
+				missing--
+			}
+		}
+		for next < size && entries[next] != nil {
+			next++
+		}
+		if missing == 0 {
+			break
+		}
+		v, err := store.Get(ctx, hostKey(next))
+		if err != nil {
+			return nil, fmt.Errorf("host of rank %d: %w", next, err)
+		}
+		entries[next] = v
+		missing--
+	}
+	return entries, nil
+}
+
+// readLayout decodes gatherHosts' layout as rank sees it.
+func readLayout(b []byte, rank, size int) (jobHosts, error) {
+	bad := func(what string) (jobHosts, error) {
+		return jobHosts{}, fmt.Errorf("the job's layout: %s (a rank 0 of another gocoll version?): %w", what, ErrInvalid)
+	}
+	lines := strings.Split(string(b), "\n")
+	if len(lines) < 3 {
+		return bad("too short")
+	}
+	j := jobHosts{noRDMA: lines[0], hosts: make([]int, size)}
+	nh, err := strconv.Atoi(lines[1])
+	if err != nil || nh < 1 || len(lines) < 2+nh+2 {
+		return bad("host count")
+	}
+	j.names = lines[2 : 2+nh]
+	nm, err := strconv.Atoi(lines[2+nh])
+	if err != nil || nm < 1 || len(lines) != 2+nh+1+nm+1 {
+		return bad("machine count")
+	}
+	type mach struct{ ranks, cpus int }
+	machs := make([]mach, nm)
+	for i := range machs {
+		if _, err := fmt.Sscanf(lines[3+nh+i], "%d %d", &machs[i].ranks, &machs[i].cpus); err != nil {
+			return bad("machine " + strconv.Itoa(i))
+		}
+	}
+	ranks := strings.Fields(lines[len(lines)-1])
+	if len(ranks) != size {
+		return bad(fmt.Sprintf("%d ranks, want %d", len(ranks), size))
+	}
+	for r, f := range ranks {
+		hs, ms, ok := strings.Cut(f, ".")
+		h, herr := strconv.Atoi(hs)
+		m, merr := strconv.Atoi(ms)
+		if !ok || herr != nil || merr != nil || h < 0 || h >= nh || m < 0 || m >= nm {
+			return bad("rank " + strconv.Itoa(r))
+		}
+		j.hosts[r] = h
+		if r == rank {
+			j.ranksHere, j.cpusHere = machs[m].ranks, machs[m].cpus
+		}
+	}
+	if j.cpusHere < 0 {
 		j.cpusHere = runtime.NumCPU()
 	}
 	return j, nil
@@ -260,9 +401,46 @@ func (c *Communicator) connectTransport(ctx context.Context, store *bootstrap.Cl
 		}
 		return h, hosts, name, nil
 	default:
+		if name == "tcp" && s.tcpWarm && !s.tcp.Eager && s.tcp.Warm == nil {
+			s.tcp.Warm = firstPartners(cfg.Rank, cfg.Size)
+		}
 		t, err := c.connectNetwork(ctx, store, name, s)
 		return t, hosts, name, err
 	}
+}
+
+// firstPartners lists the ranks a rank of a TCP job talks to in its first
+// collectives, whose links Init makes all at once (GOCOLL_TCP_CONNECT=warm):
+// recursive doubling's partners, those of the small-message allreduce
+// that Init itself runs (folding the ranks past the largest power of two
+// p onto the first ones), and the ring's two neighbours. The relation is
+// symmetric, so both ends of each link want it at once.
+func firstPartners(rank, n int) []int {
+	if n < 2 {
+		return nil
+	}
+	p := 1
+	for p*2 <= n {
+		p *= 2
+	}
+	set := map[int]bool{(rank + 1) % n: true, (rank - 1 + n) % n: true}
+	if rank >= p {
+		set[rank-p] = true
+	} else {
+		for mask := 1; mask < p; mask <<= 1 {
+			set[rank^mask] = true
+		}
+		if rank+p < n {
+			set[rank+p] = true
+		}
+	}
+	delete(set, rank)
+	out := make([]int, 0, len(set))
+	for r := range set {
+		out = append(out, r)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // connectNetwork builds the all-to-all mesh over the network: "rdma" or
@@ -270,7 +448,17 @@ func (c *Communicator) connectTransport(ctx context.Context, store *bootstrap.Cl
 func (c *Communicator) connectNetwork(ctx context.Context, store *bootstrap.Client, name string, s settings) (transport.Transport, error) {
 	cfg := c.cfg
 	if name != "rdma" {
-		return tcp.Connect(ctx, store, cfg.Rank, cfg.Size, cfg.Token, s.tcp)
+		// The links fetch addresses as calls need them, for the
+		// transport's life, through a store connection of their own:
+		// on the communicator's, a request of the watchdog's cut short
+		// by its deadline leaves the connection unusable, and a dial
+		// behind it would fail for no fault of the peer's.
+		links, err := bootstrap.Dial(ctx, cfg.Addr, cfg.Token)
+		if err != nil {
+			return nil, err
+		}
+		c.linkStore = links
+		return tcp.Connect(ctx, links, cfg.Rank, cfg.Size, cfg.Token, s.tcp)
 	}
 	if cfg.Size == 1 {
 		// One rank opens no connection, so Connect would not find out

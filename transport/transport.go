@@ -2,14 +2,16 @@
 // written against, and the errors every transport reports.
 //
 // The model is the one RDMA hardware imposes, so that TCP and shared memory
-// fit under it without changing an algorithm: every rank owns, for each peer,
-// a receive slab cut into a fixed number of slots of MaxMessage bytes. A send
+// fit under it without changing an algorithm: every rank owns, for each peer
+// it is connected to (all of them, or, over TCP, those a call has needed so
+// far), a receive slab cut into a fixed number of slots of MaxMessage
+// bytes. A send
 // fills the next slot of the receiver's slab (over RDMA, a WRITE with
 // immediate; over TCP, a frame the peer's reader lands straight in the slot);
 // the receiver is told "slot k of peer p holds n bytes", reduces or copies
 // out of the slot in place, and releases it, which returns a credit to the
 // sender. A sender with no credit left waits. Because receive memory is
-// bounded and pre-allocated, nothing is allocated per message and a fast
+// bounded and allocated with the connection, nothing is allocated per message and a fast
 // sender can never overrun a slow receiver.
 //
 // Contract, for every implementation:

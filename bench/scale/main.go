@@ -2,7 +2,9 @@
 
 // Command scale measures what a job's size costs at start: for each rank
 // count, the slowest rank's Init, the slowest first allreduce after it, and
-// per rank the open descriptors and resident memory once connected.
+// per rank the open descriptors and resident memory once connected, and
+// the requests the job's ranks sent the rendezvous store (from Init to
+// the first allreduce's end, all ranks together).
 //
 //	go build -o scale ./bench/scale && go build -o grun ./cmd/grun
 //	./scale -grun ./grun -n 8,16,32,64          # processes started by grun
@@ -29,6 +31,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gocoll/gocoll/bootstrap"
 	"github.com/gocoll/gocoll/comm"
 )
 
@@ -39,6 +42,7 @@ type sample struct {
 	First time.Duration `json:"first_ns"`
 	FDs   int           `json:"fds"`
 	RSS   int64         `json:"rss_kib"`
+	Reqs  int64         `json:"store_requests"`
 }
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -73,7 +77,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		mode = "goroutines in one process (comm.NewLocal)"
 	}
 	fmt.Fprintf(stdout, "scale: %s, GOCOLL_TRANSPORT=%s, %s\n", mode, *transport, time.Now().UTC().Format(time.RFC3339))
-	fmt.Fprintf(stdout, "%7s %12s %14s %10s %10s %12s %12s\n", "ranks", "init(max)", "1st ar(max)", "fds(med)", "fds(max)", "rss KiB(med)", "wall")
+	fmt.Fprintf(stdout, "%7s %12s %14s %10s %10s %12s %12s %12s\n", "ranks", "init(max)", "1st ar(max)", "fds(med)", "fds(max)", "rss KiB(med)", "store reqs", "wall")
 	for _, n := range ns {
 		start := time.Now()
 		var ss []sample
@@ -97,13 +101,15 @@ func row(n int, ss []sample, wall time.Duration) string {
 	var inits, firsts []time.Duration
 	var fds []int
 	var rss []int64
+	var reqs int64
 	for _, s := range ss {
 		inits, firsts, fds, rss = append(inits, s.Init), append(firsts, s.First), append(fds, s.FDs), append(rss, s.RSS)
+		reqs += s.Reqs
 	}
 	slices.Sort(fds)
 	slices.Sort(rss)
-	return fmt.Sprintf("%7d %12v %14v %10d %10d %12d %12v", n, slices.Max(inits).Round(10*time.Microsecond),
-		slices.Max(firsts).Round(time.Microsecond), fds[len(fds)/2], fds[len(fds)-1], rss[len(rss)/2], wall.Round(time.Millisecond))
+	return fmt.Sprintf("%7d %12v %14v %10d %10d %12d %12d %12v", n, slices.Max(inits).Round(10*time.Microsecond),
+		slices.Max(firsts).Round(time.Microsecond), fds[len(fds)/2], fds[len(fds)-1], rss[len(rss)/2], reqs, wall.Round(time.Millisecond))
 }
 
 // processJob runs n ranks of this program under grun and reads each
@@ -163,6 +169,7 @@ func childRank(transport string, stdout io.Writer) int {
 	s.First = time.Since(t1)
 	s.FDs = openFDs()
 	s.RSS = rssKiB()
+	s.Reqs = bootstrap.Requests()
 	// Every rank measured before any closes: closing ranks would free
 	// descriptors the others count.
 	if err := c.Barrier(ctx); err != nil {
@@ -179,7 +186,7 @@ func childRank(transport string, stdout io.Writer) int {
 func localJob(n int, transport string, timeout time.Duration) ([]sample, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	fds0, rss0 := openFDs(), rssKiB()
+	fds0, rss0, reqs0 := openFDs(), rssKiB(), bootstrap.Requests()
 	t0 := time.Now()
 	cs, err := comm.NewLocal(ctx, n, comm.WithTransport(transport))
 	if err != nil {
@@ -214,6 +221,8 @@ func localJob(n int, transport string, timeout time.Duration) ([]sample, error) 
 	for i := range ss {
 		ss[i].FDs, ss[i].RSS = fds, rss
 	}
+	// The job's requests, all in this process, counted once.
+	ss[0].Reqs = bootstrap.Requests() - reqs0
 	return ss, nil
 }
 
@@ -239,11 +248,24 @@ func rssKiB() int64 {
 	return -1
 }
 
-// raiseFDLimit lifts the soft descriptor limit to the hard one: a full
-// mesh of n ranks in one process holds about n² descriptors.
+// raiseFDLimit lifts the descriptor limit as far as it may go: the hard
+// limit too when the process may (root may, up to fs.nr_open), else the
+// soft limit to the hard one. A job of n ranks in one process holds both
+// ends of every link and of every store connection: about 2n·(log₂n + 5)
+// descriptors with links made on demand, n² with a full mesh.
 func raiseFDLimit() {
 	var l syscall.Rlimit
-	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l) == nil && l.Cur < l.Max {
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l) != nil {
+		return
+	}
+	if b, err := os.ReadFile("/proc/sys/fs/nr_open"); err == nil {
+		if max, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err == nil && max > l.Max {
+			if syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: max, Max: max}) == nil {
+				return
+			}
+		}
+	}
+	if l.Cur < l.Max {
 		l.Cur = l.Max
 		syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l)
 	}

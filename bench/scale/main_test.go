@@ -17,7 +17,7 @@ func TestLocalSweep(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errs.String())
 	}
 	for _, n := range []string{"2", "4"} {
-		if !regexp.MustCompile(`(?m)^\s+` + n + `\s+\S+s\s+\S+s\s+\d+\s+\d+\s+-?\d+\s+\S+s$`).MatchString(out.String()) {
+		if !regexp.MustCompile(`(?m)^\s+` + n + `\s+\S+s\s+\S+s\s+\d+\s+\d+\s+-?\d+\s+[1-9]\d*\s+\S+s$`).MatchString(out.String()) {
 			t.Errorf("no row for %s ranks:\n%s", n, out.String())
 		}
 	}

@@ -59,7 +59,9 @@ func hybridMesh(t testing.TB, hosts []int) []transport.Transport {
 				errs[r] = err
 				return
 			}
-			defer store.Close()
+			// The TCP links are made on demand, through the store: it
+			// stays open as long as the transports.
+			t.Cleanup(func() { store.Close() })
 			var local []int
 			for q, h := range hosts {
 				if h == hosts[r] {

@@ -11,13 +11,25 @@ import (
 	"github.com/gocoll/gocoll/transport/tcp"
 )
 
-// TestAbortTellsPeers: a rank that aborts tells its idle peers why before
-// it resets, so that their errors carry the cause, not a bare reset; and a
-// peer whose link was mid-frame still sees the rank lost at once.
+// TestAbortTellsPeers: a rank that aborts tells its idle linked peers why
+// before it resets, so that their errors carry the cause, not a bare
+// reset; a peer whose link was mid-frame still sees the rank lost at
+// once; and a peer never linked to it finds it lost at its first call.
 func TestAbortTellsPeers(t *testing.T) {
-	ts := mesh(t, 3, tcp.Options{})
+	ts := mesh(t, 4, tcp.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+
+	// Rank 0 and rank 1 are linked (links are made on demand: a message
+	// each way makes this one), then idle.
+	if err := ts[0].Send(ctx, 1, []byte("hi")); err != nil {
+		t.Fatal(err)
+	}
+	m, err := ts[1].Recv(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts[1].Release(m)
 
 	// Rank 1 is part-way through a large send to rank 2, which is not
 	// reading: that link is mid-frame when the abort comes.
@@ -39,7 +51,7 @@ func TestAbortTellsPeers(t *testing.T) {
 		t.Errorf("the aborting rank's own send: %v, want ErrClosed", err)
 	}
 
-	_, err := ts[0].Recv(ctx, 1)
+	_, err = ts[0].Recv(ctx, 1)
 	want := "rank 1 gave up: " + cause.Error()
 	if !errors.Is(err, transport.ErrPeerLost) || !strings.Contains(err.Error(), want) {
 		t.Errorf("idle peer: %v, want ErrPeerLost saying %q", err, want)
@@ -65,5 +77,20 @@ func TestAbortTellsPeers(t *testing.T) {
 			break
 		}
 		ts[2].Release(m)
+	}
+
+	// Rank 3 never linked to rank 1: its first call finds rank 1's door
+	// shut, at once, and names it.
+	start := time.Now()
+	err = ts[3].Send(ctx, 1, []byte("late"))
+	var pe *transport.PeerError
+	if !errors.Is(err, transport.ErrPeerLost) || !errors.As(err, &pe) || pe.Peer != 1 {
+		t.Errorf("never-linked peer: %v, want ErrPeerLost naming rank 1", err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("never-linked peer learned after %v, want at once", took)
+	}
+	if l := ts[3].(*tcp.Transport).Links(); l != 0 {
+		t.Errorf("rank 3 holds %d links, want none", l)
 	}
 }

@@ -39,8 +39,8 @@ const (
 type Transport struct {
 	rank, size int
 	opts       Options
-	peers      []*peer // indexed by rank; nil at our own
-	list       []*peer // the peers, in poll order
+	peers      []atomic.Pointer[peer] // indexed by rank; nil at our own and where no link exists yet
+	list       []*peer                // the linked peers, in poll order (the progress holder's)
 	pfds       []unix.PollFd
 	wakefd     int // polled: a write to wakewr interrupts a blocking poll (Close)
 	wakewr     int // the same eventfd on Linux, a pipe's write end elsewhere
@@ -58,6 +58,42 @@ type Transport struct {
 	lost     chan struct{} // closed when the first peer is lost
 	lostMu   sync.Mutex
 	losses   transport.Losses // peers lost, in the order noticed; set before lost is closed
+
+	// Links on demand (links.go). The store and token serve the dials;
+	// life ends at Close or Abort and cuts dials and handshakes short.
+	store    Store
+	token    []byte
+	ln       net.Listener
+	life     context.Context
+	endLife  context.CancelFunc
+	bg       sync.WaitGroup // the accept loop, admissions and dials
+	addrGets atomic.Int64
+
+	linkMu      sync.Mutex
+	shut        bool             // Close or Abort began: no link forms any more
+	attempts    map[int]*attempt // links in the making
+	unreachable map[int]error    // peers a dial failed to reach: lost
+	linked      int              // links registered
+	linkedNote  chan struct{}    // closed and replaced at each registration
+	joining     []*peer          // registered, not yet in list
+	newcomers   atomic.Bool      // joining is not empty
+}
+
+// newTransport is a transport with no links yet.
+func newTransport(rank, size int, opts Options) *Transport {
+	return &Transport{
+		rank:        rank,
+		size:        size,
+		opts:        opts,
+		peers:       make([]atomic.Pointer[peer], size),
+		closed:      make(chan struct{}),
+		lost:        make(chan struct{}),
+		progress:    make(chan struct{}, 1),
+		wakefd:      -1,
+		attempts:    make(map[int]*attempt),
+		unreachable: make(map[int]error),
+		linkedNote:  make(chan struct{}),
+	}
 }
 
 type peer struct {
@@ -181,19 +217,15 @@ func (p *peer) closeFd() {
 	p.closeFdOne.Do(func() { unix.Close(p.fd) })
 }
 
-// start readies the progress engine once the mesh is connected.
+// start readies the progress engine, before any link forms: links join
+// its poll list as they come (adopt).
 func (t *Transport) start() error {
 	r, w, err := wakePair()
 	if err != nil {
 		return err
 	}
 	t.wakefd, t.wakewr = r, w
-	for _, p := range t.peers {
-		if p != nil {
-			t.list = append(t.list, p)
-		}
-	}
-	t.pfds = make([]unix.PollFd, len(t.list)+1)
+	t.pfds = make([]unix.PollFd, 1, 8)
 	return nil
 }
 
@@ -206,24 +238,13 @@ func (t *Transport) Size() int { return t.size }
 // MaxMessage implements transport.Transport.
 func (t *Transport) MaxMessage() int { return t.opts.SlotSize }
 
-// Refused counts connections to the data port turned away during Connect.
+// Refused counts connections to the data port turned away (strangers,
+// wrong tokens, other communicators) while it was open.
 func (t *Transport) Refused() int { return int(t.refused.Load()) }
-
-func (t *Transport) peer(r int, op string) (*peer, error) {
-	if r < 0 || r >= t.size || r == t.rank {
-		return nil, fmt.Errorf("tcp: %s: rank %d is not a peer of rank %d in a job of %d", op, r, t.rank, t.size)
-	}
-	select {
-	case <-t.closed:
-		return nil, &transport.PeerError{Peer: r, Op: op, Err: transport.ErrClosed}
-	default:
-	}
-	return t.peers[r], nil
-}
 
 // Recv implements transport.Transport.
 func (t *Transport) Recv(ctx context.Context, from int) (transport.Message, error) {
-	p, err := t.peer(from, "recv from")
+	p, err := t.link(ctx, from, "recv from")
 	if err != nil {
 		return transport.Message{}, err
 	}
@@ -250,7 +271,7 @@ func (t *Transport) Recv(ctx context.Context, from int) (transport.Message, erro
 
 // Send implements transport.Transport.
 func (t *Transport) Send(ctx context.Context, to int, b []byte) error {
-	p, err := t.peer(to, "send to")
+	p, err := t.link(ctx, to, "send to")
 	if err != nil {
 		return err
 	}
@@ -275,14 +296,18 @@ func (t *Transport) Send(ctx context.Context, to int, b []byte) error {
 }
 
 // HasCredit implements transport.CreditReporter.
+// A peer not linked yet has every slot free: Send links it first.
 func (t *Transport) HasCredit(to int) bool {
-	p, err := t.peer(to, "send to")
-	return err != nil || len(p.credits) > 0 || p.failed() != nil
+	if to < 0 || to >= t.size || to == t.rank {
+		return true
+	}
+	p := t.peers[to].Load()
+	return p == nil || len(p.credits) > 0 || p.failed() != nil
 }
 
 // Release implements transport.Transport.
 func (t *Transport) Release(m transport.Message) {
-	p := t.peers[m.Peer]
+	p := t.peers[m.Peer].Load()
 	if p == nil {
 		return
 	}
@@ -400,6 +425,7 @@ func (t *Transport) wake() {
 // to happen), reads whatever arrived into the slots, and flushes credits
 // and frame tails that could not be written earlier.
 func (t *Transport) pass(timeoutMs int) error {
+	t.adopt()
 	for i, p := range t.list {
 		fd := int32(p.fd)
 		if p.ended || p.failed() != nil {
@@ -851,10 +877,12 @@ func (p *peer) error(op string) error {
 func (t *Transport) Close() error {
 	t.closeOnce.Do(func() {
 		close(t.closed)
+		t.shutLinks()
+		t.bg.Wait()
 		if t.wakefd < 0 {
 			// Connect failed before the engine started.
-			for _, p := range t.peers {
-				if p != nil {
+			for i := range t.peers {
+				if p := t.peers[i].Load(); p != nil {
 					p.closeFd()
 				}
 			}
@@ -863,6 +891,7 @@ func (t *Transport) Close() error {
 		t.wake()
 		t.progress <- struct{}{} // the engine is ours for good
 		t.closing.Store(true)
+		t.adopt()
 		deadline := time.Now().Add(t.opts.CloseLinger)
 		for _, p := range t.list {
 			if err := p.failed(); err != nil && !errors.Is(err, transport.ErrPeerClosed) {
@@ -902,6 +931,9 @@ func (t *Transport) Close() error {
 func (t *Transport) Abort(cause error) error {
 	t.closeOnce.Do(func() {
 		close(t.closed)
+		// Not waited for: dials and handshakes in flight end on their
+		// own, and a link registering now finds the door shut.
+		t.shutLinks()
 		if t.wakefd >= 0 {
 			t.wake()
 			t.progress <- struct{}{} // no descriptor is closed under a poll
@@ -914,7 +946,8 @@ func (t *Transport) Abort(cause error) error {
 				why = append(why[:maxAbortText-3], "..."...)
 			}
 		}
-		for _, p := range t.peers {
+		for i := range t.peers {
+			p := t.peers[i].Load()
 			if p == nil {
 				continue
 			}

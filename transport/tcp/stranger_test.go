@@ -80,7 +80,7 @@ func TestStrangers(t *testing.T) {
 				errs[r] = err
 				return
 			}
-			defer store.Close()
+			t.Cleanup(func() { store.Close() })
 			ts[r], errs[r] = tcp.Connect(ctx, store, r, n, token, tcp.Options{Crowded: n > runtime.NumCPU()})
 		}(r)
 	}

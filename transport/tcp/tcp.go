@@ -2,19 +2,30 @@
 // hosts without RDMA, and the reference every other transport is tested
 // against.
 //
-// The mesh is eager and all-to-all: at Connect every rank listens on one
-// port, publishes it through the rendezvous store, dials every lower rank and
-// accepts every higher one, so that a job either starts fully connected or
-// fails at start with a precise error instead of part-way through a
-// collective. Each connection is authenticated with the job token (see
-// internal/auth) and then carries frames in both directions: a 12-byte
-// header (kind, slot, length, piggybacked credits) and the payload.
+// Every rank can reach every other over a connection of its own, but a
+// link is made only when a call first needs it: at Connect a rank listens
+// on one port and publishes it through the rendezvous store; the first
+// Send or Recv to a peer fetches that peer's address and dials it, and an
+// accept loop admits the peers that dial this rank, for as long as the
+// transport is open. A job whose algorithms talk to O(log n) partners
+// (recursive doubling, trees, a ring) thus holds O(log n) connections,
+// descriptors and receive slabs per rank instead of n-1, and starts
+// without the n(n-1)/2 handshakes of an all-to-all mesh. Either end may
+// dial first; when both do at once the higher rank's connection wins
+// (links.go says how). A peer that cannot be reached is lost like one
+// whose connection broke. Options.Eager builds every link at Connect
+// instead, so that a job either starts fully connected or fails at start;
+// Options.Warm builds a chosen few. Each connection is authenticated with
+// the job token (see internal/auth) and then carries frames in both
+// directions: a 12-byte header (kind, slot, length, piggybacked credits)
+// and the payload.
 //
-// There are no background goroutines. Data moves only inside Send, Recv and
-// Close, as in MPI: whichever call is waiting becomes the progress engine,
-// drains every peer's socket (non-blocking reads on raw descriptors) and
-// lands each payload straight in the slot of that peer's pre-allocated
-// receive slab, spinning briefly on poll(2) before it blocks in it. Draining
+// Data moves only inside Send, Recv and Close, as in MPI (the background
+// goroutines only accept and dial links): whichever call is waiting
+// becomes the progress engine, drains every linked peer's socket
+// (non-blocking reads on raw descriptors) and lands each payload straight
+// in the slot of that peer's receive slab, allocated with the link,
+// spinning briefly on poll(2) before it blocks in it. Draining
 // every peer, not just the one waited for, is what keeps two ranks writing
 // large frames to each other from deadlocking: inbound data always has a
 // slot, because a sender only sends with a credit. Sends go to the kernel
@@ -43,16 +54,11 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"io"
-	"net"
 	"strconv"
-	"sync"
 	"time"
 
-	"github.com/gocoll/gocoll/internal/auth"
 	"github.com/gocoll/gocoll/internal/logging"
 	"github.com/gocoll/gocoll/internal/mesh"
-	"github.com/gocoll/gocoll/transport"
 )
 
 // Store is the part of the rendezvous client the mesh needs.
@@ -89,6 +95,21 @@ type Options struct {
 	// CloseLinger bounds how long Close waits for peers to close their ends
 	// in order, so that no data in flight is cut off by a reset.
 	CloseLinger time.Duration
+	// Eager makes Connect link every pair of ranks before it returns:
+	// n(n-1)/2 connections per job, each with its handshake, and a
+	// receive slab for every peer, as the transport did before links were
+	// made on demand. By default (false) a rank links to a peer the first
+	// time a Send or Recv needs it, so that a job whose algorithms talk to
+	// O(log n) partners holds O(log n) connections and slabs per rank.
+	// GOCOLL_TCP_CONNECT=eager sets it for a communicator.
+	Eager bool
+	// Warm lists peers to link at Connect, all at once, when not Eager:
+	// the partners of the algorithms the job will run first (a
+	// communicator warms those of the small-message allreduce and the
+	// ring), so that the first collective finds its links ready instead
+	// of making them one round at a time, and a peer that cannot be
+	// reached fails Connect. Ranks out of range are refused.
+	Warm []int
 	// SilentPeer is how long a peer's host may stay silent (data sent but
 	// not acknowledged, or keepalive probes unanswered on an idle link)
 	// before the peer is declared lost: the host crashed, lost power or
@@ -165,7 +186,11 @@ func (o *Options) fill() error {
 	return nil
 }
 
-// Connect builds this rank's mesh to all size-1 peers.
+// Connect joins the job as rank of size: it listens, publishes its
+// address in store, and returns. Links to the peers are made as calls need
+// them, which needs store until Close; with Options.Eager, every link is
+// made before Connect returns, as a job-wide check that every rank can
+// reach every other.
 func Connect(ctx context.Context, store Store, rank, size int, token []byte, opts Options) (*Transport, error) {
 	if err := opts.fill(); err != nil {
 		return nil, err
@@ -173,31 +198,28 @@ func Connect(ctx context.Context, store Store, rank, size int, token []byte, opt
 	if size < 1 || rank < 0 || rank >= size {
 		return nil, fmt.Errorf("tcp: rank %d of size %d", rank, size)
 	}
-	t := &Transport{
-		rank:     rank,
-		size:     size,
-		opts:     opts,
-		peers:    make([]*peer, size),
-		closed:   make(chan struct{}),
-		lost:     make(chan struct{}),
-		progress: make(chan struct{}, 1),
-		wakefd:   -1,
+	for _, r := range opts.Warm {
+		if r < 0 || r >= size {
+			return nil, fmt.Errorf("tcp: Warm names rank %d, outside a job of %d", r, size)
+		}
 	}
+	t := newTransport(rank, size, opts)
 	if size == 1 {
 		return t, nil
 	}
 	if errNoEngine != nil {
 		return nil, errNoEngine
 	}
-	if err := t.connect(ctx, store, token); err != nil {
-		t.Close()
-		return nil, err
-	}
 	if err := t.start(); err != nil {
 		t.Close()
 		return nil, err
 	}
-	logging.L().Debug("tcp mesh connected", "rank", rank, "size", size, "slots", opts.Slots, "slot_size", opts.SlotSize)
+	if err := t.connect(ctx, store, token); err != nil {
+		t.Close()
+		return nil, err
+	}
+	logging.L().Debug("tcp transport connected", "rank", rank, "size", size, "eager", opts.Eager, "links", t.Links(),
+		"slots", opts.Slots, "slot_size", opts.SlotSize)
 	return t, nil
 }
 
@@ -209,9 +231,15 @@ type hello struct {
 
 const helloLen = 4 + 4*4 + 8
 
+// helloMagic opens a hello. The accepting end answers the hellos with a
+// verdict byte (links.go), which the all-at-once mesh of before had no
+// use for: its "MESH" is refused, so that ranks of the two versions
+// cannot half-connect.
+const helloMagic = "MSH2"
+
 func (h hello) marshal() []byte {
 	b := make([]byte, helloLen)
-	copy(b, "MESH")
+	copy(b, helloMagic)
 	binary.LittleEndian.PutUint32(b[4:], h.rank)
 	binary.LittleEndian.PutUint32(b[8:], h.size)
 	binary.LittleEndian.PutUint32(b[12:], h.slots)
@@ -221,7 +249,7 @@ func (h hello) marshal() []byte {
 }
 
 func parseHello(b []byte) (hello, error) {
-	if len(b) != helloLen || string(b[:4]) != "MESH" {
+	if len(b) != helloLen || string(b[:4]) != helloMagic {
 		return hello{}, fmt.Errorf("bad mesh hello: %w", errProtocol)
 	}
 	return hello{
@@ -240,7 +268,7 @@ func (t *Transport) hello() hello {
 }
 
 // check validates a peer's hello against ours. want is the expected rank,
-// or -1 when any higher rank may be calling.
+// or -1 when any other rank may be calling.
 func (t *Transport) check(h hello, want int) error {
 	mine := t.hello()
 	switch {
@@ -250,7 +278,7 @@ func (t *Transport) check(h hello, want int) error {
 		return fmt.Errorf("peer says the job has %d ranks, this rank says %d", h.size, mine.size)
 	case want >= 0 && int(h.rank) != want:
 		return fmt.Errorf("expected rank %d, peer says it is rank %d", want, h.rank)
-	case want < 0 && (int(h.rank) <= t.rank || int(h.rank) >= t.size):
+	case want < 0 && (int(h.rank) == t.rank || int(h.rank) >= t.size):
 		return fmt.Errorf("rank %d may not dial rank %d", h.rank, t.rank)
 	case h.slots != mine.slots || h.slotSize != mine.slotSize:
 		return fmt.Errorf("peer uses %d slots of %d bytes, this rank %d of %d (every rank must use the same transport options)",
@@ -261,133 +289,4 @@ func (t *Transport) check(h hello, want int) error {
 
 func (t *Transport) key(r int) string {
 	return t.opts.Namespace + "tcp/addr/" + strconv.Itoa(r)
-}
-
-func (t *Transport) connect(ctx context.Context, store Store, token []byte) error {
-	host := t.opts.ListenHost
-	if host == "" {
-		if la, ok := store.(interface{ LocalAddr() net.Addr }); ok {
-			if ta, ok := la.LocalAddr().(*net.TCPAddr); ok {
-				host = ta.IP.String()
-			}
-		}
-	}
-	if host == "" {
-		host = "127.0.0.1"
-	}
-	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		return fmt.Errorf("tcp: listen on %s: %w", host, err)
-	}
-	defer ln.Close() // the door shuts once the mesh is built
-	if err := store.Put(ctx, t.key(t.rank), []byte(ln.Addr().String())); err != nil {
-		return fmt.Errorf("tcp: publish address: %w", err)
-	}
-
-	peers, err := mesh.Build(ctx, "tcp", t.rank, t.size,
-		func(ctx context.Context, r int) (*peer, error) { return t.dial(ctx, store, token, r) },
-		func(ctx context.Context, deliver func(*peer, error)) { t.acceptLoop(ctx, ln, token, deliver) },
-		func() { ln.Close() },
-		func(p *peer) int { return p.rank },
-		func(p *peer) { p.closeFd() })
-	for r, p := range peers {
-		if p != nil {
-			t.peers[r] = p
-		}
-	}
-	return err
-}
-
-func (t *Transport) dial(ctx context.Context, store Store, token []byte, r int) (*peer, error) {
-	addr, err := store.Get(ctx, t.key(r))
-	if err != nil {
-		return nil, fmt.Errorf("tcp: address of rank %d: %w", r, err)
-	}
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", string(addr))
-	if err != nil {
-		return nil, &transport.PeerError{Peer: r, Op: "connect", Err: err}
-	}
-	p, err := t.handshake(ctx, c.(*net.TCPConn), token, true, r)
-	if err != nil {
-		c.Close()
-		return nil, &transport.PeerError{Peer: r, Op: "connect", Err: err}
-	}
-	return p, nil
-}
-
-// acceptLoop accepts until the listener is closed (connect closes it once
-// every expected peer has arrived). Each handshake runs on its own, so a
-// stranger that stalls cannot hold up the ranks behind it; strangers are
-// refused, counted and logged, and the job goes on.
-func (t *Transport) acceptLoop(ctx context.Context, ln net.Listener, token []byte, deliver func(*peer, error)) {
-	var hs sync.WaitGroup
-	defer hs.Wait()
-	var mu sync.Mutex
-	seen := make(map[int]bool)
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			if ctx.Err() == nil {
-				deliver(nil, fmt.Errorf("tcp: accept: %w", err))
-			}
-			return
-		}
-		hs.Add(1)
-		go func() {
-			defer hs.Done()
-			p, err := t.handshake(ctx, c.(*net.TCPConn), token, false, -1)
-			if err == nil {
-				mu.Lock()
-				dup := seen[p.rank]
-				seen[p.rank] = true
-				mu.Unlock()
-				if dup {
-					err = fmt.Errorf("rank %d connected twice", p.rank)
-				}
-			}
-			if err != nil {
-				c.Close()
-				if ctx.Err() == nil {
-					t.refused.Add(1)
-					logging.L().Warn("tcp: refused a connection", "rank", t.rank, "remote", c.RemoteAddr().String(), "err", err)
-				}
-				return
-			}
-			deliver(p, nil)
-		}()
-	}
-}
-
-func (t *Transport) handshake(ctx context.Context, c *net.TCPConn, token []byte, dialer bool, want int) (*peer, error) {
-	deadline := time.Now().Add(t.opts.HandshakeTimeout)
-	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
-		deadline = dl
-	}
-	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
-	if err := auth.Handshake(c, token, auth.Mesh, dialer, deadline); err != nil {
-		return nil, err
-	}
-	c.SetDeadline(deadline)
-	if _, err := c.Write(t.hello().marshal()); err != nil {
-		return nil, fmt.Errorf("send hello: %w", err)
-	}
-	buf := make([]byte, helloLen)
-	if _, err := io.ReadFull(c, buf); err != nil {
-		return nil, fmt.Errorf("read hello: %w", err)
-	}
-	h, err := parseHello(buf)
-	if err != nil {
-		return nil, err
-	}
-	if err := t.check(h, want); err != nil {
-		return nil, err
-	}
-	if !stop() && ctx.Err() != nil {
-		return nil, ctx.Err()
-	}
-	c.SetDeadline(time.Time{})
-	c.SetNoDelay(true)
-	return t.newPeer(int(h.rank), c)
 }

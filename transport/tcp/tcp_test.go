@@ -29,6 +29,7 @@ func mesh(t testing.TB, n int, opts tcp.Options) []transport.Transport {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	ts := make([]transport.Transport, n)
+	stores := make([]*bootstrap.Client, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for r := 0; r < n; r++ {
@@ -40,7 +41,9 @@ func mesh(t testing.TB, n int, opts tcp.Options) []transport.Transport {
 				errs[r] = err
 				return
 			}
-			defer store.Close()
+			// Links are made on demand, through the store: it stays open
+			// as long as the transport.
+			stores[r] = store
 			tr, err := tcp.Connect(ctx, store, r, n, token, opts)
 			if err != nil {
 				errs[r] = err
@@ -59,6 +62,11 @@ func mesh(t testing.TB, n int, opts tcp.Options) []transport.Transport {
 			}
 		}
 		wg.Wait()
+		for _, s := range stores {
+			if s != nil {
+				s.Close()
+			}
+		}
 	})
 	for r, err := range errs {
 		if err != nil {
