@@ -19,13 +19,16 @@ import (
 // What travels in which width follows from where a partial result
 // exists:
 //
+//   - On two ranks every algorithm reduces each element once, from two
+//     inputs exact in 16 bits, and reduce.Reduce computes that in float32
+//     and rounds once: Sum and Prod take the 16-bit path, whose wire
+//     traffic is the same. Avg, whose division must come before the one
+//     rounding, does not (see wideFor).
 //   - The ring (allreduce, reduce-scatter, reduce-scatter-v) sends a
 //     rank's own block in 16 bits at its first step (one rank's input is
 //     exact in 16 bits), float32 partials at the later ones, and lands the
 //     last step straight into the 16-bit result; the allgather phase
-//     carries the rounded 16-bit chunks. On two ranks nothing travels in
-//     float32 at all: the one step reduces two 16-bit inputs in float32
-//     and rounds once, which is what the 16-bit kernel always did.
+//     carries the rounded 16-bit chunks.
 //   - Rabenseifner's reduce-scatter phase (recursive halving, and the fold
 //     of the ranks beyond a power of two) runs on a float32 copy of the
 //     buffer; each rank rounds the chunk it owns, and the allgather phase
@@ -45,6 +48,12 @@ import (
 // wideBit marks, in the op byte of a call's header, a 16-bit reduction
 // whose partial results travel as float32.
 const wideBit = 0x80
+
+// wideFor says whether a call on n ranks takes the float32 path: a 16-bit
+// Sum, Avg or Prod, on more than two ranks or for Avg (see above).
+func wideFor(n int, dt reduce.DType, op reduce.Op) bool {
+	return reduce.Wide(dt, op) && (n > 2 || op == reduce.Avg)
+}
 
 // scratchPools hold float32 scratch buffers by size class (a power of
 // two of 8-byte words), so that wide reductions allocate nothing in the
@@ -100,13 +109,6 @@ func (c *call) wideRing(next, prev, pos, n int, block func(q int) []byte, big in
 		off := 0                     // bytes of own landed so far
 		var err error
 		switch {
-		case s == 0 && last && op != reduce.Avg:
-			// Two ranks: both inputs are 16-bit, and the 16-bit kernel
-			// adds them in float32 and rounds once.
-			err = c.stream(next, prev, block(sent), own, func(d, src []byte) {
-				reduce.Reduce(dt, op, out[off:off+len(d)], d, src)
-				off += len(d)
-			})
 		case s == 0:
 			err = c.stream(next, prev, block(sent), own, func(d, src []byte) {
 				reduce.ReduceWide(dt, op, acc[2*off:2*(off+len(d))], d, src)
