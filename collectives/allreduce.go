@@ -21,7 +21,7 @@ func (g *Group) AllReduce(ctx context.Context, buf []byte, dt reduce.DType, op r
 	}
 	algo := g.choose(AllReduce, len(buf))
 	c := g.newCall(ctx, spec{what: tag(AllReduce, algo, dt, op), count: uint64(count)})
-	if algo != Local && wideFor(g.n, dt, op) {
+	if algo != Local && g.wideFor(dt, op) {
 		// Float32 partial results, Avg's division included (wide.go).
 		return c.allReduceWide(algo, buf, count, dt, op)
 	}

@@ -153,6 +153,9 @@ type call struct {
 
 func (g *Group) newCall(ctx context.Context, s spec) *call {
 	g.seq++
+	if g.opts.Round16 {
+		s.what &^= wideBit << 24
+	}
 	// Calls on a group run one at a time, so one call value is reused
 	// rather than allocated for every collective; NewGroup set the fields
 	// that never change.

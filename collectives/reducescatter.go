@@ -26,7 +26,7 @@ func (g *Group) ReduceScatter(ctx context.Context, send, recv []byte, dt reduce.
 	block := func(b []byte, i int) []byte { return b[i*len(recv) : (i+1)*len(recv)] }
 	if algo == Local {
 		copy(recv, send)
-	} else if wideFor(n, dt, op) {
+	} else if g.wideFor(dt, op) {
 		// Float32 partial results, Avg's division included (wide.go).
 		own := func(q int) []byte { return block(send, q) }
 		return c.wideRing(mod(r+1, n), mod(r-1, n), r, n, own, len(recv), recv, dt, op, n)
@@ -94,7 +94,7 @@ func (g *Group) ReduceScatterV(ctx context.Context, send, recv []byte, counts []
 	}
 	if algo == Local {
 		copy(recv, send)
-	} else if wideFor(n, dt, op) {
+	} else if g.wideFor(dt, op) {
 		// Float32 partial results, Avg's division included (wide.go).
 		own := func(q int) []byte { return block(send, q) }
 		return c.wideRing(mod(r+1, n), mod(r-1, n), r, n, own, big, recv, dt, op, n)

@@ -130,7 +130,7 @@ func (g *Group) Reduce(ctx context.Context, send, recv []byte, dt reduce.DType, 
 	algo := g.choose(Reduce, len(send))
 	c := g.newCall(ctx, spec{what: tag(Reduce, algo, dt, op), count: uint64(count), root: uint32(root)})
 	parent, children := g.tree(root)
-	if algo != Local && wideFor(g.n, dt, op) {
+	if algo != Local && g.wideFor(dt, op) {
 		return c.reduceWide(send, recv, dt, op, parent, children)
 	}
 	acc := send

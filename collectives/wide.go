@@ -42,17 +42,19 @@ import (
 // Avg divides the float32 sum before the one rounding.
 //
 // Every rank must use the same widths, so the call header says so: the
-// op byte carries wideBit, and a rank of a build that reduced these in 16
-// bits gets ErrMismatch rather than misread float32 bytes.
+// op byte carries wideBit, and a rank told to round in 16 bits
+// (Options.Round16, GOCOLL_HALF_ACCUM=16bit), or of a build that always
+// did, gets ErrMismatch rather than misread float32 bytes.
 
 // wideBit marks, in the op byte of a call's header, a 16-bit reduction
 // whose partial results travel as float32.
 const wideBit = 0x80
 
-// wideFor says whether a call on n ranks takes the float32 path: a 16-bit
-// Sum, Avg or Prod, on more than two ranks or for Avg (see above).
-func wideFor(n int, dt reduce.DType, op reduce.Op) bool {
-	return reduce.Wide(dt, op) && (n > 2 || op == reduce.Avg)
+// wideFor says whether a call takes the float32 path: a 16-bit Sum, Avg
+// or Prod, on more than two ranks or for Avg (see above), unless the
+// group was told to round in 16 bits (Options.Round16).
+func (g *Group) wideFor(dt reduce.DType, op reduce.Op) bool {
+	return reduce.Wide(dt, op) && (g.n > 2 || op == reduce.Avg) && !g.opts.Round16
 }
 
 // scratchPools hold float32 scratch buffers by size class (a power of
