@@ -75,8 +75,8 @@ func TestTable(t *testing.T) {
 		t.Fatalf("%d lines, want %d:\n%s", len(lines), want, out.String())
 	}
 	for _, l := range lines[2:] {
-		if f := strings.Fields(l); len(f) != 6 {
-			t.Errorf("row %q: %d fields, want 6", l, len(f))
+		if f := strings.Fields(l); len(f) != 7 {
+			t.Errorf("row %q: %d fields, want 7", l, len(f))
 		}
 	}
 }
