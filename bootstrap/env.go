@@ -41,7 +41,21 @@ type Config struct {
 	// store refuses ranks of another job, which a shared port and no token
 	// would otherwise let in.
 	Job string
+
+	// HalfAccum is how Float16 and BFloat16 Sum, Avg and Prod accumulate:
+	// "" or "float32" (the default) keeps partial results in float32 and
+	// rounds once; "16bit" rounds every partial result to 16 bits, as
+	// before issue 31 (less accurate, faster from three ranks on). Every
+	// rank must say the same: calls of ranks that differ fail with
+	// ErrMismatch. FromEnv reads GOCOLL_HALF_ACCUM.
+	HalfAccum string
 }
+
+// HalfAccum values.
+const (
+	HalfAccumFloat32 = "float32"
+	HalfAccum16Bit   = "16bit"
+)
 
 // Validate checks the configuration for values that cannot work.
 func (c Config) Validate() error {
@@ -58,6 +72,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%s: local rank %d out of range for local size %d: %w", src, c.LocalRank, c.LocalSize, ErrEnv)
 	case c.LocalSize > c.Size:
 		return fmt.Errorf("%s: local size %d larger than size %d: %w", src, c.LocalSize, c.Size, ErrEnv)
+	}
+	if c.HalfAccum != "" && c.HalfAccum != HalfAccumFloat32 && c.HalfAccum != HalfAccum16Bit {
+		return fmt.Errorf("%s: GOCOLL_HALF_ACCUM=%q: want %s or %s: %w", src, c.HalfAccum, HalfAccumFloat32, HalfAccum16Bit, ErrEnv)
 	}
 	if c.Size > 1 || c.Serve {
 		if c.Addr == "" {
@@ -171,6 +188,9 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 	}
 	if tok, ok := lookup("GRUN_TOKEN"); ok {
 		c.Token = []byte(tok)
+	}
+	if v, ok := lookup("GOCOLL_HALF_ACCUM"); ok {
+		c.HalfAccum = strings.TrimSpace(v)
 	}
 	if c.Source != "grun" {
 		// A lone rank given no address runs without a store (Validate

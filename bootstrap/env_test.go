@@ -62,6 +62,11 @@ func TestFromEnv(t *testing.T) {
 			want: Config{Rank: 2, Size: 3, LocalRank: -1, LocalSize: -1, Addr: "[::1]:5000", Source: "grun"},
 		},
 		{
+			name: "GOCOLL_HALF_ACCUM, with any launcher",
+			env:  merge(grunEnv, env{"GOCOLL_HALF_ACCUM": " 16bit "}),
+			want: Config{Rank: 1, Size: 4, LocalRank: 1, LocalSize: 2, Addr: "127.0.0.1:40123", Token: []byte("3f2a9c"), Source: "grun", HalfAccum: "16bit"},
+		},
+		{
 			name: "grun single rank",
 			env:  env{"GRUN_RANK": "0", "GRUN_SIZE": "1", "GRUN_ADDR": "127.0.0.1:1"},
 			want: Config{Rank: 0, Size: 1, LocalRank: -1, LocalSize: -1, Addr: "127.0.0.1:1", Source: "grun"},
@@ -336,6 +341,9 @@ func TestValidate(t *testing.T) {
 		{"serving, no address", Config{Size: 1, Serve: true, Source: "torchrun"}, "torchrun: no rendezvous address"},
 		{"address without port", Config{Rank: 1, Size: 2, Addr: "node0"}, `rendezvous address "node0"`},
 		{"unbracketed IPv6", Config{Rank: 1, Size: 2, Addr: "fd00::1:5000"}, "rendezvous address"},
+		{"half accumulation float32", Config{Size: 1, HalfAccum: "float32"}, ""},
+		{"half accumulation 16bit", Config{Size: 1, HalfAccum: "16bit"}, ""},
+		{"half accumulation unknown", Config{Size: 1, HalfAccum: "fp16"}, `GOCOLL_HALF_ACCUM="fp16": want float32 or 16bit`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -21,6 +21,10 @@ func (g *Group) AllReduce(ctx context.Context, buf []byte, dt reduce.DType, op r
 	}
 	algo := g.choose(AllReduce, len(buf))
 	c := g.newCall(ctx, spec{what: tag(AllReduce, algo, dt, op), count: uint64(count)})
+	if algo != Local && g.wideFor(dt, op) {
+		// Float32 partial results, Avg's division included (wide.go).
+		return c.allReduceWide(algo, buf, count, dt, op)
+	}
 	var err error
 	switch algo {
 	case Local:
@@ -78,7 +82,7 @@ func (c *call) recursiveDoubling(buf []byte, dt reduce.DType, op reduce.Op) erro
 	if n := c.g.n; n&(n-1) == 0 && len(buf) <= c.segMax {
 		return c.swapAll(buf, dt, op)
 	}
-	return c.onPowerOfTwo(buf, dt, op, func(p int) error {
+	return c.onPowerOfTwo(buf, buf, dt, op, func(p int) error {
 		r := c.t.Rank()
 		for mask := 1; mask < p; mask <<= 1 {
 			partner := r ^ mask
@@ -113,23 +117,26 @@ func (c *call) swapAll(buf []byte, dt reduce.DType, op reduce.Op) error {
 	return nil
 }
 
-// onPowerOfTwo runs core, an allreduce of buf among the first p ranks (p
-// the largest power of two <= n), after folding each rank r >= p into rank
-// r-p and before handing the result back to it.
-func (c *call) onPowerOfTwo(buf []byte, dt reduce.DType, op reduce.Op, core func(p int) error) error {
+// onPowerOfTwo runs core, an allreduce among the first p ranks (p the
+// largest power of two <= n), after folding each rank r >= p into rank
+// r-p and before handing the result back to it. fold is what is folded
+// in (reduced with dt and op), result what is handed back: the same
+// buffer, except in a wide reduction (wide.go), which folds float32 and
+// hands back the rounded 16 bits.
+func (c *call) onPowerOfTwo(fold, result []byte, dt reduce.DType, op reduce.Op, core func(p int) error) error {
 	n, r := c.t.Size(), c.t.Rank()
 	p := 1
 	for p*2 <= n {
 		p *= 2
 	}
 	if r >= p {
-		if err := c.sendAll(r-p, buf); err != nil {
+		if err := c.sendAll(r-p, fold); err != nil {
 			return err
 		}
-		return c.recvAll(r-p, buf, func(dst, src []byte) { copy(dst, src) })
+		return c.recvAll(r-p, result, func(dst, src []byte) { copy(dst, src) })
 	}
 	if r+p < n {
-		if err := c.recvAll(r+p, buf, func(dst, src []byte) { combine(dt, op, false, dst, src) }); err != nil {
+		if err := c.recvAll(r+p, fold, func(dst, src []byte) { combine(dt, op, false, dst, src) }); err != nil {
 			return err
 		}
 	}
@@ -137,7 +144,7 @@ func (c *call) onPowerOfTwo(buf []byte, dt reduce.DType, op reduce.Op, core func
 		return err
 	}
 	if r+p < n {
-		return c.sendAll(r+p, buf)
+		return c.sendAll(r+p, result)
 	}
 	return nil
 }
@@ -152,11 +159,28 @@ func (c *call) onPowerOfTwo(buf []byte, dt reduce.DType, op reduce.Op, core func
 // rank r-p first and get the result at the end. Each chunk is reduced by
 // exactly one rank and then copied, so every rank ends with the same bits.
 func (c *call) rabenseifner(buf []byte, count int, dt reduce.DType, op reduce.Op) error {
-	return c.onPowerOfTwo(buf, dt, op, func(p int) error {
-		r, es := c.t.Rank(), dt.Size()
+	return c.halvingDoubling(buf, buf, count, dt, op, nil)
+}
+
+// halvingDoubling is rabenseifner: the halving phase reduces half (with
+// dt and op), the doubling phase shares full's chunks. Both are buf, but
+// for a wide reduction (wide.go), which halves a float32 copy of the
+// buffer and, between the phases, rounds the chunk this rank owns into
+// the 16-bit buffer with round(half's chunk, full's chunk), which then
+// the doubling phase shares.
+func (c *call) halvingDoubling(half, full []byte, count int, dt reduce.DType, op reduce.Op, round func(h, f []byte)) error {
+	hes, fes := len(half)/max(count, 1), len(full)/max(count, 1)
+	return c.onPowerOfTwo(half, full, dt, op, func(p int) error {
+		r := c.t.Rank()
 		q, rem := count/p, count%p
-		off := func(i int) int { return (i*q + min(i, rem)) * es }
-		span := func(lo, hi int) []byte { return buf[off(lo):off(hi):off(hi)] }
+		off := func(i int) int { return i*q + min(i, rem) }
+		span := func(b []byte, lo, hi int) []byte {
+			es := hes
+			if len(b) != len(half) {
+				es = fes
+			}
+			return b[off(lo)*es : off(hi)*es : off(hi)*es]
+		}
 		lo, hi := 0, p
 		for mask := p / 2; mask >= 1; mask /= 2 {
 			partner := r ^ mask
@@ -165,11 +189,14 @@ func (c *call) rabenseifner(buf []byte, count int, dt reduce.DType, op reduce.Op
 			if r&mask != 0 {
 				keepLo, keepHi, giveLo, giveHi = mid, hi, lo, mid
 			}
-			err := c.stream(partner, partner, span(giveLo, giveHi), span(keepLo, keepHi), func(dst, src []byte) { combine(dt, op, partner < r, dst, src) })
+			err := c.stream(partner, partner, span(half, giveLo, giveHi), span(half, keepLo, keepHi), func(dst, src []byte) { combine(dt, op, partner < r, dst, src) })
 			if err != nil {
 				return err
 			}
 			lo, hi = keepLo, keepHi
+		}
+		if round != nil {
+			round(span(half, lo, hi), span(full, lo, hi))
 		}
 		for mask := 1; mask < p; mask <<= 1 {
 			partner := r ^ mask
@@ -178,7 +205,7 @@ func (c *call) rabenseifner(buf []byte, count int, dt reduce.DType, op reduce.Op
 			if r&mask != 0 {
 				plo, phi = lo-w, lo
 			}
-			if err := c.stream(partner, partner, span(lo, hi), span(plo, phi), func(dst, src []byte) { copy(dst, src) }); err != nil {
+			if err := c.stream(partner, partner, span(full, lo, hi), span(full, plo, phi), func(dst, src []byte) { copy(dst, src) }); err != nil {
 				return err
 			}
 			lo, hi = min(lo, plo), max(hi, phi)

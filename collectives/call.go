@@ -41,15 +41,23 @@ type spec struct {
 	extra uint32
 }
 
-// tag packs what a header says about the call, a byte each.
+// tag packs what a header says about the call, a byte each. The op's
+// byte also says whether 16-bit partial results travel as float32
+// (wideBit; see wide.go): ranks that disagree on it must not exchange
+// data.
 func tag(k Kind, a Algo, dt reduce.DType, op reduce.Op) uint32 {
-	return uint32(k) | uint32(a)<<8 | uint32(dt)<<16 | uint32(op)<<24
+	o := uint32(op)
+	if reduce.Wide(dt, op) && a != Local {
+		o |= wideBit
+	}
+	return uint32(k) | uint32(a)<<8 | uint32(dt)<<16 | o<<24
 }
 
 func (h header) kind() Kind          { return Kind(h.what) }
 func (h header) algo() Algo          { return Algo(h.what >> 8) }
 func (h header) dtype() reduce.DType { return reduce.DType(h.what >> 16) }
-func (h header) op() reduce.Op       { return reduce.Op(h.what >> 24) }
+func (h header) op() reduce.Op       { return reduce.Op(h.what>>24) &^ wideBit }
+func (h header) wide() bool          { return h.what>>24&wideBit != 0 }
 
 const (
 	hdrLen   = 32
@@ -117,6 +125,9 @@ func (h header) String() string {
 	if h.kind() == Reduce {
 		s += fmt.Sprintf(", %v", h.op())
 	}
+	if h.wide() {
+		s += " in float32"
+	}
 	if h.extra != 0 {
 		s += fmt.Sprintf(", counts %08x", h.extra)
 	}
@@ -142,6 +153,9 @@ type call struct {
 
 func (g *Group) newCall(ctx context.Context, s spec) *call {
 	g.seq++
+	if g.opts.Round16 {
+		s.what &^= wideBit << 24
+	}
 	// Calls on a group run one at a time, so one call value is reused
 	// rather than allocated for every collective; NewGroup set the fields
 	// that never change.

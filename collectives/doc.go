@@ -23,4 +23,9 @@
 // Results are bitwise identical on every rank: the ring reduces each chunk
 // exactly once and copies it, and recursive doubling always puts the lower
 // rank's operand first.
+//
+// Float16 and BFloat16 Sum, Avg and Prod keep their partial results in
+// float32, on the wire too, and round to 16 bits once (wide.go says what
+// travels in which width for each algorithm); the call header says so,
+// so that ranks that would disagree on the width get ErrMismatch.
 package collectives

@@ -1,6 +1,7 @@
 package collectives
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/gocoll/gocoll/internal/reduce"
@@ -44,5 +45,46 @@ func TestHeaderWire(t *testing.T) {
 	}
 	if _, ok := parseHeader(b[:hdrLen-1]); ok {
 		t.Error("parseHeader accepts a short message")
+	}
+}
+
+// TestHeaderWide: a 16-bit Sum, Avg or Prod says in its header that its
+// partial results travel as float32, so that it never matches a call
+// that reduces in 16 bits (or a build that did); the op still reads back
+// as itself, and the call's name says it.
+func TestHeaderWide(t *testing.T) {
+	for _, tc := range []struct {
+		k    Kind
+		a    Algo
+		dt   reduce.DType
+		op   reduce.Op
+		wide bool
+	}{
+		{AllReduce, Ring, reduce.BFloat16, reduce.Sum, true},
+		{AllReduce, RecursiveDoubling, reduce.Float16, reduce.Avg, true},
+		{Reduce, Binomial, reduce.Float16, reduce.Prod, true},
+		{ReduceScatterV, Ring, reduce.BFloat16, reduce.Avg, true},
+		{AllReduce, Local, reduce.BFloat16, reduce.Sum, false}, // nothing travels
+		{AllReduce, Ring, reduce.BFloat16, reduce.Min, false},
+		{AllReduce, Ring, reduce.Float32, reduce.Sum, false},
+		{Broadcast, Chain, reduce.Float16, 0, false},
+	} {
+		h := header{spec{what: tag(tc.k, tc.a, tc.dt, tc.op), count: 10}, 3}
+		if h.wide() != tc.wide || h.op() != tc.op || h.kind() != tc.k || h.algo() != tc.a || h.dtype() != tc.dt {
+			t.Errorf("tag(%v, %v, %v, %v): wide %v op %v kind %v algo %v dtype %v", tc.k, tc.a, tc.dt, tc.op, h.wide(), h.op(), h.kind(), h.algo(), h.dtype())
+		}
+		b := make([]byte, hdrLen)
+		h.put(b)
+		if got, ok := parseHeader(b); !ok || got != h || got.wide() != tc.wide {
+			t.Errorf("%v: parsed %+v (ok %v)", h, got, ok)
+		}
+		narrow := h
+		narrow.what &^= wideBit << 24
+		if tc.wide && narrow.sentBy(b) {
+			t.Errorf("%v: a 16-bit call's header matches the wide one", h)
+		}
+		if s := h.String(); strings.HasSuffix(s, " in float32)") != tc.wide {
+			t.Errorf("%v: name does not say whether partials are float32", s)
+		}
 	}
 }

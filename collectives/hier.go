@@ -60,12 +60,23 @@ func hierarchical(hosts []int, n int) (nhosts, widest int, ok bool) {
 // intra-host steps run over the fast local transport. Every rank ends with
 // the leaders' bytes, so all ranks agree exactly.
 func (c *call) hierAllReduce(buf []byte, count int, dt reduce.DType, op reduce.Op) error {
+	return c.hierUpDown(buf, buf, count, dt, op, nil)
+}
+
+// hierUpDown is hierAllReduce: up reduces (with dt and op) up the host's
+// tree and among the leaders, down carries the result down the tree. Both
+// are buf, but for a wide reduction (wide.go), which reduces a float32
+// copy, and where each leader, before sending anything down, rounds it
+// into the 16-bit buffer with round.
+func (c *call) hierUpDown(up, down []byte, count int, dt reduce.DType, op reduce.Op, round func()) error {
 	tp := newTopology(c.g.opts.Hosts, c.t.Rank(), c.t.Size())
-	parent, children := c.localTree(tp, len(buf))
+	// The tree's shape follows the caller's size, which every rank knows
+	// alike, not the width that travels.
+	parent, children := c.localTree(tp, len(down))
 	// Up the tree, segment by segment, so that a rank passes segment k on
 	// while its children are still sending k+1.
-	for k := 0; k < c.segments(len(buf)); k++ {
-		seg := c.seg(buf, k)
+	for k := 0; k < c.segments(len(up)); k++ {
+		seg := c.seg(up, k)
 		for _, ch := range children {
 			msg, err := c.recv(ch, len(seg))
 			if err != nil {
@@ -81,13 +92,16 @@ func (c *call) hierAllReduce(buf []byte, count int, dt reduce.DType, op reduce.O
 		}
 	}
 	if tp.lead >= 0 && len(tp.leaders) > 1 {
-		if err := c.ringAllReduceAmong(buf, count, dt, op, tp.leaders, tp.lead); err != nil {
+		if err := c.ringAllReduceAmong(up, count, dt, op, tp.leaders, tp.lead); err != nil {
 			return err
 		}
 	}
+	if round != nil && parent < 0 {
+		round()
+	}
 	// Down the same tree.
-	for k := 0; k < c.segments(len(buf)); k++ {
-		seg := c.seg(buf, k)
+	for k := 0; k < c.segments(len(down)); k++ {
+		seg := c.seg(down, k)
 		if parent >= 0 {
 			msg, err := c.recv(parent, len(seg))
 			if err != nil {

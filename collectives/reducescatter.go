@@ -26,6 +26,10 @@ func (g *Group) ReduceScatter(ctx context.Context, send, recv []byte, dt reduce.
 	block := func(b []byte, i int) []byte { return b[i*len(recv) : (i+1)*len(recv)] }
 	if algo == Local {
 		copy(recv, send)
+	} else if g.wideFor(dt, op) {
+		// Float32 partial results, Avg's division included (wide.go).
+		own := func(q int) []byte { return block(send, q) }
+		return c.wideRing(mod(r+1, n), mod(r-1, n), r, n, own, len(recv), recv, dt, op, n)
 	} else {
 		// The ring of ringAllReduce, out of place: the partial sum of the
 		// block in flight lives in one of two scratch blocks (one being
@@ -84,16 +88,20 @@ func (g *Group) ReduceScatterV(ctx context.Context, send, recv []byte, counts []
 	algo := g.choose(ReduceScatterV, len(send))
 	c := g.newCall(ctx, spec{what: tag(ReduceScatterV, algo, dt, op), count: uint64(total(counts)), extra: countsSum(counts)})
 	block := func(b []byte, q int) []byte { return b[offs[q]:offs[q+1]] }
+	big := 0
+	for q := 0; q < n; q++ {
+		big = max(big, offs[q+1]-offs[q])
+	}
 	if algo == Local {
 		copy(recv, send)
+	} else if g.wideFor(dt, op) {
+		// Float32 partial results, Avg's division included (wide.go).
+		own := func(q int) []byte { return block(send, q) }
+		return c.wideRing(mod(r+1, n), mod(r-1, n), r, n, own, big, recv, dt, op, n)
 	} else {
 		// The ring of ReduceScatter with blocks of their own sizes: the
 		// partial result in flight alternates between two scratch blocks
 		// as large as the largest block, and the last step lands in recv.
-		big := 0
-		for q := 0; q < n; q++ {
-			big = max(big, offs[q+1]-offs[q])
-		}
 		scratch := make([]byte, 2*big)
 		tmp := [2][]byte{scratch[:big], scratch[big:]}
 		next, prev := mod(r+1, n), mod(r-1, n)

@@ -129,8 +129,11 @@ func (g *Group) Reduce(ctx context.Context, send, recv []byte, dt reduce.DType, 
 	}
 	algo := g.choose(Reduce, len(send))
 	c := g.newCall(ctx, spec{what: tag(Reduce, algo, dt, op), count: uint64(count), root: uint32(root)})
-	acc := send
 	parent, children := g.tree(root)
+	if algo != Local && g.wideFor(dt, op) {
+		return c.reduceWide(send, recv, dt, op, parent, children)
+	}
+	acc := send
 	switch {
 	case atRoot:
 		copy(recv, send)
@@ -149,6 +152,25 @@ func (g *Group) Reduce(ctx context.Context, send, recv []byte, dt reduce.DType, 
 	}
 	if atRoot && op == reduce.Avg {
 		reduce.Scale(dt, recv, g.t.Size())
+	}
+	return nil
+}
+
+// reduceWide is Reduce's tree with float32 partial results (wide.go):
+// every rank sums into a float32 copy of send, and the root rounds the
+// result, once, into recv.
+func (c *call) reduceWide(send, recv []byte, dt reduce.DType, op reduce.Op, parent int, children []int) error {
+	w, handle := getScratch(2 * len(send))
+	defer putScratch(handle)
+	reduce.Widen(dt, w, send)
+	if err := c.reduceUp(w, reduce.Float32, op, parent, children); err != nil {
+		return err
+	}
+	if err := c.receipts(parent, children); err != nil {
+		return err
+	}
+	if parent < 0 {
+		finishWide(dt, op, recv, w, c.t.Size())
 	}
 	return nil
 }

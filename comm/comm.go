@@ -282,7 +282,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 	if err != nil {
 		return fail("waiting for every rank to connect: ", err)
 	}
-	gopts := collectives.Options{Algos: algos, Logger: c.log, Hosts: c.hosts}
+	gopts := collectives.Options{Algos: algos, Logger: c.log, Hosts: c.hosts, Round16: cfg.HalfAccum == bootstrap.HalfAccum16Bit}
 	if s.trace != "" {
 		if c.trace, err = openTrace(s.trace, cfg.Rank); err != nil {
 			return fail("", err)

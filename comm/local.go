@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
+	"strings"
 	"sync"
 
 	"github.com/gocoll/gocoll/bootstrap"
@@ -16,6 +18,9 @@ import (
 // and the same transports a multi-process job uses. It is meant for tests
 // and examples: each returned Communicator must be driven by its own
 // goroutine, exactly as if it were a separate process.
+//
+// Its ranks read GOCOLL_HALF_ACCUM, as Init's do; the rest of their
+// configuration is NewLocal's.
 //
 // The store is owned by rank 0's Communicator and stops when it is closed;
 // close every Communicator when done. On error nothing is left open.
@@ -31,6 +36,8 @@ func NewLocal(ctx context.Context, n int, opts ...Option) ([]*Communicator, erro
 		return nil, fmt.Errorf("comm: local job: token: %w", err)
 	}
 	token := []byte(hex.EncodeToString(secret[:]))
+	// As Init's ranks do (bootstrap.FromEnv), from the environment.
+	halfAccum := strings.TrimSpace(os.Getenv("GOCOLL_HALF_ACCUM"))
 	srv, err := bootstrap.Listen("127.0.0.1:0", token)
 	if err != nil {
 		return nil, fmt.Errorf("comm: local job: %w", err)
@@ -46,7 +53,7 @@ func NewLocal(ctx context.Context, n int, opts ...Option) ([]*Communicator, erro
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cfg := Config{Rank: r, Size: n, LocalRank: r, LocalSize: n, Addr: srv.Addr(), Token: token, Source: "local"}
+			cfg := Config{Rank: r, Size: n, LocalRank: r, LocalSize: n, Addr: srv.Addr(), Token: token, Source: "local", HalfAccum: halfAccum}
 			cs[r], errs[r] = New(ctx, cfg, opts...)
 			if errs[r] != nil {
 				cancel()

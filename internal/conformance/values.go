@@ -9,10 +9,18 @@ import (
 
 // The suite's inputs are small integers (and, for products, a few powers
 // of two), exactly representable in every element type, bfloat16 included,
-// with every partial result exact too. So any reduction order gives the
-// same bits, and results are compared with the serial reference exactly:
-// one misrouted or doubly-reduced chunk shows. Rounding behaviour is tested
-// separately, with random inputs and a tolerance (see randomFloats).
+// with every partial result exact too (in float32, for the 16-bit types).
+// So any reduction order gives the same bits, and results are compared
+// with the serial reference exactly: one misrouted or doubly-reduced chunk
+// shows. Rounding behaviour is tested separately, with random inputs and a
+// tolerance (see randomFloats).
+//
+// The 16-bit types' sums (and averages) mix in a large power of two, next
+// to which the small integers are below 16-bit precision: their partial
+// sums are exact in float32 but not in 16 bits. The library accumulates
+// them in float32 and rounds once (reduce.Wide), so the reference is the
+// exact result rounded once; a path that rounded a partial result to 16
+// bits on the way would differ from it.
 
 var allTypes = []reduce.DType{
 	reduce.Float32, reduce.Float64, reduce.Int8, reduce.Int16, reduce.Int32, reduce.Int64,
@@ -33,6 +41,18 @@ func input(op reduce.Op, dt reduce.DType, q, i int) float64 {
 		}
 		return vals[h%len(vals)]
 	}
+	if reduce.Wide(dt, op) && h%4 == 0 {
+		// 2^11 (binary16: spacing 2, then 4...) or 2^8 (bfloat16: spacing
+		// 2, then 4...), either sign: the small integers beside it round.
+		big := 2048.0
+		if dt == reduce.BFloat16 {
+			big = 256
+		}
+		if h%8 == 0 {
+			return -big
+		}
+		return big
+	}
 	if !signed(dt) {
 		return float64(h % 9)
 	}
@@ -49,7 +69,8 @@ func signed(dt reduce.DType) bool {
 
 // reference reduces the inputs of n ranks serially, in rank order, with
 // plain float64 or int64 arithmetic (exact for the suite's inputs), then
-// converts to dt's semantics (wrapping for integers).
+// converts to dt's semantics (wrapping for integers; put rounds a 16-bit
+// float once).
 func reference(op reduce.Op, dt reduce.DType, n, i int) float64 {
 	acc := input(op, dt, 0, i)
 	if !dt.IsFloat() {

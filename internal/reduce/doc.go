@@ -77,8 +77,13 @@
 // so ranks on CPUs of different levels may disagree on a NaN's bits.
 //
 // Float16 and BFloat16 are stored as uint16. Each element is widened to
-// float32, the operation is done in float32, and the result is rounded back
-// to the 16-bit format (round to nearest, ties to even) on every call.
+// float32, the operation is done in float32, and Reduce rounds the result
+// back to the 16-bit format (round to nearest, ties to even) on every call.
+// The collectives call Reduce for them only where rounding loses nothing
+// (Min and Max) or where one call is the whole reduction (two ranks): for
+// Sum, Avg and Prod ([Wide]) they keep partial results in float32 with
+// [ReduceWide], [Accumulate] and [AccumulateNarrow], so that a result is
+// rounded to 16 bits once rather than once per step (wide.go).
 //
 // Avg is reduced exactly as Sum; the caller divides once at the end with
 // [Scale].

@@ -180,14 +180,26 @@ func checkAllReduce(t *testing.T, groups []*collectives.Group, count int) {
 	f32 := make([][]float32, n)
 	i32 := make([][]int32, n)
 	f64 := make([][]float64, n)
+	// bfloat16 sums: 256 on one rank and small integers, which round away
+	// next to it in bfloat16, on the others. Their sum is exact in float32,
+	// where the partial results are kept, and rounded once.
+	bf := make([][]uint16, n)
+	bfIn := func(r, i int) float32 {
+		if r == i%n {
+			return 256
+		}
+		return float32((r*5+i)%7 - 3)
+	}
 	for r := range groups {
 		f32[r] = make([]float32, count)
 		i32[r] = make([]int32, count)
 		f64[r] = make([]float64, count)
+		bf[r] = make([]uint16, count)
 		for i := 0; i < count; i++ {
 			f32[r][i] = float32((r*31 + i) % 1000)
 			i32[r][i] = int32((r*7919+i*104729)%997 - 500)
 			f64[r][i] = float64((r*13+i)%101) / 4
+			bf[r][i] = reduce.F32ToBF16(bfIn(r, i))
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -204,7 +216,10 @@ func checkAllReduce(t *testing.T, groups []*collectives.Group, count int) {
 			if errs[r] = g.AllReduce(ctx, asBytes(i32[r]), reduce.Int32, reduce.Max); errs[r] != nil {
 				return
 			}
-			errs[r] = g.AllReduce(ctx, asBytes(f64[r]), reduce.Float64, reduce.Avg)
+			if errs[r] = g.AllReduce(ctx, asBytes(f64[r]), reduce.Float64, reduce.Avg); errs[r] != nil {
+				return
+			}
+			errs[r] = g.AllReduce(ctx, asBytes(bf[r]), reduce.BFloat16, reduce.Sum)
 		}()
 	}
 	wg.Wait()
@@ -223,7 +238,14 @@ func checkAllReduce(t *testing.T, groups []*collectives.Group, count int) {
 			avg += float64((q*13+i)%101) / 4
 		}
 		avg /= float64(n)
+		var exact float32
+		for q := 0; q < n; q++ {
+			exact += bfIn(q, i)
+		}
 		for r := 0; r < n; r++ {
+			if want := reduce.F32ToBF16(exact); bf[r][i] != want {
+				t.Fatalf("count %d: rank %d element %d: bfloat16 sum %#04x, want %#04x (%v rounded once)", count, r, i, bf[r][i], want, exact)
+			}
 			if f32[r][i] != sum || i32[r][i] != mx || math.Abs(f64[r][i]-avg) > 1e-12*avg {
 				t.Fatalf("count %d: rank %d element %d: got sum %v max %v avg %v, want %v %v %v",
 					count, r, i, f32[r][i], i32[r][i], f64[r][i], sum, mx, avg)
