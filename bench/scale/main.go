@@ -248,6 +248,11 @@ func rssKiB() int64 {
 	return -1
 }
 
+// above is n in the type of an Rlimit field (uint64 on Linux, int64 on
+// FreeBSD), and whether it is above limit. n fits either: it was parsed
+// to 63 bits.
+func above[T int64 | uint64](limit T, n uint64) (T, bool) { return T(n), T(n) > limit }
+
 // raiseFDLimit lifts the descriptor limit as far as it may go: the hard
 // limit too when the process may (root may, up to fs.nr_open), else the
 // soft limit to the hard one. A job of n ranks in one process holds both
@@ -259,8 +264,8 @@ func raiseFDLimit() {
 		return
 	}
 	if b, err := os.ReadFile("/proc/sys/fs/nr_open"); err == nil {
-		if max, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err == nil && max > l.Max {
-			if syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: max, Max: max}) == nil {
+		if n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 63); err == nil {
+			if max, more := above(l.Max, n); more && syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: max, Max: max}) == nil {
 				return
 			}
 		}

@@ -26,7 +26,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/gocoll/gocoll/comm"
@@ -127,7 +126,10 @@ func run(steps int, lr float64, kills string, inShrink int) error {
 // on).
 func die(me int, when string) {
 	fmt.Printf("elastic: rank %d kills itself %s (t=%d)\n", me, when, time.Now().UnixNano())
-	syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	if p, err := os.FindProcess(os.Getpid()); err == nil {
+		p.Kill() // SIGKILL on Unix
+	}
+	os.Exit(137)
 }
 
 // lost reports whether err is a failure the survivors can shrink away:
