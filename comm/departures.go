@@ -51,6 +51,19 @@ func departures(ds []bootstrap.Departure) string {
 // abnormally. It has a store connection of its own: the communicator's
 // is busy with the waiting gets.
 func watchDepartures(ctx context.Context, stop context.CancelCauseFunc, cfg Config) {
+	awaitDepartures(ctx, cfg, func(ds []bootstrap.Departure) bool {
+		if len(ds) == 0 {
+			return false
+		}
+		stop(fmt.Errorf("%w: %w: the rendezvous saw %s", ErrPeerLost, bootstrap.ErrRankGone, departures(ds)))
+		return true
+	})
+}
+
+// awaitDepartures long-polls the store's departures, on a store
+// connection of its own, until ctx ends, the store fails, or seen, given
+// each answer, says it has what it waited for.
+func awaitDepartures(ctx context.Context, cfg Config, seen func([]bootstrap.Departure) bool) {
 	w, err := bootstrap.Dial(ctx, cfg.Addr, cfg.Token)
 	if err != nil {
 		return
@@ -58,11 +71,7 @@ func watchDepartures(ctx context.Context, stop context.CancelCauseFunc, cfg Conf
 	defer w.Close()
 	for ctx.Err() == nil {
 		ds, err := w.Departures(ctx, 10*time.Second)
-		if err != nil {
-			return
-		}
-		if len(ds) > 0 {
-			stop(fmt.Errorf("%w: %w: the rendezvous saw %s", ErrPeerLost, bootstrap.ErrRankGone, departures(ds)))
+		if err != nil || seen(ds) {
 			return
 		}
 	}
@@ -88,30 +97,19 @@ func (c *Communicator) watchLeavers() {
 		}
 		cancel()
 	}()
-	w, err := bootstrap.Dial(ctx, c.cfg.Addr, c.cfg.Token)
-	if err != nil {
-		return
-	}
-	defer w.Close()
-	for ctx.Err() == nil {
-		ds, err := w.Departures(ctx, 10*time.Second)
-		if err != nil {
-			return
+	awaitDepartures(ctx, c.cfg, func(ds []bootstrap.Departure) bool {
+		others := slices.DeleteFunc(slices.Clone(ds), func(d bootstrap.Departure) bool { return d.Rank == c.cfg.Rank })
+		if len(others) == 0 {
+			return len(ds) > 0 // only this rank left: it knows why
 		}
-		others := slices.DeleteFunc(ds, func(d bootstrap.Departure) bool { return d.Rank == c.cfg.Rank })
-		if len(others) > 0 {
-			saw := departures(others)
-			if why, ok := strings.CutPrefix(others[0].Why, "give up: "); ok && len(others) == 1 {
-				// Worded as the rank's own link would have told it.
-				saw = fmt.Sprintf("that rank %d gave up: %s", others[0].Rank, why)
-			}
-			c.leavers <- fmt.Errorf("%w: %w: the rendezvous saw %s", ErrPeerLost, bootstrap.ErrRankGone, saw)
-			return
+		saw := departures(others)
+		if why, ok := strings.CutPrefix(others[0].Why, "give up: "); ok && len(others) == 1 {
+			// Worded as the rank's own link would have told it.
+			saw = fmt.Sprintf("that rank %d gave up: %s", others[0].Rank, why)
 		}
-		if len(ds) > 0 {
-			return // only this rank left: it knows why
-		}
-	}
+		c.leavers <- fmt.Errorf("%w: %w: the rendezvous saw %s", ErrPeerLost, bootstrap.ErrRankGone, saw)
+		return true
+	})
 }
 
 // departuresWait bounds how long a rank that lost a peer waits for the

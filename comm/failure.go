@@ -154,15 +154,8 @@ func (c *Communicator) withLosses(err error) error {
 	}
 	var notes []string
 	if ln, ok := c.t.(transport.LossNotifier); ok {
-		var list []*transport.PeerError
-		switch lost := ln.LostErr().(type) {
-		case *transport.PeerError:
-			list = append(list, lost)
-		case transport.Losses:
-			list = lost
-		}
 		text := err.Error()
-		for _, pe := range list {
+		for _, pe := range lossList(ln.LostErr()) {
 			// Ranks that gave up say why themselves; repeating each
 			// one's story would bury the rank that died.
 			if t := pe.Err.Error(); !strings.Contains(text, t) && !strings.Contains(t, " gave up: ") {
