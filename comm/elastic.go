@@ -143,11 +143,7 @@ func (c *Communicator) Shrink(ctx context.Context) (*Communicator, error) {
 	binary.LittleEndian.PutUint64(b[8:], 0x4b4e49524853) // "SHRINK"
 	h.Write(b[:])
 	id := h.Sum64() | 1
-	// child prefixes the parent's name; a shrink replaces it.
-	saved := c.ext.name
-	c.ext.name = ""
 	nc, err := c.child(id, survivors, name)
-	c.ext.name = saved
 	if err != nil {
 		return nil, fmt.Errorf("%s: shrink: %w", c.prefix(), err)
 	}

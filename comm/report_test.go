@@ -56,12 +56,16 @@ func TestStallReportWithoutGrun(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			// The report goes to the working directory. It is restored
+			// by a cleanup registered before local's, so only after the
+			// communicators are closed: a late report cannot land in the
+			// package's directory.
 			wd, _ := os.Getwd()
 			dir := t.TempDir()
 			if err := os.Chdir(dir); err != nil {
 				t.Fatal(err)
 			}
-			defer os.Chdir(wd)
+			t.Cleanup(func() { os.Chdir(wd) })
 			cs := local(t, 4, comm.WithTransport("tcp"), comm.WithStall(300*time.Millisecond))
 			errs := each(t, cs, func(ctx context.Context, c *comm.Communicator) error {
 				// The ranks answer reports from a second after Init on.

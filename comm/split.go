@@ -122,6 +122,9 @@ func (c *Communicator) Split(ctx context.Context, color, key int) (*Communicator
 	h.Write(b[:])
 	id := h.Sum64() | 1 // never 0, the job's
 	name := fmt.Sprintf("split #%d color %d", seq, color)
+	if c.ext.name != "" {
+		name = c.ext.name + " > " + name
+	}
 	sub, err := c.child(id, jobRanks, name)
 	if err != nil {
 		return nil, fmt.Errorf("comm: split: %w", err)
@@ -130,8 +133,9 @@ func (c *Communicator) Split(ctx context.Context, color, key int) (*Communicator
 }
 
 // child makes the communicator id of the job ranks jobRanks (its members,
-// in their new order) over c's shared connections, named name after c's
-// own name: a split's, or a shrink's.
+// in their new order) over c's shared connections, named name in full (a
+// split's name follows its parent's; a shrink's replaces it). c's own
+// fields are only read: its watchdog may be reading them too.
 func (c *Communicator) child(id uint64, jobRanks []int, name string) (*Communicator, error) {
 	ch, err := c.ext.mux.Channel(id, jobRanks)
 	if err != nil {
@@ -152,9 +156,6 @@ func (c *Communicator) child(id uint64, jobRanks []int, name string) (*Communica
 	}
 	sub.ext.mux, sub.ext.ch, sub.ext.id = c.ext.mux, ch, id
 	sub.ext.name = name
-	if c.ext.name != "" {
-		sub.ext.name = c.ext.name + " > " + sub.ext.name
-	}
 	sub.ext.parent = c
 	sub.life, sub.kill = context.WithCancelCause(context.Background())
 	opts := c.g.Options()
