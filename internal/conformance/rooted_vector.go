@@ -25,8 +25,8 @@ func smallSizes(n, maxMsg, es int, heavy bool) []int {
 func testReduce(t *testing.T, ts []transport.Transport) {
 	n := len(ts)
 	j := newJob(ts, nil)
-	for _, dt := range allTypes {
-		for _, op := range allOps {
+	for _, dt := range suiteTypes() {
+		for _, op := range suiteOps(dt) {
 			if reduce.Check(dt, op) != nil {
 				continue
 			}
@@ -95,7 +95,7 @@ func copyHeavy(dt reduce.DType) bool {
 func testGather(t *testing.T, ts []transport.Transport) {
 	n := len(ts)
 	j := newJob(ts, nil)
-	for _, dt := range allTypes {
+	for _, dt := range suiteTypes() {
 		for _, root := range uniq(0, n-1) {
 			for _, count := range smallSizes(n, ts[0].MaxMessage(), dt.Size(), copyHeavy(dt)) {
 				t.Run(fmt.Sprintf("%v/root=%d/%d", dt, root, count), func(t *testing.T) {
@@ -125,7 +125,7 @@ func testGather(t *testing.T, ts []transport.Transport) {
 func testScatter(t *testing.T, ts []transport.Transport) {
 	n := len(ts)
 	j := newJob(ts, nil)
-	for _, dt := range allTypes {
+	for _, dt := range suiteTypes() {
 		for _, root := range uniq(0, n-1) {
 			for _, count := range smallSizes(n, ts[0].MaxMessage(), dt.Size(), copyHeavy(dt)) {
 				t.Run(fmt.Sprintf("%v/root=%d/%d", dt, root, count), func(t *testing.T) {
@@ -181,7 +181,7 @@ func offsets(counts []int) []int {
 func testAllGatherV(t *testing.T, ts []transport.Transport) {
 	n := len(ts)
 	j := newJob(ts, nil)
-	for _, dt := range allTypes {
+	for _, dt := range suiteTypes() {
 		for name, counts := range unequal(n, ts[0].MaxMessage(), dt.Size()) {
 			if name == "onebig" && !copyHeavy(dt) {
 				continue
@@ -212,8 +212,8 @@ func testAllGatherV(t *testing.T, ts []transport.Transport) {
 func testReduceScatterV(t *testing.T, ts []transport.Transport) {
 	n := len(ts)
 	j := newJob(ts, nil)
-	for _, dt := range allTypes {
-		for _, op := range allOps {
+	for _, dt := range suiteTypes() {
+		for _, op := range suiteOps(dt) {
 			if reduce.Check(dt, op) != nil {
 				continue
 			}
@@ -251,7 +251,7 @@ func testReduceScatterV(t *testing.T, ts []transport.Transport) {
 func testAllToAll(t *testing.T, ts []transport.Transport) {
 	n := len(ts)
 	j := newJob(ts, nil)
-	for _, dt := range allTypes {
+	for _, dt := range suiteTypes() {
 		for _, count := range smallSizes(n, ts[0].MaxMessage(), dt.Size(), copyHeavy(dt)) {
 			t.Run(fmt.Sprintf("%v/%d", dt, count), func(t *testing.T) {
 				es, b := dt.Size(), count*dt.Size()
@@ -289,7 +289,7 @@ func testAllToAllV(t *testing.T, ts []transport.Transport) {
 		}
 		return (p*3 + q*5) % 7
 	}
-	for _, dt := range allTypes {
+	for _, dt := range suiteTypes() {
 		t.Run(dt.String(), func(t *testing.T) {
 			es := dt.Size()
 			sc, rc := make([][]int, n), make([][]int, n)

@@ -153,8 +153,8 @@ func testAllReduce(t *testing.T, ts []transport.Transport) {
 	n := len(ts)
 	maxMsg := ts[0].MaxMessage()
 	for name, j := range algoJobs(ts, collectives.AllReduce, "ring", "rd", "rabenseifner", "tree") {
-		for _, dt := range allTypes {
-			for _, op := range allOps {
+		for _, dt := range suiteTypes() {
+			for _, op := range suiteOps(dt) {
 				if reduce.Check(dt, op) != nil {
 					continue
 				}
@@ -283,8 +283,8 @@ func testAllGather(t *testing.T, ts []transport.Transport) {
 func testReduceScatter(t *testing.T, ts []transport.Transport) {
 	n := len(ts)
 	j := newJob(ts, nil)
-	for _, dt := range allTypes {
-		for _, op := range allOps {
+	for _, dt := range suiteTypes() {
+		for _, op := range suiteOps(dt) {
 			if reduce.Check(dt, op) != nil {
 				continue
 			}

@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/gocoll/gocoll/internal/reduce"
+	"github.com/gocoll/gocoll/internal/testmode"
 )
 
 // The suite's inputs are small integers (and, for products, a few powers
@@ -28,6 +29,31 @@ var allTypes = []reduce.DType{
 }
 
 var allOps = []reduce.Op{reduce.Sum, reduce.Prod, reduce.Min, reduce.Max, reduce.Avg}
+
+// transportTypes are the types a transport-only run tries (see
+// testmode.TransportOnly): each element size, the 16-bit float whose
+// partials are wider on the wire, and every type heavy or copyHeavy
+// picks for the multi-message sizes.
+var transportTypes = []reduce.DType{
+	reduce.Uint8, reduce.Int8, reduce.Int16, reduce.Float16, reduce.Float32, reduce.Float64,
+}
+
+// suiteTypes are the element types the suite tries.
+func suiteTypes() []reduce.DType {
+	if testmode.TransportOnly() {
+		return transportTypes
+	}
+	return allTypes
+}
+
+// suiteOps are the ops the suite tries on dt: all of them, or in a
+// transport-only run every op on float32 and sums on the rest.
+func suiteOps(dt reduce.DType) []reduce.Op {
+	if testmode.TransportOnly() && dt != reduce.Float32 {
+		return []reduce.Op{reduce.Sum}
+	}
+	return allOps
+}
 
 // input is rank q's i-th element for op, as a float64.
 func input(op reduce.Op, dt reduce.DType, q, i int) float64 {

@@ -22,3 +22,14 @@ func SkipIfQuick(t testing.TB) {
 		t.Skip("GOCOLL_QUICK: left to the full run (.ci/test)")
 	}
 }
+
+var transportOnly = os.Getenv("GOCOLL_CONFORMANCE") == "transport"
+
+// TransportOnly reports whether GOCOLL_CONFORMANCE=transport asks the
+// conformance suite to test a transport rather than the reductions: one
+// element type per shape a transport can tell apart (each size, and
+// 16-bit floats, whose partial results travel as float32), every op on
+// float32 alone. The reductions are the same code over every transport,
+// and the tcp and shm runs test every type and op; the RDMA run in the
+// emulated VM, where each collective costs a hundred times more, samples.
+func TransportOnly() bool { return transportOnly }
