@@ -255,6 +255,17 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 	// store can, so Init listens to it until everyone is connected.
 	ictx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
+	if s.elastic && cfg.Size > 1 && cfg.Addr != "" && !cfg.Serve {
+		// A process started after an elastic job began is a
+		// replacement: it joins the running job (see Grow).
+		store, err := runningJob(ctx, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("comm: rank %d of %d: %w", cfg.Rank, cfg.Size, err)
+		}
+		if store != nil {
+			return join(ctx, cfg, s, store)
+		}
+	}
 	if cfg.Size > 1 && cfg.Addr != "" {
 		go watchDepartures(ictx, stop, cfg)
 	}
@@ -296,6 +307,9 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 		// sub-communicator, through its life, keeping the links.
 		c.elastic = true
 		c.life, c.kill = context.WithCancelCause(context.Background())
+		if err := c.sayRunning(ictx, maxMessage); err != nil {
+			return fail("", err)
+		}
 	}
 	if cfg.Size > 1 && cfg.Addr != "" && strings.Contains(c.tname, "tcp") && !s.tcp.Eager {
 		c.leavers = make(chan error, 1)

@@ -96,6 +96,9 @@ func (c *Communicator) Shrink(ctx context.Context) (*Communicator, error) {
 	if c.closing.Load() {
 		return nil, fmt.Errorf("%s: shrink: %w", c.prefix(), ErrClosed)
 	}
+	if c.ext.grown.Load() {
+		return nil, fmt.Errorf("%s: shrink: this communicator was grown; shrink the one Grow returned: %w", c.prefix(), ErrInvalid)
+	}
 	if !c.ext.shrunk.CompareAndSwap(false, true) {
 		return nil, fmt.Errorf("%s: shrink: this communicator was shrunk already; shrink the one that returned: %w", c.prefix(), ErrInvalid)
 	}
