@@ -64,6 +64,14 @@ func (c *Communicator) Pending() int {
 	return int(c.rootOrSelf().ext.pending.Load())
 }
 
+// Joined reports whether this process joined a running elastic job as a
+// replacement: its Init returned a communicator another rank's Grow made
+// (see Grow). Such a process has no state yet: it takes it from the
+// broadcast its new peers make after their Grow.
+func (c *Communicator) Joined() bool {
+	return c != nil && c.rootOrSelf().ext.joined
+}
+
 // Grow admits the replacement processes waiting to join an elastic job
 // (see Pending) and returns a communicator of c's members, in their
 // order, followed by the joiners in the order they arrived. Every member
@@ -436,6 +444,7 @@ func join(ctx context.Context, cfg Config, s settings, store *bootstrap.Client) 
 		return fail("", err)
 	}
 	nc.ext.shrunkFrom = c
+	c.ext.joined = true
 	c.log.Info("joined the running job", "job_rank", k, "rank", nc.Rank(), "size", nc.Size(),
 		"took", time.Since(start).Round(time.Microsecond))
 	return nc, nil

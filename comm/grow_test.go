@@ -109,8 +109,13 @@ func TestGrowAfterDeath(t *testing.T) {
 	}
 	if joinErr != nil {
 		t.Errorf("replacement: %v", joinErr)
-	} else if grown[4].Rank() != 3 || grown[4].Size() != 4 {
-		t.Errorf("replacement is rank %d of %d, want 3 of 4", grown[4].Rank(), grown[4].Size())
+	} else if grown[4].Rank() != 3 || grown[4].Size() != 4 || !grown[4].Joined() {
+		t.Errorf("replacement is rank %d of %d (joined: %v), want 3 of 4, joined", grown[4].Rank(), grown[4].Size(), grown[4].Joined())
+	}
+	for r, gc := range grown[:4] {
+		if gc != nil && gc.Joined() {
+			t.Errorf("rank %d says it joined a running job", r)
+		}
 	}
 	closeAll(t, grown)
 }

@@ -43,7 +43,9 @@ type ext struct {
 	// pending (the job's communicator only) is how many replacements
 	// wait to join, kept fresh by watchPending; spare (the job's
 	// communicator only) is how many the transport can link to, 0 when
-	// it cannot grow (grow.go).
+	// it cannot grow (grow.go); joined (the job's communicator only)
+	// says this process joined a running job.
+	joined  bool
 	grown   atomic.Bool
 	grows   atomic.Int64
 	pending atomic.Int64
