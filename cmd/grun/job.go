@@ -442,12 +442,13 @@ func (j *job) rankExports(i int, addr string) []string {
 // transportSet says whether -x or grun's environment chose the ranks'
 // transport.
 func (j *job) transportSet() bool {
+	set := false
 	for _, kv := range append(slices.Clone(j.environ), j.cfg.env...) {
-		if strings.HasPrefix(kv, "GOCOLL_TRANSPORT=") {
-			return true
+		if v, ok := strings.CutPrefix(kv, "GOCOLL_TRANSPORT="); ok {
+			set = strings.TrimSpace(v) != "" // the last one counts, as in exec
 		}
 	}
-	return false
+	return set
 }
 
 // bindCPUs is the CPU of each rank started here, in rank order, or nil
