@@ -204,7 +204,10 @@ const DefaultTimeout = 10 * time.Minute
 // first allreduce, the rest as calls need them. It returns once every rank
 // has joined and that allreduce has run among them all. A rank a
 // launcher started leaves, from Init on, if that launcher exits
-// (ErrLauncherGone).
+// (ErrLauncherGone). In an elastic job that runs already, the process is
+// a replacement (grun --elastic MIN:MAX starts them): Init waits until
+// the running ranks admit it, and returns the communicator their Grow
+// made (see Communicator.Grow and Communicator.Joined).
 func Init(ctx context.Context, opts ...Option) (*Communicator, error) {
 	if ctx == nil {
 		return nil, errNilContext("init")

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"slices"
@@ -283,7 +284,9 @@ func (c *Communicator) sayRunning(ctx context.Context, maxMessage int) error {
 	if err := c.calls.Put(ctx, bootstrap.ElasticRunningKey, []byte("1")); err != nil {
 		return err
 	}
-	go c.watchPending()
+	if c.ext.spare > 0 {
+		go c.watchPending()
+	}
 	return nil
 }
 
@@ -391,9 +394,19 @@ func join(ctx context.Context, cfg Config, s settings, store *bootstrap.Client) 
 		return fail("", err)
 	}
 	s.logger.Info("waiting to join the running job", "job_rank", k, "replaces", cfg.Rank)
+	ended := func() (*Communicator, error) {
+		abandon()
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return fail("", fmt.Errorf("%w: no Grow admitted it: %w", ErrTimeout, context.Cause(ctx)))
+		}
+		return fail("", fmt.Errorf("no Grow admitted it before its context ended: %w", context.Cause(ctx)))
+	}
 	var admit string
 	for {
 		m, err := store.Scan(ctx, key)
+		if err != nil && ctx.Err() != nil {
+			return ended()
+		}
 		if err != nil {
 			abandon()
 			return fail("waiting to be admitted: ", err)
@@ -404,8 +417,7 @@ func join(ctx context.Context, cfg Config, s settings, store *bootstrap.Client) 
 		}
 		select {
 		case <-ctx.Done():
-			abandon()
-			return fail("", fmt.Errorf("%w: no Grow admitted it: %w", ErrTimeout, context.Cause(ctx)))
+			return ended()
 		case <-time.After(joinPoll):
 		}
 	}

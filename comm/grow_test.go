@@ -172,3 +172,90 @@ func TestGrowMistakes(t *testing.T) {
 		}
 	})
 }
+
+// TestGrowWithoutDeath: a job that lost nobody grows too (Grow on the
+// job's communicator), and a replacement that gives up waiting before
+// any Grow leaves no trace: the ranks' calls go on (its departure is not
+// a member's), Pending drops back to 0, and Grow admits nobody.
+func TestGrowWithoutDeath(t *testing.T) {
+	cs := local(t, 3, comm.WithElastic(true), comm.WithTransport("tcp"), comm.WithTimeout(20*time.Second))
+	cfg := comm.JobConfig(cs[1])
+	waitPending := func(want int) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for _, c := range cs {
+			for c.Pending() != want {
+				if time.Now().After(deadline) {
+					t.Fatalf("rank %d: Pending = %d, want %d", c.Rank(), c.Pending(), want)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+	}
+
+	// One that gives up.
+	ctx, cancel := context.WithCancel(context.Background())
+	gaveUp := make(chan error, 1)
+	go func() {
+		_, err := comm.New(ctx, cfg, comm.WithElastic(true), comm.WithTransport("tcp"))
+		gaveUp <- err
+	}()
+	waitPending(1)
+	cancel()
+	if err := <-gaveUp; !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "no Grow admitted it") {
+		t.Fatalf("a replacement whose context ended = %v, want context.Canceled, saying no Grow admitted it", err)
+	}
+	time.Sleep(300 * time.Millisecond) // the watchers see its departure
+	mustEach(t, cs, func(ctx context.Context, c *comm.Communicator) error {
+		v := []int32{1}
+		if err := comm.AllReduce(ctx, c, v, comm.Sum); err != nil || v[0] != 3 {
+			return fmt.Errorf("allreduce after a replacement gave up: %v, %v", v, err)
+		}
+		nc, err := c.Grow(ctx)
+		if err != nil || nc != c {
+			return fmt.Errorf("Grow after the only replacement gave up = %p, %v; want the same communicator", nc, err)
+		}
+		return nil
+	})
+	waitPending(0)
+
+	// One that is admitted.
+	var joined *comm.Communicator
+	var joinErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		joined, joinErr = comm.New(ctx, cfg, comm.WithElastic(true), comm.WithTransport("tcp"))
+		if joinErr == nil {
+			v := []int32{int32(joined.Rank())}
+			joinErr = comm.AllReduce(ctx, joined, v, comm.Sum)
+			if joinErr == nil && v[0] != 6 {
+				joinErr = fmt.Errorf("allreduce on the grown communicator = %d, want 6", v[0])
+			}
+		}
+	}()
+	waitPending(1)
+	grown := make([]*comm.Communicator, 3)
+	mustEach(t, cs, func(ctx context.Context, c *comm.Communicator) error {
+		nc, err := c.Grow(ctx)
+		if err != nil {
+			return err
+		}
+		grown[c.Rank()] = nc
+		if nc.Size() != 4 || nc.Rank() != c.Rank() {
+			return fmt.Errorf("grown to rank %d of %d, want %d of 4", nc.Rank(), nc.Size(), c.Rank())
+		}
+		v := []int32{int32(nc.Rank())}
+		if err := comm.AllReduce(ctx, nc, v, comm.Sum); err != nil || v[0] != 6 {
+			return fmt.Errorf("allreduce on the grown communicator: %v, %v", v, err)
+		}
+		return nil
+	})
+	<-done
+	if joinErr != nil {
+		t.Fatalf("replacement: %v", joinErr)
+	}
+	closeAll(t, append(grown, joined))
+}
