@@ -43,7 +43,10 @@ var (
 	// this rank. Refused point-to-point calls leave it usable.
 	ErrInvalid = collectives.ErrInvalid
 	// ErrUnsupported: an element type and operation that do not go
-	// together, such as Avg on integers. A refusal, as ErrInvalid.
+	// together, such as Avg on integers. A refusal, as ErrInvalid. Also
+	// what Grow, and a replacement's Init, return on a transport that
+	// cannot link to a process started later (shm, shm+tcp, rdma, eager
+	// TCP): the error names the transport.
 	ErrUnsupported = errors.New("unsupported")
 	// ErrMismatch: ranks called different collectives, or the same one with
 	// different arguments. The message says what each side called.

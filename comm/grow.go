@@ -93,6 +93,10 @@ func (c *Communicator) Joined() bool {
 // and waits until a Grow admits it, bounded by its context or
 // GOCOLL_TIMEOUT. A job admits up to size+64 replacements over its life.
 //
+// Only the job's communicator, or one that Shrink or Grow returned, can
+// grow: a communicator split from another gets ErrInvalid (split the
+// grown one again).
+//
 // Grow needs links to new processes, which only the TCP transport makes
 // on demand: on a job whose transport is shm, shm+tcp or rdma, or TCP
 // with GOCOLL_TCP_CONNECT=eager (whose ranks stop listening once
@@ -121,6 +125,9 @@ func (c *Communicator) Grow(ctx context.Context) (*Communicator, error) {
 	}
 	if c.calls == nil || c.ext.ch == nil {
 		return nil, fmt.Errorf("%s: grow: a job without a rendezvous store cannot admit anyone: %w", c.prefix(), ErrInvalid)
+	}
+	if c.ext.root != nil && c.ext.shrunkFrom == nil {
+		return nil, fmt.Errorf("%s: grow: a communicator split from another cannot grow: grow the job's (or the one Shrink or Grow returned), then split it again: %w", c.prefix(), ErrInvalid)
 	}
 	if err := c.unusable(); err != nil {
 		return nil, fmt.Errorf("%s: grow: %w", c.prefix(), err)

@@ -144,8 +144,8 @@ func checkGrown(ctx context.Context, gc *comm.Communicator) error {
 	return nil
 }
 
-// TestGrowMistakes: Grow refuses a job that is not elastic (ErrInvalid),
-// and a transport that cannot link to new processes (ErrUnsupported,
+// TestGrowMistakes: Grow refuses a job that is not elastic and a
+// communicator split from another (ErrInvalid), and a transport that cannot link to new processes (ErrUnsupported,
 // naming it); a replacement of such a job fails at once the same way.
 func TestGrowMistakes(t *testing.T) {
 	t.Run("not elastic", func(t *testing.T) {
@@ -156,6 +156,19 @@ func TestGrowMistakes(t *testing.T) {
 		if n := cs[0].Pending(); n != 0 {
 			t.Fatalf("Pending on a job that is not elastic = %d", n)
 		}
+	})
+	t.Run("split", func(t *testing.T) {
+		cs := local(t, 2, comm.WithElastic(true), comm.WithTransport("tcp"), comm.WithTimeout(20*time.Second))
+		subs := make([]*comm.Communicator, 2)
+		mustEach(t, cs, func(ctx context.Context, c *comm.Communicator) error {
+			sub, err := c.Split(ctx, 0, c.Rank())
+			subs[c.Rank()] = sub
+			return err
+		})
+		if _, err := subs[0].Grow(context.Background()); !errors.Is(err, comm.ErrInvalid) || !strings.Contains(err.Error(), "split") {
+			t.Fatalf("Grow on a split communicator = %v, want ErrInvalid", err)
+		}
+		closeAll(t, subs)
 	})
 	t.Run("shm", func(t *testing.T) {
 		cs := local(t, 2, comm.WithElastic(true), comm.WithTransport("shm"), comm.WithTimeout(20*time.Second))
