@@ -271,6 +271,40 @@ func TestElasticGrow(t *testing.T) {
 	fmt.Printf("elastic grow: %s from the replacement's start to its first step on the grown communicator of 4 ranks\n", m[1])
 }
 
+// TestElasticGrowAcrossHosts: the same across two network-namespace
+// hosts of two ranks each: rank 2, on the second host, is killed, and
+// grun starts its replacement there, through --rsh, which joins over TCP
+// to ranks of both hosts.
+func TestElasticGrowAcrossHosts(t *testing.T) {
+	testmode.SkipIfQuick(t)
+	c := newCluster(t, 2)
+	_, done := c.grunIn(t, 2*time.Minute, nil, "-H", c.hosts[0]+":2,"+c.hosts[1]+":2", "--rsh", c.rsh(t),
+		"--elastic", "2:4", "-x", "GOCOLL_TIMEOUT=30s", filepath.Join(bin, "elastic"), "-kill", "2@40", "-pace", "5ms", "-final-size", "4")
+	out, code := done()
+	if code != 0 {
+		t.Fatalf("grun exited %d, want 0:\n%s", code, out)
+	}
+	if !regexp.MustCompile(`(?m)^grun: the job finished with 4 ranks, 1 of them replacements; lost rank 2 on host \S+ \(--elastic 2:4\)$`).MatchString(out) {
+		t.Fatalf("grun does not say the job finished with 4 ranks, one a replacement of rank 2:\n%s", out)
+	}
+	done4 := elasticGrown.FindAllStringSubmatch(out, -1)
+	if len(done4) != 4 {
+		t.Fatalf("%d ranks finished, want 4:\n%s", len(done4), out)
+	}
+	for _, d := range done4 {
+		if d[3] != "4" || d[5] != done4[0][5] {
+			t.Errorf("%s %s finished on %s ranks with parameters %s; want 4 ranks and %s", d[1], d[2], d[3], d[5], done4[0][5])
+		}
+	}
+	m := elasticJoin.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("the replacement does not say when it took its first step:\n%s", out)
+	}
+	t.Logf("elastic grow across hosts: %s from the replacement's start to its first step on the grown communicator of 4 ranks", m[1])
+	fmt.Printf("elastic grow across hosts: %s from the replacement's start to its first step on the grown communicator of 4 ranks\n", m[1])
+	c.checkEmpty(t)
+}
+
 var (
 	elasticGrown = regexp.MustCompile(`(?m)^elastic: (rank|replacement) (\d+): 150 of 150 steps done on (\d+) ranks after \d+ shrinks(?: and \d+ grows)? in \S+, loss (\S+), params ([0-9a-f]+)$`)
 	elasticJoin  = regexp.MustCompile(`(?m)^elastic: replacement \d+: from its start to its first step on 4 ranks: (\S+)$`)
