@@ -92,6 +92,8 @@ func (c *Communicator) Joined() bool {
 // (the n-th replacement of a job of size ranks is job rank size+n-1),
 // and waits until a Grow admits it, bounded by its context or
 // GOCOLL_TIMEOUT. A job admits up to size+64 replacements over its life.
+// If every member closes or leaves before admitting it, its Init fails
+// with an error wrapping ErrExcluded: the job ended without it.
 //
 // Only the job's communicator, or one that Shrink or Grow returned, can
 // grow: a communicator split from another gets ErrInvalid (split the
@@ -297,6 +299,49 @@ func (c *Communicator) sayRunning(ctx context.Context, maxMessage int) error {
 	return nil
 }
 
+// jobOver says whether every member of the running job (its first
+// size ranks and the replacements admitted since) closed its
+// communicator or left: a replacement still waiting then never will be
+// admitted.
+func jobOver(ctx context.Context, store *bootstrap.Client, size int) (bool, error) {
+	closed, err := store.Scan(ctx, "elastic/closed/")
+	if err != nil {
+		return false, err
+	}
+	ds, err := store.Departures(ctx, 0)
+	if err != nil {
+		return false, err
+	}
+	pending, err := store.Scan(ctx, pendingPrefix)
+	if err != nil {
+		return false, err
+	}
+	gone := map[int]bool{}
+	for _, d := range ds {
+		gone[d.Rank] = true
+	}
+	for k := range closed {
+		if j, err := strconv.Atoi(strings.TrimPrefix(k, "elastic/closed/")); err == nil {
+			gone[j] = true
+		}
+	}
+	members := make([]int, 0, size)
+	for j := range size {
+		members = append(members, j)
+	}
+	for k, v := range pending {
+		if j, err := strconv.Atoi(strings.TrimPrefix(k, pendingPrefix)); err == nil && strings.HasPrefix(string(v), "admit ") {
+			members = append(members, j)
+		}
+	}
+	for _, j := range members {
+		if !gone[j] {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
 // runningJob says whether cfg's job is an elastic job running already,
 // which a process starting now joins as a replacement. It returns the
 // store connection it asked on, to be used for the joining, or nil.
@@ -409,8 +454,15 @@ func join(ctx context.Context, cfg Config, s settings, store *bootstrap.Client) 
 		return fail("", fmt.Errorf("no Grow admitted it before its context ended: %w", context.Cause(ctx)))
 	}
 	var admit string
-	for {
+	for polls := 1; ; polls++ {
 		m, err := store.Scan(ctx, key)
+		if err == nil && polls%int(pendingEvery/joinPoll) == 0 {
+			var over bool
+			if over, err = jobOver(ctx, store, cfg.Size); err == nil && over {
+				abandon()
+				return fail("", fmt.Errorf("%w: the job ended (every member closed or left) before a Grow admitted it", ErrExcluded))
+			}
+		}
 		if err != nil && ctx.Err() != nil {
 			return ended()
 		}

@@ -272,3 +272,37 @@ func TestGrowWithoutDeath(t *testing.T) {
 	}
 	closeAll(t, append(grown, joined))
 }
+
+// TestGrowJobEnded: a replacement waiting to join a job whose members
+// all leave before admitting it is not left waiting for its timeout: its
+// New fails with ErrExcluded, saying the job ended.
+func TestGrowJobEnded(t *testing.T) {
+	cs := local(t, 2, comm.WithElastic(true), comm.WithTransport("tcp"), comm.WithTimeout(20*time.Second))
+	cfg := comm.JobConfig(cs[1])
+	res := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, err := comm.New(ctx, cfg, comm.WithElastic(true), comm.WithTransport("tcp"))
+		res <- err
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for cs[0].Pending() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the replacement never shows in Pending")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	start := time.Now()
+	comm.Die(cs[1])
+	comm.Die(cs[0]) // its process serves the store, which lives on
+	select {
+	case err := <-res:
+		if !errors.Is(err, comm.ErrExcluded) || !strings.Contains(err.Error(), "the job ended") {
+			t.Fatalf("replacement of a job that ended = %v, want ErrExcluded saying the job ended", err)
+		}
+		t.Logf("the replacement gave up %v after the last member left", time.Since(start).Round(time.Millisecond))
+	case <-time.After(10 * time.Second):
+		t.Fatal("the replacement still waits 10 s after every member left")
+	}
+}

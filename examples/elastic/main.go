@@ -75,6 +75,11 @@ func run(o opts) error {
 	steps, lr, inShrink := o.steps, o.lr, o.inShrink
 	ctx := context.Background()
 	c, err := comm.Init(ctx)
+	if errors.Is(err, comm.ErrExcluded) {
+		// A replacement that came too late: the job ended without it.
+		fmt.Printf("elastic: a replacement left out: %v\n", err)
+		return nil
+	}
 	if err != nil {
 		return err
 	}
