@@ -178,7 +178,7 @@ func (s *Server) join(rank, size int, job, addr string) error {
 	case size != s.size:
 		return fmt.Errorf("rank %d is of a job of %d ranks, this store's has %d: two jobs share one rendezvous address; give each its own MASTER_PORT or GRUN_TOKEN",
 			rank, size, s.size)
-	case rank >= size:
+	case rank >= size && s.kv[ElasticRunningKey] == nil:
 		return fmt.Errorf("rank %d out of range for %d ranks", rank, size)
 	}
 	if from, ok := s.joined[rank]; ok {
@@ -187,6 +187,12 @@ func (s *Server) join(rank, size int, job, addr string) error {
 	s.joined[rank] = addr
 	return nil
 }
+
+// ElasticRunningKey is where the ranks of an elastic job say, once
+// their communicator is built, that the job runs: from then on the
+// store admits ranks past the job's size, replacements that join it
+// (comm's Grow), each under a job rank of its own.
+const ElasticRunningKey = "elastic/running"
 
 func orNone(job string) string {
 	if job == "" {

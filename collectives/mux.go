@@ -92,7 +92,13 @@ func NewMux(t transport.Transport, maxMessage int) *Mux {
 	if maxMessage <= 0 || maxMessage > t.MaxMessage() {
 		maxMessage = t.MaxMessage()
 	}
-	m := &Mux{t: t, peers: make([]*muxPeer, t.Size()), rank: t.Rank(), maxMessage: maxMessage}
+	n := t.Size()
+	if c, ok := t.(interface{ Capacity() int }); ok && c.Capacity() > n {
+		// Ranks past the job's size may join it (TCP's Spare): the
+		// channels of a grown communicator name them.
+		n = c.Capacity()
+	}
+	m := &Mux{t: t, peers: make([]*muxPeer, n), rank: t.Rank(), maxMessage: maxMessage}
 	m.credits, _ = t.(transport.CreditReporter)
 	m.parts, _ = t.(transport.PartSender)
 	for i := range m.peers {
@@ -512,7 +518,8 @@ func (m *Mux) Busy() (recv, send []int) {
 	return recv, send
 }
 
-// Size is the number of ranks of the job the mux connects.
+// Size is the number of job ranks the mux can address: the job's, and
+// the ranks that may join it (see NewMux).
 func (m *Mux) Size() int { return len(m.peers) }
 
 // ID is the communicator id.

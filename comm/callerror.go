@@ -261,6 +261,11 @@ func (c *Communicator) jobRank(r int) int {
 // fromJob is the rank in this communicator of job rank j, or -1.
 func (c *Communicator) fromJob(j int) int {
 	if c.ext.id == 0 || c.ext.ch == nil {
+		if j >= c.cfg.Size {
+			// A replacement of an elastic job (see Grow): never a
+			// member of the job's first communicator.
+			return -1
+		}
 		return j
 	}
 	for r := range c.ext.ch.Size() {

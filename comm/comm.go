@@ -43,7 +43,10 @@ var (
 	// this rank. Refused point-to-point calls leave it usable.
 	ErrInvalid = collectives.ErrInvalid
 	// ErrUnsupported: an element type and operation that do not go
-	// together, such as Avg on integers. A refusal, as ErrInvalid.
+	// together, such as Avg on integers. A refusal, as ErrInvalid. Also
+	// what Grow, and a replacement's Init, return on a transport that
+	// cannot link to a process started later (shm, shm+tcp, rdma, eager
+	// TCP): the error names the transport.
 	ErrUnsupported = errors.New("unsupported")
 	// ErrMismatch: ranks called different collectives, or the same one with
 	// different arguments. The message says what each side called.
@@ -204,7 +207,10 @@ const DefaultTimeout = 10 * time.Minute
 // first allreduce, the rest as calls need them. It returns once every rank
 // has joined and that allreduce has run among them all. A rank a
 // launcher started leaves, from Init on, if that launcher exits
-// (ErrLauncherGone).
+// (ErrLauncherGone). In an elastic job that runs already, the process is
+// a replacement (grun --elastic MIN:MAX starts them): Init waits until
+// the running ranks admit it, and returns the communicator their Grow
+// made (see Communicator.Grow and Communicator.Joined).
 func Init(ctx context.Context, opts ...Option) (*Communicator, error) {
 	if ctx == nil {
 		return nil, errNilContext("init")
@@ -255,6 +261,17 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 	// store can, so Init listens to it until everyone is connected.
 	ictx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
+	if s.elastic && cfg.Size > 1 && cfg.Addr != "" && !cfg.Serve {
+		// A process started after an elastic job began is a
+		// replacement: it joins the running job (see Grow).
+		store, err := runningJob(ctx, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("comm: rank %d of %d: %w", cfg.Rank, cfg.Size, err)
+		}
+		if store != nil {
+			return join(ctx, cfg, s, store)
+		}
+	}
 	if cfg.Size > 1 && cfg.Addr != "" {
 		go watchDepartures(ictx, stop, cfg)
 	}
@@ -296,6 +313,9 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 		// sub-communicator, through its life, keeping the links.
 		c.elastic = true
 		c.life, c.kill = context.WithCancelCause(context.Background())
+		if err := c.sayRunning(ictx, maxMessage); err != nil {
+			return fail("", err)
+		}
 	}
 	if cfg.Size > 1 && cfg.Addr != "" && strings.Contains(c.tname, "tcp") && !s.tcp.Eager {
 		c.leavers = make(chan error, 1)

@@ -99,6 +99,20 @@ func (c *Communicator) watchLeavers() {
 	}()
 	awaitDepartures(ctx, c.cfg, func(ds []bootstrap.Departure) bool {
 		others := slices.DeleteFunc(slices.Clone(ds), func(d bootstrap.Departure) bool { return d.Rank == c.cfg.Rank })
+		// A replacement that left before it was admitted to an elastic
+		// job (a job rank past the job's size, see Grow) was never a
+		// member of this communicator.
+		members := slices.DeleteFunc(slices.Clone(others), func(d bootstrap.Departure) bool { return d.Rank >= c.cfg.Size })
+		if len(members) == 0 && len(others) > 0 {
+			// The store answers at once while it has departures to
+			// tell: look again later, not in a loop.
+			select {
+			case <-ctx.Done():
+			case <-time.After(departuresEvery):
+			}
+			return false
+		}
+		others = members
 		if len(others) == 0 {
 			return len(ds) > 0 // only this rank left: it knows why
 		}

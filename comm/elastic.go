@@ -17,9 +17,11 @@ import (
 
 // ErrExcluded: the ranks that called Shrink agreed on a set of survivors
 // without this rank (another survivor had lost its link to it, or it
-// called Shrink after they had agreed). It cannot rejoin that
-// communicator; it should close what it holds and exit.
-var ErrExcluded = errors.New("left out of the shrunk communicator")
+// called Shrink after they had agreed), or, for a replacement waiting
+// in Init to join a running job, every member of the job closed or left
+// before a Grow admitted it. It cannot rejoin that communicator; it
+// should close what it holds and exit.
+var ErrExcluded = errors.New("left out of the communicator the others went on with")
 
 // WithElastic makes the job elastic (see Shrink): a communicator that
 // fails ends alone, leaving the connections to the live ranks up, so that
@@ -95,6 +97,9 @@ func (c *Communicator) Shrink(ctx context.Context) (*Communicator, error) {
 	}
 	if c.closing.Load() {
 		return nil, fmt.Errorf("%s: shrink: %w", c.prefix(), ErrClosed)
+	}
+	if c.ext.grown.Load() {
+		return nil, fmt.Errorf("%s: shrink: this communicator was grown; shrink the one Grow returned: %w", c.prefix(), ErrInvalid)
 	}
 	if !c.ext.shrunk.CompareAndSwap(false, true) {
 		return nil, fmt.Errorf("%s: shrink: this communicator was shrunk already; shrink the one that returned: %w", c.prefix(), ErrInvalid)

@@ -253,6 +253,58 @@ func ExampleCommunicator_Shrink() {
 	// rank 2: left
 }
 
+// A data-parallel loop of an elastic job (grun --elastic 2:4, say): the
+// survivors of a death shrink and redo the step; when a replacement
+// grun started waits to join, every rank learns it from the step's
+// allreduce, whose last element carries Pending, and all grow together
+// at that step boundary. The replacement runs the same program: its
+// Init returns once the others' Grow admitted it. So every rank
+// broadcasts the state (the model and the step) from rank 0 after Init
+// and after each Grow: the original ranks once at the start, to no
+// effect, and the replacement receives it in the broadcast that follows
+// the others' Grow.
+func ExampleCommunicator_Grow() {
+	ctx := context.Background()
+	c, err := comm.Init(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	const params = 1000
+	state := make([]float64, params+1) // the model, then the step
+	grads := make([]float64, params+1) // the gradient, then Pending
+	synced := false
+	for state[params] < 100 {
+		if !synced {
+			if err := comm.Broadcast(ctx, c, state, 0); err != nil {
+				log.Fatal(err)
+			}
+			synced = true
+		}
+		clear(grads) // ... this rank's gradient of the model goes here
+		grads[params] = float64(c.Pending())
+		err := comm.AllReduce(ctx, c, grads, comm.Sum)
+		if errors.Is(err, comm.ErrPeerLost) {
+			if c, err = c.Shrink(ctx); err != nil {
+				log.Fatal(err)
+			}
+			continue // redo the step with c.Size() ranks
+		} else if err != nil {
+			log.Fatal(err)
+		}
+		for i := range params {
+			state[i] -= 0.01 * grads[i] / float64(c.Size())
+		}
+		state[params]++
+		if grads[params] > 0 {
+			if c, err = c.Grow(ctx); err != nil {
+				log.Fatal(err)
+			}
+			synced = false
+		}
+	}
+	c.Close()
+}
+
 // An async allreduce runs while the program computes; Wait collects it.
 func ExampleAllReduceAsync() {
 	ctx := context.Background()

@@ -17,3 +17,7 @@ func Die(c *Communicator) {
 		c.store.Close()
 	}
 }
+
+// JobConfig is the configuration c's rank joined its job with, for a
+// test that starts a replacement of one of its ranks.
+func JobConfig(c *Communicator) Config { return c.cfg }

@@ -404,6 +404,11 @@ func (c *Communicator) connectTransport(ctx context.Context, store *bootstrap.Cl
 		if name == "tcp" && s.tcpWarm && !s.tcp.Eager && s.tcp.Warm == nil {
 			s.tcp.Warm = firstPartners(cfg.Rank, cfg.Size)
 		}
+		if name == "tcp" && s.elastic && !s.tcp.Eager {
+			// Room for replacements (see Grow).
+			s.tcp.Spare = growSpare(cfg.Size)
+			c.ext.spare = s.tcp.Spare
+		}
 		t, err := c.connectNetwork(ctx, store, name, s)
 		return t, hosts, name, err
 	}

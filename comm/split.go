@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"sort"
 	"sync/atomic"
 
@@ -37,6 +38,18 @@ type ext struct {
 	shrunk     atomic.Bool
 	shrunkFrom *Communicator
 	gen        int
+	// grown is set once Grow made a new communicator of this one, and
+	// grows counts its Grow calls (the store keys of each agreement);
+	// pending (the job's communicator only) is how many replacements
+	// wait to join, kept fresh by watchPending; spare (the job's
+	// communicator only) is how many the transport can link to, 0 when
+	// it cannot grow (grow.go); joined (the job's communicator only)
+	// says this process joined a running job.
+	joined  bool
+	grown   atomic.Bool
+	grows   atomic.Int64
+	pending atomic.Int64
+	spare   int
 }
 
 // share puts the job's transport under a Mux, so that sub-communicators
@@ -160,7 +173,7 @@ func (c *Communicator) child(id uint64, jobRanks []int, name string) (*Communica
 	sub.life, sub.kill = context.WithCancelCause(context.Background())
 	opts := c.g.Options()
 	opts.Hosts = nil
-	if root := c.rootOrSelf(); len(root.hosts) > 0 {
+	if root := c.rootOrSelf(); len(root.hosts) > 0 && slices.Max(jobRanks) < len(root.hosts) {
 		// Each member's host, in the new numbering, so that the
 		// host-aware algorithms serve sub-communicators too.
 		opts.Hosts = make([]int, len(jobRanks))

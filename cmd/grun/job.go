@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -60,9 +61,12 @@ type config struct {
 	// elastic is --elastic's MIN: while at least that many ranks live,
 	// a failed rank does not stop the others. 0: not elastic.
 	elastic int
-	verbose bool
-	prog    string
-	args    []string
+	// elasticMax is --elastic MIN:MAX's MAX: while fewer ranks live, a
+	// failed rank is replaced. 0: none is.
+	elasticMax int
+	verbose    bool
+	prog       string
+	args       []string
 
 	// Multi-host jobs. placement is nil when all ranks run here as in
 	// the single-host grun (no -H, --hostfile or Slurm allocation).
@@ -90,8 +94,12 @@ type job struct {
 	where []placement // by rank
 	files []*os.File  // --output-dir, by rank
 
-	ranks   []*rank
-	running int // ranks started and not yet reaped
+	ranks []*rank
+	// originals are the first ranks, fixed once started: the stall
+	// reports, on a goroutine of their own, read them while ranks grows
+	// with replacements (which the reports leave out).
+	originals []*rank
+	running   int // ranks started and not yet reaped
 	// store is the job's rendezvous; grun tells it of every rank that
 	// fails, so that ranks still connecting stop waiting for it.
 	store *bootstrap.Server
@@ -101,8 +109,14 @@ type job struct {
 	// quits delivers SIGQUIT, which asks for a stall report (stall.go).
 	quits <-chan os.Signal
 
-	// lost are the ranks an elastic job went on without, in order.
-	lost []*rank
+	// lost are the ranks an elastic job went on without, in order;
+	// replaced how many replacements were started (--elastic MIN:MAX).
+	lost     []*rank
+	replaced int
+	// What a replacement is started with: each host's GRUN_ADDR, the
+	// token.
+	addrs map[string]string
+	token string
 
 	// Filled by the goroutines the job starts: the per-rank waiters, and
 	// the forwarders when whoever reads grun's output went away (as in
@@ -145,22 +159,30 @@ type job struct {
 const settleWindow = 250 * time.Millisecond
 
 type rank struct {
-	id       int
-	host     string // "" when the job has no host list
-	remote   bool
-	proc     process
-	done     bool
-	status   exitStatus
-	reapedAt time.Time
+	id int // the rank it runs as (a replacement: the rank it replaces)
+	// idx is its place in job.ranks; replacement says it replaces a
+	// rank that failed.
+	idx         int
+	replacement bool
+	host        string // "" when the job has no host list
+	remote      bool
+	proc        process
+	done        bool
+	status      exitStatus
+	reapedAt    time.Time
 }
 
 // name is how messages refer to the rank: "rank 3", or "rank 3 on host h2"
 // in a multi-host job.
 func (r *rank) name() string {
-	if r.host == "" {
-		return "rank " + strconv.Itoa(r.id)
+	n := "rank " + strconv.Itoa(r.id)
+	if r.replacement {
+		n = "the replacement of rank " + strconv.Itoa(r.id)
 	}
-	return "rank " + strconv.Itoa(r.id) + " on host " + r.host
+	if r.host == "" {
+		return n
+	}
+	return n + " on host " + r.host
 }
 
 // pidNote is the pid in the message, saying whose it is for remote ranks.
@@ -404,6 +426,10 @@ func (j *job) rankExports(i int, addr string) []string {
 	if j.cfg.elastic > 0 {
 		env = append(env, "GOCOLL_ELASTIC=1")
 	}
+	if j.cfg.elasticMax > 0 && !j.transportSet() {
+		// Only TCP links to a process started later (see Grow).
+		env = append(env, "GOCOLL_TRANSPORT=tcp")
+	}
 	return append(env,
 		"GRUN_RANK="+strconv.Itoa(i),
 		"GRUN_SIZE="+strconv.Itoa(j.cfg.n),
@@ -411,6 +437,18 @@ func (j *job) rankExports(i int, addr string) []string {
 		"GRUN_LOCAL_SIZE="+strconv.Itoa(j.where[i].localSize),
 		"GRUN_ADDR="+addr,
 	)
+}
+
+// transportSet says whether -x or grun's environment chose the ranks'
+// transport.
+func (j *job) transportSet() bool {
+	set := false
+	for _, kv := range append(slices.Clone(j.environ), j.cfg.env...) {
+		if v, ok := strings.CutPrefix(kv, "GOCOLL_TRANSPORT="); ok {
+			set = strings.TrimSpace(v) != "" // the last one counts, as in exec
+		}
+	}
+	return set
 }
 
 // bindCPUs is the CPU of each rank started here, in rank order, or nil
@@ -436,59 +474,96 @@ func (j *job) bindCPUs() ([]int, error) {
 }
 
 func (j *job) startRanks(addrs map[string]string, token string, cpus []int) {
+	j.addrs, j.token = addrs, token
+	for i := 0; i < j.cfg.n; i++ {
+		cpu := -1
+		if !j.hostOf(i).remote && len(cpus) > 0 {
+			cpu = cpus[0]
+			cpus = cpus[1:]
+		}
+		if err := j.startRank(i, false, cpu); err != nil {
+			j.beginStop(&cause{kind: startFailed, err: err}, syscall.SIGTERM)
+			break
+		}
+	}
+	j.originals = slices.Clip(j.ranks)
+}
+
+// startRank starts a process as rank i, bound to cpu unless it is -1;
+// replacement says it replaces rank i, which failed.
+func (j *job) startRank(i int, replacement bool, cpu int) error {
 	dir, err := os.Getwd()
 	if err != nil {
 		dir = "."
 	}
-	for i := 0; i < j.cfg.n; i++ {
-		h := j.hostOf(i)
-		exports := j.rankExports(i, addrs[h.name])
-		spec := rankSpec{
-			rank: i,
-			prog: j.cfg.prog,
-			args: j.cfg.args,
-			env:  j.rankEnv(exports, token),
-		}
-		if h.remote {
-			spec.remote, spec.host, spec.dir, spec.exports, spec.token = true, h.name, dir, exports, token
-		} else if len(cpus) > 0 {
-			spec.bound, spec.cpu = true, cpus[0]
-			cpus = cpus[1:]
-		}
-		r := &rank{id: i, host: h.name, remote: h.remote}
-		proc, err := j.starter.start(spec)
-		if err != nil {
-			j.beginStop(&cause{kind: startFailed, err: fmt.Errorf("cannot start %s: %w", r.name(), err)}, syscall.SIGTERM)
-			return
-		}
-		r.proc = proc
-		j.ranks = append(j.ranks, r)
-		j.running++
-		if j.cfg.verbose {
-			if spec.bound {
-				j.out.say("%s: %s, bound to CPU %d", r.name(), r.pidNote(), spec.cpu)
-			} else {
-				j.out.say("%s: %s", r.name(), r.pidNote())
-			}
-		}
-		stdout, stderr := proc.output()
-		var prefix []byte
-		outW, errW := j.out.stdout, j.out.stderr
-		if j.files != nil {
-			outW, errW = j.files[i], j.files[i]
-		} else if j.cfg.tag {
-			prefix = []byte("[" + strconv.Itoa(i) + "] ")
-		}
-		j.forward(stdout, prefix, outW)
-		j.forward(stderr, prefix, errW)
-		go func() {
-			st := proc.wait()
-			// Timed here, not when supervise gets to it: this goroutine
-			// may lose the CPU before its send, long enough for a peer
-			// that saw this rank vanish to exit and be reaped first.
-			j.exits <- exitEvent{rank: i, status: st, at: time.Now()}
-		}()
+	h := j.hostOf(i)
+	exports := j.rankExports(i, j.addrs[h.name])
+	spec := rankSpec{
+		rank: i,
+		prog: j.cfg.prog,
+		args: j.cfg.args,
+		env:  j.rankEnv(exports, j.token),
 	}
+	if h.remote {
+		spec.remote, spec.host, spec.dir, spec.exports, spec.token = true, h.name, dir, exports, j.token
+	} else if cpu >= 0 {
+		spec.bound, spec.cpu = true, cpu
+	}
+	idx := len(j.ranks)
+	r := &rank{id: i, idx: idx, replacement: replacement, host: h.name, remote: h.remote}
+	proc, err := j.starter.start(spec)
+	if err != nil {
+		return fmt.Errorf("cannot start %s: %w", r.name(), err)
+	}
+	r.proc = proc
+	j.ranks = append(j.ranks, r)
+	j.running++
+	if j.cfg.verbose {
+		if spec.bound {
+			j.out.say("%s: %s, bound to CPU %d", r.name(), r.pidNote(), spec.cpu)
+		} else {
+			j.out.say("%s: %s", r.name(), r.pidNote())
+		}
+	}
+	stdout, stderr := proc.output()
+	var prefix []byte
+	outW, errW := j.out.stdout, j.out.stderr
+	if j.files != nil {
+		outW, errW = j.files[i], j.files[i]
+	} else if j.cfg.tag {
+		prefix = []byte("[" + strconv.Itoa(i) + "] ")
+	}
+	j.forward(stdout, prefix, outW)
+	j.forward(stderr, prefix, errW)
+	go func() {
+		st := proc.wait()
+		// Timed here, not when supervise gets to it: this goroutine
+		// may lose the CPU before its send, long enough for a peer
+		// that saw this rank vanish to exit and be reaped first.
+		j.exits <- exitEvent{rank: idx, status: st, at: time.Now()}
+	}()
+	return nil
+}
+
+// replace starts a replacement for r, which failed, if the job is
+// elastic up to a MAX (--elastic MIN:MAX), fewer than MAX ranks live,
+// and the job has replacements left (MAX over its life). The
+// replacement joins the running job (comm's Grow).
+func (j *job) replace(r *rank) {
+	if j.cfg.elasticMax <= 0 || j.stopping || j.running >= j.cfg.elasticMax {
+		return
+	}
+	if j.replaced >= j.cfg.elasticMax {
+		j.out.say("not replacing %s: %d replacements started already (--elastic %s)", r.name(), j.replaced, j.elasticFlag())
+		return
+	}
+	j.replaced++
+	if err := j.startRank(r.id, true, -1); err != nil {
+		j.out.say("%v; the job goes on without it", err)
+		return
+	}
+	j.out.say("started a replacement of rank %d (%s), which joins the running job (--elastic %s)",
+		r.id, j.ranks[len(j.ranks)-1].pidNote(), j.elasticFlag())
 }
 
 // openOutputFiles creates --output-dir and one file per rank in it,
@@ -560,10 +635,13 @@ func (j *job) supervise(ctx context.Context, sigs <-chan os.Signal) {
 				j.out.say("%s (%s) %v", r.name(), r.pidNote(), r.status)
 			}
 			if r.status.failed() {
-				if j.store != nil {
+				if j.store != nil && !r.replacement {
+					// A replacement joins under a job rank of its
+					// own, whose connection tells the store.
 					j.store.MarkGone(r.id, r.status.String())
 				}
 				if j.goesOn(r) {
+					j.replace(r)
 					continue
 				}
 				j.noteFailure(r)
@@ -625,8 +703,16 @@ func (j *job) goesOn(r *rank) bool {
 		return false
 	}
 	j.lost = append(j.lost, r)
-	j.out.say("%s (%s) %v; the job goes on with %s (--elastic %d)", r.name(), r.pidNote(), r.status, plural(live, "rank"), j.cfg.elastic)
+	j.out.say("%s (%s) %v; the job goes on with %s (--elastic %s)", r.name(), r.pidNote(), r.status, plural(live, "rank"), j.elasticFlag())
 	return true
+}
+
+// elasticFlag is --elastic's value as given: "MIN" or "MIN:MAX".
+func (j *job) elasticFlag() string {
+	if j.cfg.elasticMax > 0 {
+		return fmt.Sprintf("%d:%d", j.cfg.elastic, j.cfg.elasticMax)
+	}
+	return strconv.Itoa(j.cfg.elastic)
 }
 
 // rankFailed starts the end of the job on r's failure: at once without
@@ -868,6 +954,11 @@ func (j *job) report() int {
 			var names []string
 			for _, r := range j.lost {
 				names = append(names, r.name())
+			}
+			if j.replaced > 0 {
+				j.out.say("the job finished with %d ranks, %d of them replacements; lost %s (--elastic %s)",
+					len(j.ranks)-len(j.lost), j.replaced, strings.Join(names, ", "), j.elasticFlag())
+				return 0
 			}
 			j.out.say("the job finished with %d of %d ranks; lost %s (--elastic %d)",
 				len(j.ranks)-len(j.lost), len(j.ranks), strings.Join(names, ", "), j.cfg.elastic)

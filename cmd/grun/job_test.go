@@ -247,6 +247,15 @@ func TestStop(t *testing.T) {
 			failer: 1, minDur: time.Second,
 		},
 		{
+			// Up to a MAX, grun starts a replacement of the dead rank,
+			// with its environment, and the job ends with as many.
+			name: "elastic replaces", n: 3, flags: []string{"--elastic", "2:3"}, ctl: []string{"-kill-rank", "1", "-sleep", "1s"},
+			code: 0, msg: `(?m)^grun: rank 1 \(pid PID\) killed by signal SIGKILL; the job goes on with 2 ranks \(--elastic 2:3\)\n` +
+				`grun: started a replacement of rank 1 \(pid \d+\), which joins the running job \(--elastic 2:3\)\n` +
+				`grun: the job finished with 3 ranks, 1 of them replacements; lost rank 1 \(--elastic 2:3\)\n\z`,
+			failer: 1, minDur: time.Second,
+		},
+		{
 			name: "elastic below its minimum", n: 2, flags: []string{"--elastic", "2"}, ctl: []string{"-kill-rank", "1"},
 			code: 137, msg: `(?m)^grun: 1 rank left after rank 1 failed, fewer than --elastic 2: stopping the job\n` +
 				`grun: rank 1 \(pid PID\) killed by signal SIGKILL; stopped the other 1 rank\n\z`,
@@ -267,6 +276,9 @@ func TestStop(t *testing.T) {
 			res := runGrun(t, args...)
 			ranks := pidFiles(t, dir, "rank-*.pid")
 			children := pidFiles(t, dir, "child-*.pid")
+			for name, pid := range pidFiles(t, dir, "replacement-*.pid") {
+				children[name] = pid // checked gone below
+			}
 
 			if res.code != tc.code {
 				t.Errorf("exit status %d, want %d", res.code, tc.code)
@@ -327,6 +339,9 @@ func TestSignals(t *testing.T) {
 			waitFiles(t, dir, "rank-*.pid", n)
 			ranks := pidFiles(t, dir, "rank-*.pid")
 			children := pidFiles(t, dir, "child-*.pid")
+			for name, pid := range pidFiles(t, dir, "replacement-*.pid") {
+				children[name] = pid // checked gone below
+			}
 			if err := cmd.Process.Signal(tc.sig); err != nil {
 				t.Fatal(err)
 			}

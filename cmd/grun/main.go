@@ -51,6 +51,13 @@ Flags (-flag and --flag are the same; flags end at PROG or at "--"):
                  in every rank, whose survivors go on with Communicator.Shrink
                  (see "Elastic jobs" in the README). Below MIN, the job
                  stops as without the flag
+  --elastic MIN:MAX
+                 as --elastic MIN, and when a rank fails while fewer than
+                 MAX live, start a replacement with the failed rank's
+                 environment (at most MAX replacements over the job's
+                 life); its Init waits until the running ranks admit it
+                 with Communicator.Grow. Sets GOCOLL_TRANSPORT=tcp unless
+                 -x or the environment sets it: only TCP can grow
   -v, --verbose  print the store address, the hosts and each rank's pid to
                  stderr
   -h, --help     print this help and exit
@@ -286,12 +293,20 @@ func newFlagSet(cfg *config, lookupEnv func(string) (string, bool)) *flag.FlagSe
 		cfg.outputDir = s
 		return nil
 	})
-	fs.Func("elastic", "keep the job going while at least MIN ranks live", func(s string) error {
-		n, err := strconv.Atoi(s)
+	fs.Func("elastic", "keep the job going while at least MIN ranks live (MIN:MAX: and start replacements up to MAX)", func(s string) error {
+		lo, hi, grow := strings.Cut(s, ":")
+		n, err := strconv.Atoi(lo)
 		if err != nil || n < 1 {
-			return errors.New("want the smallest number of ranks the job may go on with, at least 1")
+			return errors.New("want the smallest number of ranks the job may go on with, at least 1 (MIN), or MIN:MAX with MAX the most it grows back to")
 		}
-		cfg.elastic = n
+		cfg.elastic, cfg.elasticMax = n, 0
+		if grow {
+			m, err := strconv.Atoi(hi)
+			if err != nil || m < n {
+				return fmt.Errorf("MIN:MAX %q: want MAX a number of ranks at least MIN", s)
+			}
+			cfg.elasticMax = m
+		}
 		return nil
 	})
 	fs.BoolVar(&cfg.verbose, "v", false, "verbose")
@@ -349,6 +364,8 @@ func parseArgs(args []string, lookupEnv func(string) (string, bool)) (config, er
 		return config{}, errors.New("missing PROG: the program each rank runs")
 	case cfg.elastic > cfg.n:
 		return config{}, fmt.Errorf("--elastic %d: more than the %d ranks started", cfg.elastic, cfg.n)
+	case cfg.elasticMax > 0 && cfg.elasticMax < cfg.n:
+		return config{}, fmt.Errorf("--elastic %d:%d: MAX is less than the %d ranks started", cfg.elastic, cfg.elasticMax, cfg.n)
 	}
 	cfg.prog, cfg.args = fs.Arg(0), fs.Args()[1:]
 	if cfg.hostsFrom != "" {

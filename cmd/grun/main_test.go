@@ -202,6 +202,8 @@ func TestUsage(t *testing.T) {
 		{"negative grace", []string{"-n", "1", "--grace", "-1s", helper("envdump")}, 2, "must not be negative"},
 		{"--elastic over -n", []string{"-n", "2", "--elastic", "3", helper("envdump")}, 2, "--elastic 3: more than the 2 ranks started"},
 		{"--elastic 0", []string{"-n", "2", "--elastic", "0", helper("envdump")}, 2, "want the smallest number of ranks the job may go on with"},
+		{"--elastic MAX below -n", []string{"-n", "3", "--elastic", "2:2", helper("envdump")}, 2, "--elastic 2:2: MAX is less than the 3 ranks started"},
+		{"--elastic MAX below MIN", []string{"-n", "3", "--elastic", "3:2", helper("envdump")}, 2, "want MAX a number of ranks at least MIN"},
 		{"unknown flag", []string{"-n", "1", "--bogus", helper("envdump")}, 2, "flag provided but not defined: -bogus"},
 		{"bad --bind-to", []string{"-n", "1", "--bind-to", "socket", helper("envdump")}, 2, `invalid value "socket" for flag -bind-to: want core, none or auto`},
 		{"program not found", []string{"-n", "2", "grun-test-no-such-program"}, 127, `cannot start rank 0: exec: "grun-test-no-such-program": executable file not found`},

@@ -53,8 +53,8 @@ func (j *job) stallReport(k int, why string, stop <-chan struct{}) {
 	scan := func(context.Context, string) (map[string][]byte, error) {
 		return j.store.Entries(stallreport.AnswerPrefix(k)), nil
 	}
-	answers := stallreport.Gather(ctx, scan, k, len(j.ranks))
-	r := stallreport.Build(why, len(j.ranks), answers, j.rankNote)
+	answers := stallreport.Gather(ctx, scan, k, len(j.originals))
+	r := stallreport.Build(why, len(j.originals), answers, j.rankNote)
 	path := r.WriteFile(fmt.Sprintf("grun-stall-%d-%d.txt", os.Getpid(), k))
 	for _, line := range strings.Split(strings.TrimSuffix(r.Text, "\n"), "\n") {
 		j.out.say("%s", line)
@@ -66,7 +66,10 @@ func (j *job) stallReport(k int, why string, stop <-chan struct{}) {
 // its process is stopped, running or gone. Only pid and remote are read:
 // they never change once the rank runs.
 func (j *job) rankNote(id int) string {
-	r := j.ranks[id]
+	if id >= len(j.originals) {
+		return "a replacement"
+	}
+	r := j.originals[id]
 	if r.proc == nil {
 		return "not started"
 	}

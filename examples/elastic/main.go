@@ -2,15 +2,24 @@
 // the loss of ranks: it fits a linear model to synthetic data by gradient
 // descent, each rank taking its share of the samples, and when a rank dies
 // the survivors shrink the communicator, agree on the model again and go
-// on with the step they were at. It ends by printing, on every rank, the
-// loss and a checksum of the parameters, which must be the same on all.
+// on with the step they were at. Under grun --elastic MIN:MAX, grun
+// starts a replacement for a rank that died; the ranks see it waiting
+// (Pending, summed in each step's allreduce), grow the communicator
+// back at the next step boundary and broadcast the model and the step
+// to it. It ends by printing, on every rank, the loss and a checksum of
+// the parameters, which must be the same on all.
 //
 //	go run ./cmd/grun -n 4 --elastic 2 go run ./examples/elastic
 //	go run ./cmd/grun -n 4 --elastic 2 go run ./examples/elastic -kill 2@40,0@90
+//	go build -o /tmp/elastic ./examples/elastic
+//	go run ./cmd/grun -n 4 --elastic 2:4 /tmp/elastic -kill 2@40 -pace 5ms -final-size 4
 //
 // -kill R@S makes job rank R kill itself (SIGKILL, as the OOM killer
 // would) at step S, to try it; -kill-in-shrink R makes rank R die while
-// the survivors agree on who is left.
+// the survivors agree on who is left. -pace D makes each step last at
+// least D, as a real step would, so that a replacement has time to start;
+// -final-size N makes the ranks, once their steps are done, wait for
+// replacements until the job has N ranks again (up to -grow-wait).
 package main
 
 import (
@@ -41,25 +50,53 @@ func main() {
 	lr := flag.Float64("lr", 0.1, "learning rate")
 	kills := flag.String("kill", "", "R@S,...: job rank R kills itself at step S")
 	inShrink := flag.Int("kill-in-shrink", -1, "job rank that kills itself while the survivors agree")
+	pace := flag.Duration("pace", 0, "least time per step")
+	finalSize := flag.Int("final-size", 0, "after the last step, wait for replacements until the job has this many ranks")
+	growWait := flag.Duration("grow-wait", time.Minute, "how long -final-size waits")
 	flag.Parse()
-	if err := run(*steps, *lr, *kills, *inShrink); err != nil {
+	o := opts{steps: *steps, lr: *lr, kills: *kills, inShrink: *inShrink, pace: *pace, finalSize: *finalSize, growWait: *growWait}
+	if err := run(o); err != nil {
 		log.Fatal(err) // after run closed the communicator
 	}
 }
 
-func run(steps int, lr float64, kills string, inShrink int) error {
+type opts struct {
+	steps     int
+	lr        float64
+	kills     string
+	inShrink  int
+	pace      time.Duration
+	finalSize int
+	growWait  time.Duration
+}
+
+func run(o opts) error {
+	born := time.Now()
+	steps, lr, inShrink := o.steps, o.lr, o.inShrink
 	ctx := context.Background()
 	c, err := comm.Init(ctx)
+	if errors.Is(err, comm.ErrExcluded) {
+		// A replacement that came too late: the job ended without it.
+		fmt.Printf("elastic: a replacement left out: %v\n", err)
+		return nil
+	}
 	if err != nil {
 		return err
 	}
-	// The communicator Shrink returns owns the job's connections; close
-	// the newest one (closing it closes the ones before it).
+	// The communicator Shrink or Grow returns owns the job's
+	// connections; close the newest one (closing it closes the ones
+	// before it).
 	defer func() { c.Close() }()
 	me := c.Rank() // the job rank: ranks in c change as it shrinks
-	killAt, err := parseKills(kills, me)
+	who := fmt.Sprintf("rank %d", me)
+	killAt, err := parseKills(o.kills, me)
 	if err != nil {
 		return err
+	}
+	if c.Joined() {
+		// A replacement: its rank is in the grown communicator, and
+		// the kills were meant for the rank it replaces.
+		who, killAt, inShrink = fmt.Sprintf("replacement %d", me), -1, -1
 	}
 	// Under torchrun --max_restarts, which restarts every rank when one
 	// fails, a kill is for the first attempt only; the later ones say
@@ -70,19 +107,78 @@ func run(steps int, lr float64, kills string, inShrink int) error {
 	}
 	x, y := data()
 	w := make([]float64, dim)
-	shrinks := 0
+	shrinks, grows := 0, 0
 	start := time.Now()
-	for step := 0; step < steps; {
+	step := 0
+	if c.Joined() {
+		// The others broadcast the model and the step after their Grow.
+		if step, err = agree(ctx, c, w, 0); err != nil {
+			return fmt.Errorf("%s: taking the model from rank 0: %w", who, err)
+		}
+		fmt.Printf("elastic: %s: joined %d ranks at step %d (Init waited %v)\n",
+			who, c.Size(), step, time.Since(born).Round(time.Millisecond))
+	}
+	var waitEnd time.Time
+	for step < steps || o.finalSize > c.Size() {
 		if step == killAt {
 			die(me, fmt.Sprintf("at step %d", step))
 		}
-		err := trainStep(ctx, c, x, y, w, lr)
+		t0 := time.Now()
+		rate := lr
+		giveUp := false
+		if step >= steps {
+			// Done: only waiting for replacements (a step that
+			// changes nothing, for its Pending).
+			rate = 0
+			if waitEnd.IsZero() {
+				waitEnd = time.Now().Add(o.growWait)
+			}
+			giveUp = time.Now().After(waitEnd)
+		}
+		pending, quit, err := trainStep(ctx, c, x, y, w, rate, giveUp)
 		if err == nil {
 			if step == 0 && restarted != "" && restarted != "0" {
 				fmt.Printf("elastic: rank %d: restart %s by torchrun, first step done (t=%d)\n", me, restarted, time.Now().UnixNano())
 			}
-			step++
-			continue
+			if c.Joined() && !born.IsZero() {
+				fmt.Printf("elastic: %s: from its start to its first step on %d ranks: %v\n",
+					who, c.Size(), time.Since(born).Round(time.Millisecond))
+				born = time.Time{}
+			}
+			if step < steps {
+				step++
+			}
+			if quit {
+				fmt.Printf("elastic: %s: no replacement came within -grow-wait %v\n", who, o.growWait)
+				break
+			}
+			if pending > 0 {
+				// Every rank saw the same sum: all grow here.
+				g0 := time.Now()
+				nc, gerr := c.Grow(ctx)
+				if gerr != nil {
+					return fmt.Errorf("%s: grow at step %d: %w", who, step, gerr)
+				}
+				if nc != c {
+					c = nc
+					grows++
+					if _, err = agree(ctx, c, w, step); err != nil {
+						if !lost(err) {
+							return err
+						}
+						// A joiner died already: shrink below.
+					} else {
+						fmt.Printf("elastic: %s: grew to %d ranks at step %d (grow and resync took %v)\n",
+							who, c.Size(), step, time.Since(g0).Round(time.Millisecond))
+					}
+				}
+			}
+			if err == nil {
+				if d := o.pace - time.Since(t0); d > 0 {
+					time.Sleep(d)
+				}
+				continue
+			}
 		}
 		// A rank was lost, or the step failed on another rank: shrink
 		// and go on with the survivors. Another rank may die during the
@@ -98,7 +194,7 @@ func run(steps int, lr float64, kills string, inShrink int) error {
 			t0 := time.Now()
 			nc, serr := c.Shrink(ctx)
 			if serr != nil {
-				return fmt.Errorf("rank %d: step %d failed (%v), and shrinking failed: %w", me, step, err, serr)
+				return fmt.Errorf("%s: step %d failed (%v), and shrinking failed: %w", who, step, err, serr)
 			}
 			c = nc
 			shrinks++
@@ -107,8 +203,8 @@ func run(steps int, lr float64, kills string, inShrink int) error {
 			var at int
 			if at, err = agree(ctx, c, w, step); err == nil {
 				step = at
-				fmt.Printf("elastic: rank %d: %d ranks left, going on from step %d (shrink and resync took %v; t=%d)\n",
-					me, c.Size(), step, time.Since(t0).Round(time.Millisecond), time.Now().UnixNano())
+				fmt.Printf("elastic: %s: %d ranks left, going on from step %d (shrink and resync took %v; t=%d)\n",
+					who, c.Size(), step, time.Since(t0).Round(time.Millisecond), time.Now().UnixNano())
 			}
 		}
 		if err != nil {
@@ -116,8 +212,12 @@ func run(steps int, lr float64, kills string, inShrink int) error {
 		}
 	}
 	sum := sha256.Sum256(bytesOf(w))
-	fmt.Printf("elastic: rank %d: %d of %d steps done on %d ranks after %d shrinks in %v, loss %.3g, params %x\n",
-		me, steps, steps, c.Size(), shrinks, time.Since(start).Round(time.Millisecond), loss(x, y, w), sum[:8])
+	grown := ""
+	if grows > 0 {
+		grown = fmt.Sprintf(" and %d grows", grows)
+	}
+	fmt.Printf("elastic: %s: %d of %d steps done on %d ranks after %d shrinks%s in %v, loss %.3g, params %x\n",
+		who, steps, steps, c.Size(), shrinks, grown, time.Since(start).Round(time.Millisecond), loss(x, y, w), sum[:8])
 	return nil
 }
 
@@ -141,22 +241,29 @@ func lost(err error) bool {
 // trainStep computes this rank's share of the gradient of the squared
 // error, sums it with the others' and takes one step. The shares are
 // the samples i with i % size == rank, so the live ranks always cover
-// the whole data set, however many there are.
-func trainStep(ctx context.Context, c *comm.Communicator, x [][]float64, y []float64, w []float64, lr float64) error {
-	g := make([]float64, dim)
+// the whole data set, however many there are. The same allreduce sums
+// the replacements each rank sees waiting (c.Pending), so that all
+// decide alike whether to grow after this step, and whether any rank
+// gives up waiting for them (quit).
+func trainStep(ctx context.Context, c *comm.Communicator, x [][]float64, y []float64, w []float64, lr float64, giveUp bool) (pending int, quit bool, err error) {
+	g := make([]float64, dim+2)
 	for i := c.Rank(); i < samples; i += c.Size() {
 		d := dot(x[i], w) - y[i]
-		for k := range g {
+		for k := range dim {
 			g[k] += d * x[i][k]
 		}
 	}
+	g[dim] = float64(c.Pending())
+	if giveUp {
+		g[dim+1] = 1
+	}
 	if err := comm.AllReduce(ctx, c, g, comm.Sum); err != nil {
-		return err
+		return 0, false, err
 	}
 	for k := range w {
 		w[k] -= lr * g[k] / samples
 	}
-	return nil
+	return int(g[dim]), g[dim+1] > 0, nil
 }
 
 // agree makes every rank of c hold rank 0's model and step.

@@ -213,3 +213,99 @@ func killToResume(t *testing.T, out string) time.Duration {
 	}
 	return worst
 }
+
+// TestElasticGrow runs the elastic example under grun --elastic 2:4 and
+// SIGKILLs a random rank (rank 0 included) at a random step: grun starts
+// a replacement, whose Init waits until the survivors, having shrunk,
+// see it in Pending and Grow. The job must end with 4 ranks, one of them
+// the replacement, all with the same parameters, bitwise, and grun must
+// say so. The test prints the time from the replacement's start to its
+// first step on the grown communicator (every rank past its Grow).
+func TestElasticGrow(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("GOCOLL_ELASTIC_SEED"); v != "" {
+		var err error
+		if seed, err = strconv.ParseUint(v, 10, 64); err != nil {
+			t.Fatalf("GOCOLL_ELASTIC_SEED=%q: %v", v, err)
+		}
+	}
+	rng := rand.New(rand.NewPCG(seed, 3))
+	victim, step := rng.IntN(4), 10+rng.IntN(80)
+	t.Logf("elastic grow: seed %d (GOCOLL_ELASTIC_SEED=%d replays it): rank %d killed at step %d", seed, seed, victim, step)
+	out, code := grun(t, 2*time.Minute, []string{"GOCOLL_TIMEOUT=30s"}, "-n", "4", "--elastic", "2:4",
+		filepath.Join(bin, "elastic"), "-kill", fmt.Sprintf("%d@%d", victim, step), "-pace", "5ms", "-final-size", "4")
+	if code != 0 {
+		t.Fatalf("grun exited %d, want 0:\n%s", code, out)
+	}
+	want := fmt.Sprintf("grun: the job finished with 4 ranks, 1 of them replacements; lost rank %d (--elastic 2:4)\n", victim)
+	if !strings.Contains(out, want) {
+		t.Fatalf("grun does not say %q:\n%s", want, out)
+	}
+	done := elasticGrown.FindAllStringSubmatch(out, -1)
+	if len(done) != 4 {
+		t.Fatalf("%d ranks finished, want 4:\n%s", len(done), out)
+	}
+	replacements := 0
+	for _, d := range done {
+		if d[1] == "replacement" {
+			replacements++
+		}
+		if d[3] != "4" {
+			t.Errorf("%s %s finished on %s ranks, want 4", d[1], d[2], d[3])
+		}
+		if d[5] != done[0][5] {
+			t.Errorf("%s %s ended with parameters %s, %s %s with %s: the ranks disagree", d[1], d[2], d[5], done[0][1], done[0][2], done[0][5])
+		}
+		if loss, err := strconv.ParseFloat(d[4], 64); err != nil || loss > 1e-3 {
+			t.Errorf("%s %s: loss %s, want the model fitted (below 1e-3)", d[1], d[2], d[4])
+		}
+	}
+	if replacements != 1 {
+		t.Errorf("%d replacements finished, want 1:\n%s", replacements, out)
+	}
+	m := elasticJoin.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("the replacement does not say when it took its first step:\n%s", out)
+	}
+	t.Logf("elastic grow: %s from the replacement's start to its first step on the grown communicator of 4 ranks", m[1])
+	fmt.Printf("elastic grow: %s from the replacement's start to its first step on the grown communicator of 4 ranks\n", m[1])
+}
+
+// TestElasticGrowAcrossHosts: the same across two network-namespace
+// hosts of two ranks each: rank 2, on the second host, is killed, and
+// grun starts its replacement there, through --rsh, which joins over TCP
+// to ranks of both hosts.
+func TestElasticGrowAcrossHosts(t *testing.T) {
+	testmode.SkipIfQuick(t)
+	c := newCluster(t, 2)
+	_, done := c.grunIn(t, 2*time.Minute, nil, "-H", c.hosts[0]+":2,"+c.hosts[1]+":2", "--rsh", c.rsh(t),
+		"--elastic", "2:4", "-x", "GOCOLL_TIMEOUT=30s", filepath.Join(bin, "elastic"), "-kill", "2@40", "-pace", "5ms", "-final-size", "4")
+	out, code := done()
+	if code != 0 {
+		t.Fatalf("grun exited %d, want 0:\n%s", code, out)
+	}
+	if !regexp.MustCompile(`(?m)^grun: the job finished with 4 ranks, 1 of them replacements; lost rank 2 on host \S+ \(--elastic 2:4\)$`).MatchString(out) {
+		t.Fatalf("grun does not say the job finished with 4 ranks, one a replacement of rank 2:\n%s", out)
+	}
+	done4 := elasticGrown.FindAllStringSubmatch(out, -1)
+	if len(done4) != 4 {
+		t.Fatalf("%d ranks finished, want 4:\n%s", len(done4), out)
+	}
+	for _, d := range done4 {
+		if d[3] != "4" || d[5] != done4[0][5] {
+			t.Errorf("%s %s finished on %s ranks with parameters %s; want 4 ranks and %s", d[1], d[2], d[3], d[5], done4[0][5])
+		}
+	}
+	m := elasticJoin.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("the replacement does not say when it took its first step:\n%s", out)
+	}
+	t.Logf("elastic grow across hosts: %s from the replacement's start to its first step on the grown communicator of 4 ranks", m[1])
+	fmt.Printf("elastic grow across hosts: %s from the replacement's start to its first step on the grown communicator of 4 ranks\n", m[1])
+	c.checkEmpty(t)
+}
+
+var (
+	elasticGrown = regexp.MustCompile(`(?m)^elastic: (rank|replacement) (\d+): 150 of 150 steps done on (\d+) ranks after \d+ shrinks(?: and \d+ grows)? in \S+, loss (\S+), params ([0-9a-f]+)$`)
+	elasticJoin  = regexp.MustCompile(`(?m)^elastic: replacement \d+: from its start to its first step on 4 ranks: (\S+)$`)
+)

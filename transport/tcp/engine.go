@@ -85,7 +85,7 @@ func newTransport(rank, size int, opts Options) *Transport {
 		rank:        rank,
 		size:        size,
 		opts:        opts,
-		peers:       make([]atomic.Pointer[peer], size),
+		peers:       make([]atomic.Pointer[peer], size+opts.Spare),
 		closed:      make(chan struct{}),
 		lost:        make(chan struct{}),
 		progress:    make(chan struct{}, 1),
@@ -298,7 +298,7 @@ func (t *Transport) Send(ctx context.Context, to int, b []byte) error {
 // HasCredit implements transport.CreditReporter.
 // A peer not linked yet has every slot free: Send links it first.
 func (t *Transport) HasCredit(to int) bool {
-	if to < 0 || to >= t.size || to == t.rank {
+	if to < 0 || to >= len(t.peers) || to == t.rank {
 		return true
 	}
 	p := t.peers[to].Load()

@@ -64,8 +64,8 @@ func (a *attempt) finish() {
 // A peer that cannot be reached (it died, gave up, or never published its
 // address) is lost: the error wraps ErrPeerLost and names it.
 func (t *Transport) link(ctx context.Context, r int, op string) (*peer, error) {
-	if r < 0 || r >= t.size || r == t.rank {
-		return nil, fmt.Errorf("tcp: %s: rank %d is not a peer of rank %d in a job of %d", op, r, t.rank, t.size)
+	if r < 0 || r >= len(t.peers) || r == t.rank {
+		return nil, fmt.Errorf("tcp: %s: rank %d is not a peer of rank %d in a job of %d", op, r, t.rank, len(t.peers))
 	}
 	select {
 	case <-t.closed:

@@ -120,6 +120,14 @@ type Options struct {
 	// DefaultSilentPeer; negative: never (the kernel's own retransmission
 	// limit, about 15 minutes).
 	SilentPeer time.Duration
+	// Spare is how many job ranks past size may link to this rank, or
+	// be linked to: ranks size, size+1, ... size+Spare-1, replacements
+	// that join a running elastic job (comm's Grow). Every rank of a job
+	// must pass the same Spare. Capacity reports size + Spare. Links to
+	// them are made on demand as to any rank, so Spare needs the lazy
+	// mode (not Eager, whose listener closes once the first ranks are
+	// linked).
+	Spare int
 }
 
 // DefaultSilentPeer is how long a silent peer host is waited for by
@@ -195,16 +203,22 @@ func Connect(ctx context.Context, store Store, rank, size int, token []byte, opt
 	if err := opts.fill(); err != nil {
 		return nil, err
 	}
-	if size < 1 || rank < 0 || rank >= size {
-		return nil, fmt.Errorf("tcp: rank %d of size %d", rank, size)
+	if opts.Spare < 0 || opts.Spare > maxSpare {
+		return nil, fmt.Errorf("tcp: Spare %d, want 0..%d", opts.Spare, maxSpare)
+	}
+	if opts.Spare > 0 && opts.Eager {
+		return nil, fmt.Errorf("tcp: Spare ranks join after Connect, and Eager shuts the listener once the mesh is built: %w", errors.ErrUnsupported)
+	}
+	if size < 1 || rank < 0 || rank >= size+opts.Spare {
+		return nil, fmt.Errorf("tcp: rank %d of size %d (and %d spare)", rank, size, opts.Spare)
 	}
 	for _, r := range opts.Warm {
-		if r < 0 || r >= size {
+		if r < 0 || r >= size+opts.Spare {
 			return nil, fmt.Errorf("tcp: Warm names rank %d, outside a job of %d", r, size)
 		}
 	}
 	t := newTransport(rank, size, opts)
-	if size == 1 {
+	if size == 1 && opts.Spare == 0 {
 		return t, nil
 	}
 	if errNoEngine != nil {
@@ -228,6 +242,14 @@ type hello struct {
 	rank, size, slots, slotSize uint32
 	namespace                   uint64
 }
+
+// maxSpare bounds Options.Spare: each spare rank costs a pointer here
+// and a little state in the layers above.
+const maxSpare = 1 << 12
+
+// Capacity is how many job ranks may hold links here: the job's size
+// and Options.Spare ranks past it.
+func (t *Transport) Capacity() int { return t.size + t.opts.Spare }
 
 const helloLen = 4 + 4*4 + 8
 
@@ -278,7 +300,7 @@ func (t *Transport) check(h hello, want int) error {
 		return fmt.Errorf("peer says the job has %d ranks, this rank says %d", h.size, mine.size)
 	case want >= 0 && int(h.rank) != want:
 		return fmt.Errorf("expected rank %d, peer says it is rank %d", want, h.rank)
-	case want < 0 && (int(h.rank) == t.rank || int(h.rank) >= t.size):
+	case want < 0 && (int(h.rank) == t.rank || int(h.rank) >= t.Capacity()):
 		return fmt.Errorf("rank %d may not dial rank %d", h.rank, t.rank)
 	case h.slots != mine.slots || h.slotSize != mine.slotSize:
 		return fmt.Errorf("peer uses %d slots of %d bytes, this rank %d of %d (every rank must use the same transport options)",

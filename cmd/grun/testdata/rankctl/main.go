@@ -2,7 +2,9 @@
 // failures and signals. Every rank writes its pid to DIR/rank-R.pid once it
 // is set up (signal handling in place, child started), so a test that sees
 // all the files knows the job is ready. Then the rank named by -fail-rank
-// or -kill-rank waits for -ready pid files and fails; the others sleep.
+// or -kill-rank waits for -ready pid files and fails; the others sleep,
+// and so does a replacement of a rank (its pid file exists already),
+// which writes DIR/replacement-R.pid instead.
 package main
 
 import (
@@ -61,6 +63,12 @@ func main() {
 			fail(err.Error())
 		}
 		writeFile(filepath.Join(*dir, fmt.Sprintf("child-%d.pid", rank)), strconv.Itoa(cmd.Process.Pid))
+	}
+	if _, err := os.Stat(filepath.Join(*dir, fmt.Sprintf("rank-%d.pid", rank))); err == nil {
+		// A replacement grun started (--elastic MIN:MAX): it sleeps.
+		writeFile(filepath.Join(*dir, fmt.Sprintf("replacement-%d.pid", rank)), strconv.Itoa(os.Getpid()))
+		time.Sleep(*sleep)
+		return
 	}
 	writeFile(filepath.Join(*dir, fmt.Sprintf("rank-%d.pid", rank)), strconv.Itoa(os.Getpid()))
 
