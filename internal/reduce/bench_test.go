@@ -173,9 +173,9 @@ func BenchmarkFloat32SumLevel(b *testing.B) {
 		})
 		for _, l := range levels() {
 			b.Run("impl="+l.String()+"/size="+sz.name, func(b *testing.B) {
-				old, oldLevel := active, activeLevel
-				active, activeLevel = tables[l], l
-				defer func() { active, activeLevel = old, oldLevel }()
+				old := activeLevel
+				setLevel(l)
+				defer setLevel(old)
 				run(b, func() { Reduce(Float32, Sum, dst, x, y) })
 			})
 		}

@@ -83,7 +83,10 @@
 // (Min and Max) or where one call is the whole reduction (two ranks): for
 // Sum, Avg and Prod ([Wide]) they keep partial results in float32 with
 // [ReduceWide], [Accumulate] and [AccumulateNarrow], so that a result is
-// rounded to 16 bits once rather than once per step (wide.go).
+// rounded to 16 bits once rather than once per step (wide.go). Those
+// steps, and [Widen] and [Narrow], have generated AVX2 kernels too (F16C
+// for float16; the AVX-512 level uses them), from the same _gen, with the
+// Go loops for tails and other CPUs; both give the same bits.
 //
 // Avg is reduced exactly as Sum; the caller divides once at the end with
 // [Scale].

@@ -596,3 +596,72 @@ var asmKernels = []asmKernel{
 	{levelAVX512, BFloat16, Max, maxBF16AVX512, nil, 16, 0},
 	{levelAVX512, BFloat16, opScale, nil, scaleBF16AVX512, 16, 0},
 }
+
+//go:noescape
+func widenF16AVX2(d, a, b *byte, n int)
+
+//go:noescape
+func narrowF16AVX2(d, a, b *byte, n int)
+
+//go:noescape
+func reduceWideSumF16AVX2(d, a, b *byte, n int)
+
+//go:noescape
+func reduceWideProdF16AVX2(d, a, b *byte, n int)
+
+//go:noescape
+func accumulateSumF16AVX2(d, a, b *byte, n int)
+
+//go:noescape
+func accumulateProdF16AVX2(d, a, b *byte, n int)
+
+//go:noescape
+func accumulateNarrowSumF16AVX2(d, a, b *byte, n int)
+
+//go:noescape
+func accumulateNarrowProdF16AVX2(d, a, b *byte, n int)
+
+//go:noescape
+func widenBF16AVX2(d, a, b *byte, n int)
+
+//go:noescape
+func narrowBF16AVX2(d, a, b *byte, n int)
+
+//go:noescape
+func reduceWideSumBF16AVX2(d, a, b *byte, n int)
+
+//go:noescape
+func reduceWideProdBF16AVX2(d, a, b *byte, n int)
+
+//go:noescape
+func accumulateSumBF16AVX2(d, a, b *byte, n int)
+
+//go:noescape
+func accumulateProdBF16AVX2(d, a, b *byte, n int)
+
+//go:noescape
+func accumulateNarrowSumBF16AVX2(d, a, b *byte, n int)
+
+//go:noescape
+func accumulateNarrowProdBF16AVX2(d, a, b *byte, n int)
+
+// wideKernels lists the kernels of the float32-partials steps (wide.go):
+// n and the block count elements. Widen and Narrow are listed under Sum.
+var wideKernels = []wideKernel{
+	{levelAVX2, Float16, wideWiden, Sum, widenF16AVX2, 8, featF16C},
+	{levelAVX2, Float16, wideNarrow, Sum, narrowF16AVX2, 8, featF16C},
+	{levelAVX2, Float16, wideReduce, Sum, reduceWideSumF16AVX2, 8, featF16C},
+	{levelAVX2, Float16, wideReduce, Prod, reduceWideProdF16AVX2, 8, featF16C},
+	{levelAVX2, Float16, wideAccumulate, Sum, accumulateSumF16AVX2, 8, featF16C},
+	{levelAVX2, Float16, wideAccumulate, Prod, accumulateProdF16AVX2, 8, featF16C},
+	{levelAVX2, Float16, wideAccumulateNarrow, Sum, accumulateNarrowSumF16AVX2, 8, featF16C},
+	{levelAVX2, Float16, wideAccumulateNarrow, Prod, accumulateNarrowProdF16AVX2, 8, featF16C},
+	{levelAVX2, BFloat16, wideWiden, Sum, widenBF16AVX2, 8, 0},
+	{levelAVX2, BFloat16, wideNarrow, Sum, narrowBF16AVX2, 8, 0},
+	{levelAVX2, BFloat16, wideReduce, Sum, reduceWideSumBF16AVX2, 8, 0},
+	{levelAVX2, BFloat16, wideReduce, Prod, reduceWideProdBF16AVX2, 8, 0},
+	{levelAVX2, BFloat16, wideAccumulate, Sum, accumulateSumBF16AVX2, 8, 0},
+	{levelAVX2, BFloat16, wideAccumulate, Prod, accumulateProdBF16AVX2, 8, 0},
+	{levelAVX2, BFloat16, wideAccumulateNarrow, Sum, accumulateNarrowSumBF16AVX2, 8, 0},
+	{levelAVX2, BFloat16, wideAccumulateNarrow, Prod, accumulateNarrowProdBF16AVX2, 8, 0},
+}

@@ -73,6 +73,40 @@ const opScale = maxOp + 1
 // mean the Go loop. Avg uses the Sum kernels.
 type kernTable [maxDType + 1][opScale + 1][2]kern
 
+// wideKind is one of the steps of a 16-bit reduction with float32
+// partial results (wide.go) that has vector kernels.
+type wideKind uint8
+
+const (
+	wideWiden            wideKind = iota // Widen
+	wideNarrow                           // Narrow
+	wideReduce                           // ReduceWide
+	wideAccumulate                       // Accumulate
+	wideAccumulateNarrow                 // AccumulateNarrow
+
+	numWideKinds
+)
+
+// wideKernel is an assembly kernel of a wide step: fn(d, a, b, n) runs
+// the step over n elements, a multiple of block; b is nil for Widen and
+// Narrow, which are listed under Sum. Like the Reduce kernels, it loads
+// a block's operands before storing its result, so d may alias a or b
+// where wide.go allows it.
+type wideKernel struct {
+	lvl   level
+	dt    DType
+	kind  wideKind
+	op    Op // Sum or Prod
+	fn    kernelFunc
+	block int // elements
+	feat  feature
+}
+
+// wideTable holds, for each 16-bit dtype and wide step at one level, the
+// kernel for Sum (and Avg) at [0] and for Prod at [1]; a nil fn means
+// the Go loop.
+type wideTable [maxDType + 1][numWideKinds][2]kern
+
 // ErrSIMD is wrapped by the error SIMDConfigError reports for a GOCOLL_SIMD
 // value that cannot be honoured.
 var ErrSIMD = errors.New("GOCOLL_SIMD")
@@ -85,6 +119,9 @@ var (
 	active      *kernTable
 	activeLevel level
 	configErr   error
+	// wideTables[l] and activeWide are the same for the wide steps.
+	wideTables [maxLevel + 1]*wideTable
+	activeWide *wideTable
 )
 
 // minBlock is the smallest block of any kernel this build has, at any
@@ -101,9 +138,11 @@ func init() {
 	best, feats := detectCPU()
 	for l := levelGo; l <= best; l++ {
 		tables[l] = buildTable(l, feats)
+		wideTables[l] = buildWideTable(l, feats)
 	}
 	lvl, err := chooseLevel(os.Getenv("GOCOLL_SIMD"), best)
-	activeLevel, active, configErr = lvl, tables[lvl], err
+	setLevel(lvl)
+	configErr = err
 	if err != nil {
 		logging.L().Warn("reduce: ignoring GOCOLL_SIMD", "err", err, "using", lvl.String())
 	}
@@ -133,6 +172,37 @@ func buildTable(l level, feats feature) *kernTable {
 		t[dt][Avg] = t[dt][Sum]
 	}
 	return t
+}
+
+// buildWideTable picks, for every 16-bit dtype, wide step and op, the
+// kernel of the highest level not above l whose features the CPU has.
+func buildWideTable(l level, feats feature) *wideTable {
+	t := new(wideTable)
+	var from [maxDType + 1][numWideKinds][2]level
+	for i := range wideKernels {
+		k := &wideKernels[i]
+		j := wideOpIndex(k.op)
+		if k.lvl <= l && k.feat&^feats == 0 && (t[k.dt][k.kind][j].fn == nil || k.lvl > from[k.dt][k.kind][j]) {
+			t[k.dt][k.kind][j], from[k.dt][k.kind][j] = kern{fn: k.fn, block: k.block}, k.lvl
+		}
+	}
+	return t
+}
+
+// wideOpIndex is op's index in a wideTable: 1 for Prod, 0 for Sum and Avg
+// (and for Widen and Narrow, which have no op).
+func wideOpIndex(op Op) int {
+	if op == Prod {
+		return 1
+	}
+	return 0
+}
+
+// setLevel makes l, which the CPU must support, the level of the kernels
+// Reduce, Scale and the wide steps use. init calls it; tests and
+// benchmarks switch levels with it (not while kernels run).
+func setLevel(l level) {
+	activeLevel, active, activeWide = l, tables[l], wideTables[l]
 }
 
 // chooseLevel interprets GOCOLL_SIMD. Empty (or "auto") means the best level

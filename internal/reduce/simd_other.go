@@ -4,6 +4,9 @@ package reduce
 
 // Only the portable Go loops exist here (arm64 included: the Go loops are
 // what serves it for now).
-var asmKernels []asmKernel
+var (
+	asmKernels  []asmKernel
+	wideKernels []wideKernel
+)
 
 func detectCPU() (level, feature) { return levelGo, 0 }

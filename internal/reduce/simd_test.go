@@ -30,9 +30,9 @@ func useLevel(t *testing.T, l level) {
 	if tables[l] == nil {
 		t.Fatalf("level %v not available", l)
 	}
-	old, oldLevel := active, activeLevel
-	active, activeLevel = tables[l], l
-	t.Cleanup(func() { active, activeLevel = old, oldLevel })
+	old := activeLevel
+	setLevel(l)
+	t.Cleanup(func() { setLevel(old) })
 }
 
 func TestLevelsAvailable(t *testing.T) {

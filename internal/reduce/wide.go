@@ -21,7 +21,14 @@ import (
 // Buffers named "16" hold elements of dt (Float16 or BFloat16); those
 // named "32" hold float32s, twice as many bytes per element.
 //
-// The kernels are marked go:norace, as the assembly kernels are in effect
+// On amd64 with AVX2 (and F16C for Float16) each step runs a generated
+// assembly kernel (wideKernels, from _gen) over the longest prefix that is
+// a whole number of its 8-element blocks, as Reduce does; the Go loops
+// below do the rest, and everything on other CPUs, levels and
+// architectures. Both compute the same bits, NaNs included except which
+// of two NaN operands a sum or product keeps.
+//
+// The Go loops are marked go:norace, as the assembly kernels are in effect
 // (the race detector does not see into assembly): they touch only the
 // buffers of the call that runs them, and instrumenting every element
 // slowed the -race runs of the conformance suite's 16-bit sums (go test
@@ -39,6 +46,9 @@ func Wide(dt DType, op Op) bool {
 //go:norace
 func Widen(dt DType, dst32, src16 []byte) {
 	checkWide("Widen", dt, Sum, dst32, src16, nil)
+	if i := wideSIMD(dt, wideWiden, Sum, dst32, src16, nil, len(src16)/2); i > 0 {
+		dst32, src16 = dst32[4*i:], src16[2*i:]
+	}
 	if aligned(dst32, 4) && aligned(src16, 2) && len(src16) > 0 {
 		d, s := view[float32](dst32), view[uint16](src16)
 		s = s[:len(d)]
@@ -63,6 +73,9 @@ func Widen(dt DType, dst32, src16 []byte) {
 //go:norace
 func Narrow(dt DType, dst16, src32 []byte) {
 	checkWide("Narrow", dt, Sum, src32, dst16, nil)
+	if i := wideSIMD(dt, wideNarrow, Sum, dst16, src32, nil, len(dst16)/2); i > 0 {
+		dst16, src32 = dst16[2*i:], src32[4*i:]
+	}
 	if aligned(src32, 4) && aligned(dst16, 2) && len(dst16) > 0 {
 		d, s := view[uint16](dst16), view[float32](src32)
 		s = s[:len(d)]
@@ -88,6 +101,9 @@ func Narrow(dt DType, dst16, src32 []byte) {
 //go:norace
 func ReduceWide(dt DType, op Op, dst32, a16, b16 []byte) {
 	checkWide("ReduceWide", dt, op, dst32, a16, b16)
+	if i := wideSIMD(dt, wideReduce, op, dst32, a16, b16, len(a16)/2); i > 0 {
+		dst32, a16, b16 = dst32[4*i:], a16[2*i:], b16[2*i:]
+	}
 	if aligned(dst32, 4) && aligned(a16, 2) && aligned(b16, 2) && len(a16) > 0 {
 		d, a, b := view[float32](dst32), view[uint16](a16), view[uint16](b16)
 		a, b = a[:len(d)], b[:len(d)]
@@ -123,6 +139,9 @@ func ReduceWide(dt DType, op Op, dst32, a16, b16 []byte) {
 //go:norace
 func Accumulate(dt DType, op Op, dst32, a32, b16 []byte) {
 	checkWide("Accumulate", dt, op, dst32, b16, a32)
+	if i := wideSIMD(dt, wideAccumulate, op, dst32, a32, b16, len(b16)/2); i > 0 {
+		dst32, a32, b16 = dst32[4*i:], a32[4*i:], b16[2*i:]
+	}
 	if aligned(dst32, 4) && aligned(a32, 4) && aligned(b16, 2) && len(b16) > 0 {
 		d, a, b := view[float32](dst32), view[float32](a32), view[uint16](b16)
 		a, b = a[:len(d)], b[:len(d)]
@@ -161,6 +180,9 @@ func AccumulateNarrow(dt DType, op Op, dst16, a32, b16 []byte) {
 	if len(dst16) != len(b16) {
 		panic("reduce: AccumulateNarrow: length mismatch: dst " + strconv.Itoa(len(dst16)) + ", b " + strconv.Itoa(len(b16)))
 	}
+	if i := wideSIMD(dt, wideAccumulateNarrow, op, dst16, a32, b16, len(b16)/2); i > 0 {
+		dst16, a32, b16 = dst16[2*i:], a32[4*i:], b16[2*i:]
+	}
 	if aligned(dst16, 2) && aligned(a32, 4) && aligned(b16, 2) && len(b16) > 0 {
 		d, a, b := view[uint16](dst16), view[float32](a32), view[uint16](b16)
 		a, b = a[:len(d)], b[:len(d)]
@@ -187,6 +209,50 @@ func AccumulateNarrow(dt DType, op Op, dst16, a32, b16 []byte) {
 	for i := 0; i < len(b16)/2; i++ {
 		narrow(dt, dst16, i, apply(op, getF32(a32, i), widen(dt, b16, i)))
 	}
+}
+
+// wideSIMD runs the vector kernel of step kind for dt and op at the
+// active level, if there is one, over the first n elements rounded down
+// to its block (d, a and b are the kernel's operands, b nil for Widen and
+// Narrow), and returns how many elements it did; the caller's Go loop
+// does the rest. Like Reduce, it calls the kernel on at most kernelChunk
+// bytes (of the float32 side) at a time, so that the goroutine can be
+// preempted between calls.
+//
+//go:norace
+func wideSIMD(dt DType, kind wideKind, op Op, d, a, b []byte, n int) int {
+	k := &activeWide[dt][kind][wideOpIndex(op)]
+	if k.fn == nil || n < k.block {
+		return 0
+	}
+	done := n &^ (k.block - 1)
+	wd, wa := wideWidths[kind][0], wideWidths[kind][1]
+	// Slicing first panics, as the Go loops would, rather than letting the
+	// kernel run off a buffer too short for its width.
+	d, a = d[:wd*done], a[:wa*done]
+	if b != nil {
+		b = b[:2*done]
+	}
+	for i := 0; i < done; {
+		m := min(done-i, kernelChunk/4)
+		var pb *byte
+		if b != nil {
+			pb = &b[2*i]
+		}
+		k.fn(&d[wd*i], &a[wa*i], pb, m)
+		i += m
+	}
+	return done
+}
+
+// wideWidths holds the bytes per element of each step's d and a operands
+// (b, when there is one, is always 16-bit).
+var wideWidths = [numWideKinds][2]int{
+	wideWiden:            {4, 2},
+	wideNarrow:           {2, 4},
+	wideReduce:           {4, 2},
+	wideAccumulate:       {4, 4},
+	wideAccumulateNarrow: {2, 4},
 }
 
 // checkWide panics unless dt is a 16-bit type, op one that accumulates

@@ -481,11 +481,151 @@ func (b *body) bf16Lane(op string, off int) int {
 	return b.isa.vs
 }
 
+// Wide kernels: the steps of a 16-bit reduction whose partial results are
+// float32 (wide.go in the package). Each reads its operands, a and b, as
+// 16-bit elements (widened exactly to float32) or as float32s, combines
+// them in float32 and writes float32s or rounds them to the 16-bit type
+// as F32ToF16 and F32ToBF16 do. n counts elements, not bytes.
+type wideKind struct {
+	short, goName string
+	d, a, b       int // bytes per element of each stream; b 0: no b
+}
+
+var wideKinds = []wideKind{
+	{"widen", "wideWiden", 4, 2, 0},
+	{"narrow", "wideNarrow", 2, 4, 0},
+	{"reduceWide", "wideReduce", 4, 2, 2},
+	{"accumulate", "wideAccumulate", 4, 4, 2},
+	{"accumulateNarrow", "wideAccumulateNarrow", 2, 4, 2},
+}
+
+// wideLane emits lane laneIdx of a wide kernel: one float32 vector of
+// elements. op is "sum" or "prod" ("" for widen and narrow).
+func (b *body) wideLane(dt string, k wideKind, op string, laneIdx int) {
+	per := b.isa.vs / 4 // elements per lane
+	mem := func(reg string, width int) string { return fmt.Sprintf("%d(%s)", laneIdx*per*width, reg) }
+	x := b.r(0)
+	if k.a == 2 {
+		// Widen quiets a NaN as BF16ToF32 does; the others keep the bits
+		// (bf16Bits), as the arithmetic quiets it.
+		b.load16(dt, mem("SI", 2), x, k.short == "widen")
+	} else {
+		b.load(mem("SI", 4), x)
+	}
+	if k.b != 0 {
+		y := b.r(1)
+		b.load16(dt, mem("DX", 2), y, false)
+		b.fop(op, "ps", x, y, nil)
+	}
+	if k.d == 4 {
+		b.store(x, mem("DI", 4))
+	} else {
+		b.store16(dt, x, mem("DI", 2))
+	}
+}
+
+// load16 widens the 16-bit elements at mem into the float32s of r
+// (exact); for bfloat16, quiet sets the quiet bit of NaNs as BF16ToF32
+// does. (VCVTPH2PS quiets float16 NaNs as F16ToF32 does.)
+func (b *body) load16(dt, mem, r string, quiet bool) {
+	if dt == "F16" {
+		b.feat = "featF16C"
+		b.raw("VCVTPH2PS %s, %s", mem, r)
+		return
+	}
+	b.raw("VPMOVZXWD %s, %s", mem, r)
+	b.sh("pslld", 16, r, r)
+	if quiet {
+		u := b.r(3)
+		b.op("and", b.c(c32(0x7fffffff)), r, u)
+		b.op("pcmpgtd", b.c(c32(0x7f800000)), u, u) // u = |r| > Inf: NaN
+		b.op("and", b.c(c32(0x00400000)), u, u)
+		b.op("or", u, r, r)
+	}
+}
+
+// store16 rounds the float32s of x to the 16-bit type, to nearest with
+// ties to even, and stores them at mem, bit for bit as F32ToF16 and
+// F32ToBF16 do. x is clobbered.
+func (b *body) store16(dt, x, mem string) {
+	t, u := b.r(2), b.r(3)
+	if dt == "F16" {
+		// VCVTPS2PH keeps the top of a NaN's payload; F32ToF16 gives
+		// the sign and 0x7e00, so NaN lanes are first made sign|0x7fc00000.
+		b.feat = "featF16C"
+		b.raw("VCMPPS $3, %s, %s, %s", x, x, t) // t = x is NaN
+		b.op("and", b.c(c32(0x80000000)), x, u)
+		b.op("or", b.c(c32(0x7fc00000)), u, u)
+		b.raw("VPBLENDVB %s, %s, %s, %s", t, u, x, x)
+		b.raw("VCVTPS2PH $0, %s, %s", x, mem) // imm 0: round to nearest even
+		return
+	}
+	// As bf16Lane: add 0x7fff plus the lowest kept bit; NaN lanes are
+	// truncated and quieted instead.
+	b.sh("psrld", 16, x, t)
+	b.op("and", b.c(c32(1)), t, t)
+	b.op("paddd", x, t, t)
+	b.op("paddd", b.c(c32(0x7fff)), t, t)
+	b.op("and", b.c(c32(0x7fffffff)), x, u)
+	b.op("pcmpgtd", b.c(c32(0x7f800000)), u, u) // u = |x| > Inf: NaN
+	b.op("or", b.c(c32(0x00400000)), x, x)
+	b.raw("VPBLENDVB %s, %s, %s, %s", u, x, t, x)
+	b.sh("psrld", 16, x, x)
+	xt, xx := "{x"+t[2:], "{x"+x[2:]
+	b.raw("VEXTRACTI128 $1, %s, %s", x, xt)
+	b.raw("VPACKUSDW %s, %s, %s", xt, xx, xx) // 16-bit values: no saturation
+	b.raw("VMOVDQU %s, %s", xx, mem)
+}
+
+// genWide writes wide kernel k of dt and op at is, which must be a VEX
+// level without EVEX (the lanes use the AVX2 forms).
+func genWide(is *isa, dt string, k wideKind, op string, asm *bytes.Buffer) kernel {
+	probe := &body{isa: is}
+	probe.wideLane(dt, k, op, 0)
+	unroll := min(4, (is.nregs-len(probe.consts))/probe.nr)
+	if unroll < 1 {
+		log.Fatalf("%s %s %s: not enough registers", is.name, dt, k.short)
+	}
+	regs := func(text string, laneIdx int) string {
+		for i := probe.nr - 1; i >= 0; i-- {
+			n := fmt.Sprintf("%d", laneIdx*probe.nr+i)
+			text = strings.ReplaceAll(text, fmt.Sprintf("{r%d}", i), is.reg+n)
+			text = strings.ReplaceAll(text, fmt.Sprintf("{x%d}", i), "X"+n)
+		}
+		for i := len(probe.consts) - 1; i >= 0; i-- {
+			text = strings.ReplaceAll(text, fmt.Sprintf("{c%d}", i), fmt.Sprintf("%s%d", is.reg, is.nregs-1-i))
+		}
+		return text
+	}
+	emitLane := func(laneIdx int) {
+		b := &body{isa: is}
+		b.wideLane(dt, k, op, laneIdx)
+		for _, l := range b.lines {
+			fmt.Fprintf(asm, "\t%s\n", regs(l, laneIdx))
+		}
+	}
+	name := k.short + dt + is.name
+	if op != "" {
+		name = k.short + strings.ToUpper(op[:1]) + op[1:] + dt + is.name
+	}
+	per := is.vs / 4
+	fmt.Fprintf(asm, "\n// func %s(d, a, b *byte, n int)\n", name)
+	fmt.Fprintf(asm, "TEXT ·%s(SB), NOSPLIT, $0-32\n", name)
+	fmt.Fprintf(asm, "\tMOVQ d+0(FP), DI\n\tMOVQ a+8(FP), SI\n")
+	if k.b != 0 {
+		fmt.Fprintf(asm, "\tMOVQ b+16(FP), DX\n")
+	}
+	fmt.Fprintf(asm, "\tMOVQ n+24(FP), CX\n")
+	emitLoop(asm, is, probe, "", unroll, per, [3]int{per * k.a, per * k.b, per * k.d}, emitLane)
+	return kernel{name: name, dt: dt, op: op, isa: is, block: per, feat: probe.feat, wide: k.goName}
+}
+
 type kernel struct {
 	name, dt, op string
 	isa          *isa
 	block        int
 	feat         string
+	wide         string // the wideKind of a wide kernel, "" for the others
 }
 
 func gen(is *isa, dt, op string, asm *bytes.Buffer) (kernel, bool) {
@@ -538,6 +678,16 @@ func gen(is *isa, dt, op string, asm *bytes.Buffer) (kernel, bool) {
 		fmt.Fprintf(asm, "TEXT ·%s(SB), NOSPLIT, $0-32\n", name)
 		fmt.Fprintf(asm, "\tMOVQ d+0(FP), DI\n\tMOVQ a+8(FP), SI\n\tMOVQ b+16(FP), DX\n\tMOVQ n+24(FP), CX\n")
 	}
+	emitLoop(asm, is, probe, divReg, unroll, block, [3]int{block, block, block}, emitLane)
+	return kernel{name: name, dt: dt, op: op, isa: is, block: block, feat: probe.feat}, true
+}
+
+// emitLoop writes what follows a kernel's argument loads: the constants
+// of probe broadcast into the top registers, the divisor of a Scale kernel
+// into divReg, a loop of unroll lanes and a loop of one lane for the
+// rest, and the return. Each lane takes step from the count in CX and
+// advances SI, DX and DI by adv (a zero leaves the register alone).
+func emitLoop(asm *bytes.Buffer, is *isa, probe *body, divReg string, unroll, step int, adv [3]int, emitLane func(laneIdx int)) {
 	for i, v := range probe.consts {
 		r := fmt.Sprintf("%s%d", is.reg, is.nregs-1-i)
 		xr := "X" + r[1:]
@@ -565,24 +715,32 @@ func gen(is *isa, dt, op string, asm *bytes.Buffer) (kernel, bool) {
 			fmt.Fprintf(asm, "\tMOVSD %s, %s\n\tUNPCKLPD %s, %s\n", arg, divReg, divReg, divReg)
 		}
 	}
+	advance := func(lanes int) {
+		for i, reg := range []string{"SI", "DX", "DI"} {
+			if adv[i] != 0 {
+				fmt.Fprintf(asm, "\tADDQ $%d, %s\n", lanes*adv[i], reg)
+			}
+		}
+	}
 	if unroll > 1 {
-		big := unroll * block
+		big := unroll * step
 		fmt.Fprintf(asm, "\tCMPQ CX, $%d\n\tJB tail\nloop:\n", big)
 		for l := 0; l < unroll; l++ {
 			emitLane(l)
 		}
-		fmt.Fprintf(asm, "\tADDQ $%d, SI\n\tADDQ $%d, DX\n\tADDQ $%d, DI\n\tSUBQ $%d, CX\n\tCMPQ CX, $%d\n\tJAE loop\n", big, big, big, big, big)
+		advance(unroll)
+		fmt.Fprintf(asm, "\tSUBQ $%d, CX\n\tCMPQ CX, $%d\n\tJAE loop\n", big, big)
 		fmt.Fprintf(asm, "tail:\n")
 	}
 	fmt.Fprintf(asm, "\tTESTQ CX, CX\n\tJZ done\none:\n")
 	emitLane(0)
-	fmt.Fprintf(asm, "\tADDQ $%d, SI\n\tADDQ $%d, DX\n\tADDQ $%d, DI\n\tSUBQ $%d, CX\n\tJNZ one\n", block, block, block, block)
+	advance(1)
+	fmt.Fprintf(asm, "\tSUBQ $%d, CX\n\tJNZ one\n", step)
 	fmt.Fprintf(asm, "done:\n")
 	if is.vex {
 		fmt.Fprintf(asm, "\tVZEROUPPER\n")
 	}
 	fmt.Fprintf(asm, "\tRET\n")
-	return kernel{name: name, dt: dt, op: op, isa: is, block: block, feat: probe.feat}, true
 }
 
 func main() {
@@ -603,7 +761,26 @@ func main() {
 			}
 		}
 	}
-	goName := map[string]string{}
+	// The wide kernels exist at the AVX2 level (float16 needing F16C, as
+	// its Reduce kernels do); the AVX-512 level uses them too.
+	var wks []kernel
+	for _, is := range isas {
+		if is.name != "AVX2" {
+			continue
+		}
+		for _, dt := range []string{"F16", "BF16"} {
+			for _, k := range wideKinds {
+				wops := []string{"sum", "prod"}
+				if k.b == 0 {
+					wops = []string{""}
+				}
+				for _, op := range wops {
+					wks = append(wks, genWide(is, dt, k, op, &asm))
+				}
+			}
+		}
+	}
+	goName := map[string]string{"": "Sum"}
 	for _, d := range dtypes {
 		goName[d.short] = d.goName
 	}
@@ -631,6 +808,18 @@ func main() {
 		}
 		fmt.Fprintf(&src, "\t{%s, %s, %s, %s, %s, %d, %s},\n", k.isa.level, goName[k.dt], goName[k.op], fn, sfn, k.block, feat)
 	}
+	src.WriteString("}\n\n")
+	for _, k := range wks {
+		fmt.Fprintf(&src, "//go:noescape\nfunc %s(d, a, b *byte, n int)\n\n", k.name)
+	}
+	src.WriteString("// wideKernels lists the kernels of the float32-partials steps (wide.go):\n// n and the block count elements. Widen and Narrow are listed under Sum.\nvar wideKernels = []wideKernel{\n")
+	for _, k := range wks {
+		feat := k.feat
+		if feat == "" {
+			feat = "0"
+		}
+		fmt.Fprintf(&src, "\t{%s, %s, %s, %s, %s, %d, %s},\n", k.isa.level, goName[k.dt], k.wide, goName[k.op], k.name, k.block, feat)
+	}
 	src.WriteString("}\n")
 	out, err := format.Source(src.Bytes())
 	if err != nil {
@@ -642,5 +831,5 @@ func main() {
 	if err := os.WriteFile(filepath.Join(*dir, "reduce_amd64.s"), asm.Bytes(), 0o644); err != nil {
 		log.Fatal(err)
 	}
-	log.Printf("%d kernels", len(ks))
+	log.Printf("%d kernels, %d wide", len(ks), len(wks))
 }
