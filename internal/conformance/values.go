@@ -32,8 +32,8 @@ var allOps = []reduce.Op{reduce.Sum, reduce.Prod, reduce.Min, reduce.Max, reduce
 
 // transportTypes are the types a transport-only run tries (see
 // testmode.TransportOnly): each element size, the 16-bit float whose
-// partials are wider on the wire, and every type heavy or copyHeavy
-// picks for the multi-message sizes.
+// partials are wider on the wire, and the types heavy and copyHeavy
+// pick for the multi-message sizes.
 var transportTypes = []reduce.DType{
 	reduce.Uint8, reduce.Int8, reduce.Int16, reduce.Float16, reduce.Float32, reduce.Float64,
 }

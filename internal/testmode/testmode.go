@@ -29,7 +29,7 @@ var transportOnly = os.Getenv("GOCOLL_CONFORMANCE") == "transport"
 // conformance suite to test a transport rather than the reductions: one
 // element type per shape a transport can tell apart (each size, and
 // 16-bit floats, whose partial results travel as float32), every op on
-// float32 alone. The reductions are the same code over every transport,
+// float32 alone, and job sizes 1, 2, 3, 4 and 8. The reductions are the same code over every transport,
 // and the tcp and shm runs test every type and op; the RDMA run in the
 // emulated VM, where each collective costs a hundred times more, samples.
 func TransportOnly() bool { return transportOnly }
