@@ -15,6 +15,14 @@ import (
 // algorithms see one transport of Size ranks and need not know; the
 // host-aware ones (collectives.Options.Hosts) keep most traffic on the
 // shared-memory side.
+//
+// The routing is per peer, decided by the local ranks alone: every rank
+// not among them, including ranks past Size that the far mesh admits
+// later (tcp.Options.Spare: replacements joining an elastic job), goes
+// through the far mesh. So an elastic job on one host is a Hybrid too:
+// shared memory among its ranks, and a TCP mesh, linked on demand, that
+// carries nothing until a replacement, which has no shared memory with
+// anyone, links to it (see Capacity).
 type Hybrid struct {
 	rank, size int
 	near       *Transport
@@ -93,6 +101,16 @@ func (h *Hybrid) Size() int { return h.size }
 // MaxMessage implements transport.Transport: the smaller of the two
 // meshes', so that an algorithm's segments fit either.
 func (h *Hybrid) MaxMessage() int { return h.maxMsg }
+
+// Capacity is how many job ranks may hold links here: the far mesh's
+// capacity, when it admits ranks past Size (tcp.Transport.Capacity), or
+// Size. collectives.NewMux sizes its peers by it.
+func (h *Hybrid) Capacity() int {
+	if c, ok := h.far.(interface{ Capacity() int }); ok && c.Capacity() > h.size {
+		return c.Capacity()
+	}
+	return h.size
+}
 
 // Local reports whether peer is reached through shared memory.
 func (h *Hybrid) Local(peer int) bool { return peer >= 0 && peer < h.size && h.index[peer] >= 0 }
