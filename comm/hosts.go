@@ -375,8 +375,36 @@ func (c *Communicator) connectTransport(ctx context.Context, store *bootstrap.Cl
 		if errors.Is(err, shm.ErrUnsupported) {
 			return nil, nil, "", fmt.Errorf("GOCOLL_TRANSPORT=shm: %w: %w", ErrUnsupported, err)
 		}
-		return t, hosts, name, err
+		if err != nil || !s.elastic {
+			return t, hosts, name, err
+		}
+		// A replacement has no shared memory with anyone: it reaches
+		// the ranks over TCP (see Grow). The ranks keep shared memory
+		// among themselves; the TCP side links nothing until one
+		// joins, and Eager, a check that the ranks reach each other
+		// over TCP, means nothing here.
+		s.tcp.Eager, s.tcp.Warm = false, nil
+		s.tcp.Spare = growSpare(cfg.Size)
+		far, err := c.connectNetwork(ctx, store, "tcp", s)
+		if err != nil {
+			t.Abort(err)
+			return nil, nil, "", err
+		}
+		c.ext.spare = s.tcp.Spare
+		h, err := shm.NewHybrid(t, local, far)
+		if err != nil {
+			t.Abort(err)
+			transport.Abort(far, err)
+			return nil, nil, "", err
+		}
+		return h, hosts, name, nil
 	case "shm+tcp", "shm+rdma":
+		if name == "shm+tcp" && s.elastic && !s.tcp.Eager {
+			// Room for replacements, which link over TCP to the
+			// ranks of every host (see Grow).
+			s.tcp.Spare = growSpare(cfg.Size)
+			c.ext.spare = s.tcp.Spare
+		}
 		far, err := c.connectNetwork(ctx, store, strings.TrimPrefix(name, "shm+"), s)
 		if err != nil {
 			return nil, nil, "", err
