@@ -50,7 +50,7 @@ const (
 )
 
 // canGrow says which transports link to processes started later.
-const canGrow = "tcp, shm and shm+tcp can, with TCP links made on demand; rdma, shm+rdma and eager TCP cannot"
+const canGrow = "replacements link to the members over TCP made on demand, which GOCOLL_TCP_CONNECT=eager turns off"
 
 // growSpare is how many replacements an elastic job of size ranks
 // admits over its life: the job ranks size .. size+growSpare-1.
@@ -107,17 +107,18 @@ func (c *Communicator) Joined() bool {
 //
 // Grow needs links to new processes. A replacement links to every member
 // over TCP, made on demand, whatever the members use among themselves;
-// the members keep the links they have. So every rank of an elastic job
-// over tcp, shm or shm+tcp listens on TCP for replacements from Init on
-// (over shm, a TCP side that carries nothing until one joins: each
-// member routes a joiner through it and the other members through
-// shared memory, as shm+tcp routes per host), and a replacement cuts
-// messages at the size the job agreed on at Init (shared memory's slot
-// if smaller than TCP's). On a job whose transport is rdma or shm+rdma,
-// or whose TCP links are eager (GOCOLL_TCP_CONNECT=eager: its ranks stop
-// listening once linked), Grow fails with an error wrapping
-// ErrUnsupported naming the transport, and a replacement's Init fails
-// the same way instead of waiting.
+// the members keep the links they have (shared memory, RDMA queue pairs,
+// TCP). So every rank of an elastic job listens on TCP for replacements
+// from Init on: over tcp and shm+tcp, through the TCP links it has; over
+// shm, rdma and shm+rdma, through a TCP side that carries nothing until
+// a replacement joins (each member then routes the joiner through it and
+// the other members as before, as shm+tcp routes per host). A
+// replacement cuts messages at the size the job agreed on at Init (the
+// smallest slot of any rank's transport), not at its own TCP slot. Only
+// on a job whose TCP links are eager (GOCOLL_TCP_CONNECT=eager, over tcp
+// or shm+tcp: its ranks stop listening once linked) does Grow fail, with
+// an error wrapping ErrUnsupported naming the transport, and a
+// replacement's Init the same way instead of waiting.
 //
 // Once Grow returns a new communicator, c is broken for good (ErrBroken),
 // and so is everything split from it; the new one owns the job's

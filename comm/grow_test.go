@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -13,7 +15,9 @@ import (
 )
 
 // TestGrowAfterDeath: in an elastic job of 4 ranks, over tcp, shm and
-// shm+tcp (two fake hosts), rank 2 dies; the survivors shrink to 3, and
+// shm+tcp (two fake hosts; auto, so shm+rdma where there is an RDMA
+// device), and rdma where there is one (GOCOLL_IB_DEV, which
+// vmtest/run sets), rank 2 dies; the survivors shrink to 3, and
 // a replacement started with rank 2's configuration joins the running
 // job over TCP: its New waits until the survivors, who see it in Pending
 // and agree on it through an allreduce, call Grow. All four get the same
@@ -23,7 +27,12 @@ import (
 // one of 1 MiB, several), a broadcast brings the joiner up to date, and
 // the communicators before the Grow are broken.
 func TestGrowAfterDeath(t *testing.T) {
-	for _, setup := range elasticSetups {
+	setups := slices.Clone(elasticSetups)
+	if os.Getenv("GOCOLL_IB_DEV") != "" {
+		setups = append(setups, elasticSetups[0])
+		setups[len(setups)-1].name, setups[len(setups)-1].opts = "rdma", []comm.Option{comm.WithTransport("rdma")}
+	}
+	for _, setup := range setups {
 		t.Run(setup.name, func(t *testing.T) {
 			if setup.fakeHosts != "" {
 				t.Setenv("GOCOLL_FAKE_HOSTS", setup.fakeHosts)
