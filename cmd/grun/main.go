@@ -57,8 +57,8 @@ Flags (-flag and --flag are the same; flags end at PROG or at "--"):
                  environment (at most MAX replacements over the job's
                  life); its Init waits until the running ranks admit it
                  with Communicator.Grow, and links to every rank over
-                 TCP (the ranks keep shm among themselves; rdma cannot
-                 grow: see "Elastic jobs" in the README)
+                 TCP, whatever transport the ranks use among themselves
+                 (see "Elastic jobs" in the README)
   -v, --verbose  print the store address, the hosts and each rank's pid to
                  stderr
   -h, --help     print this help and exit
