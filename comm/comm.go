@@ -45,8 +45,8 @@ var (
 	// ErrUnsupported: an element type and operation that do not go
 	// together, such as Avg on integers. A refusal, as ErrInvalid. Also
 	// what Grow, and a replacement's Init, return on a transport that
-	// cannot link to a process started later (shm, shm+tcp, rdma, eager
-	// TCP): the error names the transport.
+	// cannot link to a process started later (TCP with
+	// GOCOLL_TCP_CONNECT=eager): the error names the transport.
 	ErrUnsupported = errors.New("unsupported")
 	// ErrMismatch: ranks called different collectives, or the same one with
 	// different arguments. The message says what each side called.

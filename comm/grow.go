@@ -22,11 +22,14 @@ import (
 //
 //   - every rank of an elastic job puts bootstrap.ElasticRunningKey once
 //     its communicator is built, and its transport under
-//     elastic/transport/<rank> ("tcp <max message> <spare>", or the name
-//     of a transport that cannot grow);
+//     elastic/transport/<rank> ("<name> <max message> <spare>" if it
+//     listens on TCP for replacements, such as "shm 262144 68", else the
+//     name of a transport that cannot grow);
 //   - a process whose Init finds the job running takes the first free
 //     job rank past the job's size (a create on elastic/joinrank/<k>),
-//     joins the store under it, listens, publishes its TCP address, and
+//     joins the store under it, listens, publishes its TCP address (it
+//     links to every member over TCP, whatever the members use among
+//     themselves), takes the job's agreed message size, and
 //     puts elastic/pending/<k> = "wait <start, unix ns>";
 //   - the running ranks' Grow agrees, with one create, on the joiners
 //     pending, and overwrites each one's entry with
@@ -46,7 +49,10 @@ const (
 	joinPoll     = 10 * time.Millisecond
 )
 
-// growSpare is how many replacements an elastic TCP job of size ranks
+// canGrow says which transports link to processes started later.
+const canGrow = "replacements link to the members over TCP made on demand, which GOCOLL_TCP_CONNECT=eager turns off"
+
+// growSpare is how many replacements an elastic job of size ranks
 // admits over its life: the job ranks size .. size+growSpare-1.
 func growSpare(size int) int { return size + 64 }
 
@@ -99,13 +105,20 @@ func (c *Communicator) Joined() bool {
 // grow: a communicator split from another gets ErrInvalid (split the
 // grown one again).
 //
-// Grow needs links to new processes, which only the TCP transport makes
-// on demand: on a job whose transport is shm, shm+tcp or rdma, or TCP
-// with GOCOLL_TCP_CONNECT=eager (whose ranks stop listening once
-// linked), Grow fails with an error wrapping ErrUnsupported naming the
-// transport, and a replacement's Init fails the same way instead of
-// waiting. Under grun, --elastic MIN:MAX makes TCP the default for
-// that reason.
+// Grow needs links to new processes. A replacement links to every member
+// over TCP, made on demand, whatever the members use among themselves;
+// the members keep the links they have (shared memory, RDMA queue pairs,
+// TCP). So every rank of an elastic job listens on TCP for replacements
+// from Init on: over tcp and shm+tcp, through the TCP links it has; over
+// shm, rdma and shm+rdma, through a TCP side that carries nothing until
+// a replacement joins (each member then routes the joiner through it and
+// the other members as before, as shm+tcp routes per host). A
+// replacement cuts messages at the size the job agreed on at Init (the
+// smallest slot of any rank's transport), not at its own TCP slot. Only
+// on a job whose TCP links are eager (GOCOLL_TCP_CONNECT=eager, over tcp
+// or shm+tcp: its ranks stop listening once linked) does Grow fail, with
+// an error wrapping ErrUnsupported naming the transport, and a
+// replacement's Init the same way instead of waiting.
 //
 // Once Grow returns a new communicator, c is broken for good (ErrBroken),
 // and so is everything split from it; the new one owns the job's
@@ -142,8 +155,8 @@ func (c *Communicator) Grow(ctx context.Context) (*Communicator, error) {
 	}
 	root := c.rootOrSelf()
 	if root.ext.spare == 0 {
-		return nil, fmt.Errorf("%s: grow: the %s transport cannot link to new processes (only tcp, made on demand, can): %w",
-			c.prefix(), root.tname, ErrUnsupported)
+		return nil, fmt.Errorf("%s: grow: the %s transport cannot link to new processes (%s): %w",
+			c.prefix(), root.tname, canGrow, ErrUnsupported)
 	}
 	start := time.Now()
 	if _, ok := ctx.Deadline(); !ok && c.timeout > 0 {
@@ -283,9 +296,9 @@ func (c *Communicator) watchPending() {
 func (c *Communicator) sayRunning(ctx context.Context, maxMessage int) error {
 	what := c.tname
 	if c.ext.spare > 0 {
-		what = fmt.Sprintf("tcp %d %d", maxMessage, c.ext.spare)
-	} else if c.tname == "tcp" {
-		what = "tcp with GOCOLL_TCP_CONNECT=eager"
+		what = fmt.Sprintf("%s %d %d", c.tname, maxMessage, c.ext.spare)
+	} else if strings.HasSuffix(c.tname, "tcp") {
+		what = c.tname + " with GOCOLL_TCP_CONNECT=eager"
 	}
 	if err := c.calls.Put(ctx, transportPrefix+strconv.Itoa(c.cfg.Rank), []byte(what)); err != nil {
 		return err
@@ -386,10 +399,11 @@ func join(ctx context.Context, cfg Config, s settings, store *bootstrap.Client) 
 	}
 	maxMessage, spare := 0, 0
 	for k, v := range ts {
+		var name string
 		var mm, sp int
-		if n, _ := fmt.Sscanf(string(v), "tcp %d %d", &mm, &sp); n != 2 || sp <= 0 {
-			return fail("", fmt.Errorf("%s runs over %s, which cannot link to new processes (only tcp, made on demand, can): %w",
-				strings.Replace(k, transportPrefix, "rank ", 1), v, ErrUnsupported))
+		if n, _ := fmt.Sscanf(string(v), "%s %d %d", &name, &mm, &sp); n != 3 || sp <= 0 || mm <= 0 {
+			return fail("", fmt.Errorf("%s runs over %s, which cannot link to new processes (%s): %w",
+				strings.Replace(k, transportPrefix, "rank ", 1), v, canGrow, ErrUnsupported))
 		}
 		if maxMessage == 0 || mm < maxMessage {
 			maxMessage = mm
@@ -399,6 +413,10 @@ func join(ctx context.Context, cfg Config, s settings, store *bootstrap.Client) 
 	if spare == 0 {
 		return fail("", fmt.Errorf("no rank said which transport it runs: %w", ErrUnsupported))
 	}
+	// Every rank cuts long buffers into messages of the job's agreed
+	// size (see agreeMaxMessage), which the members published: shared
+	// memory's slot, if smaller than TCP's, though this process itself
+	// talks TCP alone.
 	// A fresh job rank: the first past the job's size not taken yet.
 	taken, err := store.Scan(ctx, joinRankPrefix)
 	if err != nil {
@@ -499,6 +517,11 @@ func join(ctx context.Context, cfg Config, s settings, store *bootstrap.Client) 
 		t: t, store: store, linkStore: links, calls: store, tname: "tcp", elastic: true}
 	c.life, c.kill = context.WithCancelCause(context.Background())
 	c.ext.spare = spare
+	if maxMessage > t.MaxMessage() {
+		abandon()
+		return fail("", fmt.Errorf("the job cuts messages at %d bytes, above this process's TCP slot of %d (every rank must use the same transport options): %w",
+			maxMessage, t.MaxMessage(), ErrInvalid))
+	}
 	c.ext.mux = collectives.NewMux(t, maxMessage)
 	ch, err := c.ext.mux.Channel(0, []int{k})
 	if err != nil {

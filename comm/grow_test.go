@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -12,16 +14,36 @@ import (
 	"github.com/gocoll/gocoll/comm"
 )
 
-// TestGrowAfterDeath: in an elastic TCP job of 4 ranks, rank 2 dies; the
-// survivors shrink to 3, and a replacement started with rank 2's
-// configuration joins the running job: its New waits until the
-// survivors, who see it in Pending and agree on it through an
-// allreduce, call Grow. All four get the same communicator: the
-// survivors ranked 0..2 in their order, the joiner 3. Its collectives
-// give the right results, a broadcast brings the joiner up to date, and
+// TestGrowAfterDeath: in an elastic job of 4 ranks, over tcp, shm and
+// shm+tcp (two fake hosts; auto, so shm+rdma where there is an RDMA
+// device), and rdma where there is one (GOCOLL_IB_DEV, which
+// vmtest/run sets), rank 2 dies; the survivors shrink to 3, and
+// a replacement started with rank 2's configuration joins the running
+// job over TCP: its New waits until the survivors, who see it in Pending
+// and agree on it through an allreduce, call Grow. All four get the same
+// communicator: the survivors ranked 0..2 in their order, the joiner 3.
+// Its collectives give the right results (a broadcast of 1000 float64s,
+// more than one message where shared memory's slot is the job's cut, and
+// one of 1 MiB, several), a broadcast brings the joiner up to date, and
 // the communicators before the Grow are broken.
 func TestGrowAfterDeath(t *testing.T) {
-	cs := local(t, 4, comm.WithElastic(true), comm.WithTransport("tcp"), comm.WithTimeout(20*time.Second))
+	setups := slices.Clone(elasticSetups)
+	if os.Getenv("GOCOLL_IB_DEV") != "" {
+		setups = append(setups, elasticSetups[0])
+		setups[len(setups)-1].name, setups[len(setups)-1].opts = "rdma", []comm.Option{comm.WithTransport("rdma")}
+	}
+	for _, setup := range setups {
+		t.Run(setup.name, func(t *testing.T) {
+			if setup.fakeHosts != "" {
+				t.Setenv("GOCOLL_FAKE_HOSTS", setup.fakeHosts)
+			}
+			growAfterDeath(t, append([]comm.Option{comm.WithElastic(true), comm.WithTimeout(20 * time.Second)}, setup.opts...))
+		})
+	}
+}
+
+func growAfterDeath(t *testing.T, opts []comm.Option) {
+	cs := local(t, 4, opts...)
 	const victim = 2
 	cfg := comm.JobConfig(cs[victim])
 	grown := make([]*comm.Communicator, 5) // by old rank; 4: the joiner
@@ -55,7 +77,7 @@ func TestGrowAfterDeath(t *testing.T) {
 				mu.Lock()
 				joinerStart = time.Now()
 				mu.Unlock()
-				jc, err := comm.New(ctx, cfg, comm.WithElastic(true), comm.WithTransport("tcp"), comm.WithTimeout(20*time.Second))
+				jc, err := comm.New(ctx, cfg, opts...)
 				if err == nil {
 					err = checkGrown(ctx, jc)
 				}
@@ -90,7 +112,7 @@ func TestGrowAfterDeath(t *testing.T) {
 		}
 		if r == 0 {
 			mu.Lock()
-			t.Logf("replacement's start to the state broadcast on the grown communicator: %v", time.Since(joinerStart).Round(time.Millisecond))
+			t.Logf("%s: replacement's start to the state broadcast on the grown communicator: %v", c.Transport(), time.Since(joinerStart).Round(time.Millisecond))
 			mu.Unlock()
 		}
 		if err := sc.Barrier(ctx); !errors.Is(err, comm.ErrBroken) {
@@ -133,6 +155,15 @@ func checkGrown(ctx context.Context, gc *comm.Communicator) error {
 	if err := comm.Broadcast(ctx, gc, state, 0); err != nil || state[999] != 333 {
 		return fmt.Errorf("rank %d: broadcast on the grown communicator: %v (state[999] = %v)", gc.Rank(), err, state[999])
 	}
+	big := make([]byte, 1<<20)
+	if gc.Rank() == 3 {
+		for i := range big {
+			big[i] = byte(i % 251)
+		}
+	}
+	if err := comm.Broadcast(ctx, gc, big, 3); err != nil || big[1<<20-1] != byte((1<<20-1)%251) {
+		return fmt.Errorf("rank %d: 1 MiB broadcast from the joiner: %v", gc.Rank(), err)
+	}
 	v := []int64{int64(gc.Rank())}
 	if err := comm.AllReduce(ctx, gc, v, comm.Sum); err != nil || v[0] != 6 {
 		return fmt.Errorf("rank %d: allreduce on the grown communicator: %v, %v", gc.Rank(), v, err)
@@ -170,18 +201,19 @@ func TestGrowMistakes(t *testing.T) {
 		}
 		closeAll(t, subs)
 	})
-	t.Run("shm", func(t *testing.T) {
-		cs := local(t, 2, comm.WithElastic(true), comm.WithTransport("shm"), comm.WithTimeout(20*time.Second))
+	t.Run("eager tcp", func(t *testing.T) {
+		t.Setenv("GOCOLL_TCP_CONNECT", "eager")
+		cs := local(t, 2, comm.WithElastic(true), comm.WithTransport("tcp"), comm.WithTimeout(20*time.Second))
 		_, err := cs[0].Grow(context.Background())
-		if !errors.Is(err, comm.ErrUnsupported) || !strings.Contains(err.Error(), "shm") {
-			t.Fatalf("Grow over shm = %v, want ErrUnsupported naming shm", err)
+		if !errors.Is(err, comm.ErrUnsupported) || !strings.Contains(err.Error(), "tcp") {
+			t.Fatalf("Grow over eager tcp = %v, want ErrUnsupported naming tcp", err)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		cfg := comm.JobConfig(cs[1])
-		_, err = comm.New(ctx, cfg, comm.WithElastic(true), comm.WithTransport("shm"))
-		if !errors.Is(err, comm.ErrUnsupported) || !strings.Contains(err.Error(), "shm") {
-			t.Fatalf("a replacement joining a job over shm = %v, want ErrUnsupported naming shm", err)
+		_, err = comm.New(ctx, cfg, comm.WithElastic(true), comm.WithTransport("tcp"))
+		if !errors.Is(err, comm.ErrUnsupported) || !strings.Contains(err.Error(), "GOCOLL_TCP_CONNECT=eager") {
+			t.Fatalf("a replacement joining a job over eager tcp = %v, want ErrUnsupported naming GOCOLL_TCP_CONNECT=eager", err)
 		}
 	})
 }

@@ -375,8 +375,18 @@ func (c *Communicator) connectTransport(ctx context.Context, store *bootstrap.Cl
 		if errors.Is(err, shm.ErrUnsupported) {
 			return nil, nil, "", fmt.Errorf("GOCOLL_TRANSPORT=shm: %w: %w", ErrUnsupported, err)
 		}
-		return t, hosts, name, err
+		if err != nil || !s.elastic {
+			return t, hosts, name, err
+		}
+		jt, err := c.joinerSide(ctx, store, t, s)
+		return jt, hosts, name, err
 	case "shm+tcp", "shm+rdma":
+		if name == "shm+tcp" && s.elastic && !s.tcp.Eager {
+			// Room for replacements, which link over TCP to the
+			// ranks of every host (see Grow).
+			s.tcp.Spare = growSpare(cfg.Size)
+			c.ext.spare = s.tcp.Spare
+		}
 		far, err := c.connectNetwork(ctx, store, strings.TrimPrefix(name, "shm+"), s)
 		if err != nil {
 			return nil, nil, "", err
@@ -399,6 +409,10 @@ func (c *Communicator) connectTransport(ctx context.Context, store *bootstrap.Cl
 			transport.Abort(far, err)
 			return nil, nil, "", err
 		}
+		if name == "shm+rdma" && s.elastic {
+			jt, err := c.joinerSide(ctx, store, h, s)
+			return jt, hosts, name, err
+		}
 		return h, hosts, name, nil
 	default:
 		if name == "tcp" && s.tcpWarm && !s.tcp.Eager && s.tcp.Warm == nil {
@@ -410,8 +424,43 @@ func (c *Communicator) connectTransport(ctx context.Context, store *bootstrap.Cl
 			c.ext.spare = s.tcp.Spare
 		}
 		t, err := c.connectNetwork(ctx, store, name, s)
+		if err == nil && name == "rdma" && s.elastic {
+			jt, err := c.joinerSide(ctx, store, t, s)
+			return jt, hosts, name, err
+		}
 		return t, hosts, name, err
 	}
+}
+
+// joinerSide gives t, the transport of every rank of an elastic job
+// (shm, rdma or shm+rdma, none of which can link to a process started
+// later), a TCP side for the replacements that join it (see Grow): a
+// replacement has no shared memory or queue pair with anyone, and
+// reaches every member over TCP, linked on demand, while the members
+// keep t among themselves. The result routes the job's ranks through t
+// and the ranks past its size through TCP (shm.Hybrid); the TCP side
+// links nothing until a replacement joins. Eager, a check that the
+// ranks reach each other over TCP, means nothing here: it is lazy.
+func (c *Communicator) joinerSide(ctx context.Context, store *bootstrap.Client, t transport.Transport, s settings) (transport.Transport, error) {
+	s.tcp.Eager, s.tcp.Warm = false, nil
+	s.tcp.Spare = growSpare(c.cfg.Size)
+	far, err := c.connectNetwork(ctx, store, "tcp", s)
+	if err != nil {
+		transport.Abort(t, err)
+		return nil, err
+	}
+	all := make([]int, c.cfg.Size)
+	for r := range all {
+		all[r] = r
+	}
+	h, err := shm.NewHybrid(t, all, far)
+	if err != nil {
+		transport.Abort(t, err)
+		transport.Abort(far, err)
+		return nil, err
+	}
+	c.ext.spare = s.tcp.Spare
+	return h, nil
 }
 
 // firstPartners lists the ranks a rank of a TCP job talks to in its first

@@ -34,6 +34,13 @@
 //     pending and later Send and Recv involving it returns an error wrapping
 //     ErrPeerLost that names the peer's rank. Messages the peer had already
 //     delivered can still be received first.
+//   - Peers: the ranks [0, Size), this one excepted. A transport that can
+//     admit ranks started after it (tcp.Options.Spare, for the
+//     replacements that join an elastic job) has a Capacity() int method
+//     saying how many ranks past Size it takes, [Size, Capacity); with
+//     them every rule above holds as with any peer, links being made as
+//     calls first need them. Routing transports (shm.Hybrid) send those
+//     ranks through the mesh that admits them and report its Capacity.
 //   - Close releases every resource (connections, slabs, goroutines), wakes
 //     pending calls with ErrClosed, and is safe to call more than once.
 //

@@ -426,10 +426,6 @@ func (j *job) rankExports(i int, addr string) []string {
 	if j.cfg.elastic > 0 {
 		env = append(env, "GOCOLL_ELASTIC=1")
 	}
-	if j.cfg.elasticMax > 0 && !j.transportSet() {
-		// Only TCP links to a process started later (see Grow).
-		env = append(env, "GOCOLL_TRANSPORT=tcp")
-	}
 	return append(env,
 		"GRUN_RANK="+strconv.Itoa(i),
 		"GRUN_SIZE="+strconv.Itoa(j.cfg.n),
@@ -437,18 +433,6 @@ func (j *job) rankExports(i int, addr string) []string {
 		"GRUN_LOCAL_SIZE="+strconv.Itoa(j.where[i].localSize),
 		"GRUN_ADDR="+addr,
 	)
-}
-
-// transportSet says whether -x or grun's environment chose the ranks'
-// transport.
-func (j *job) transportSet() bool {
-	set := false
-	for _, kv := range append(slices.Clone(j.environ), j.cfg.env...) {
-		if v, ok := strings.CutPrefix(kv, "GOCOLL_TRANSPORT="); ok {
-			set = strings.TrimSpace(v) != "" // the last one counts, as in exec
-		}
-	}
-	return set
 }
 
 // bindCPUs is the CPU of each rank started here, in rank order, or nil

@@ -56,8 +56,9 @@ Flags (-flag and --flag are the same; flags end at PROG or at "--"):
                  MAX live, start a replacement with the failed rank's
                  environment (at most MAX replacements over the job's
                  life); its Init waits until the running ranks admit it
-                 with Communicator.Grow. Sets GOCOLL_TRANSPORT=tcp unless
-                 -x or the environment sets it: only TCP can grow
+                 with Communicator.Grow, and links to every rank over
+                 TCP, whatever transport the ranks use among themselves
+                 (see "Elastic jobs" in the README)
   -v, --verbose  print the store address, the hosts and each rank's pid to
                  stderr
   -h, --help     print this help and exit

@@ -215,12 +215,16 @@ func killToResume(t *testing.T, out string) time.Duration {
 }
 
 // TestElasticGrow runs the elastic example under grun --elastic 2:4 and
-// SIGKILLs a random rank (rank 0 included) at a random step: grun starts
-// a replacement, whose Init waits until the survivors, having shrunk,
-// see it in Pending and Grow. The job must end with 4 ranks, one of them
-// the replacement, all with the same parameters, bitwise, and grun must
-// say so. The test prints the time from the replacement's start to its
-// first step on the grown communicator (every rank past its Grow).
+// SIGKILLs a random rank (rank 0 included) at a random step, over tcp,
+// shm and shm+tcp (fake hosts of 1 and 3 ranks: rank 0 alone on TCP, the
+// others shm+tcp), as TestElastic does; GOCOLL_ELASTIC_TRANSPORT picks
+// one transport alone. grun starts a replacement, whose Init waits until
+// the survivors, having shrunk, see it in Pending and Grow; it links to
+// them over TCP, whatever they use among themselves. The job must end
+// with 4 ranks, one of them the replacement, all with the same
+// parameters, bitwise, and grun must say so. The test prints, per
+// transport, the time from the replacement's start to its first step on
+// the grown communicator (every rank past its Grow).
 func TestElasticGrow(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	if v := os.Getenv("GOCOLL_ELASTIC_SEED"); v != "" {
@@ -229,46 +233,59 @@ func TestElasticGrow(t *testing.T) {
 			t.Fatalf("GOCOLL_ELASTIC_SEED=%q: %v", v, err)
 		}
 	}
+	t.Logf("elastic grow: seed %d (GOCOLL_ELASTIC_SEED=%d replays it)", seed, seed)
 	rng := rand.New(rand.NewPCG(seed, 3))
-	victim, step := rng.IntN(4), 10+rng.IntN(80)
-	t.Logf("elastic grow: seed %d (GOCOLL_ELASTIC_SEED=%d replays it): rank %d killed at step %d", seed, seed, victim, step)
-	out, code := grun(t, 2*time.Minute, []string{"GOCOLL_TIMEOUT=30s"}, "-n", "4", "--elastic", "2:4",
-		filepath.Join(bin, "elastic"), "-kill", fmt.Sprintf("%d@%d", victim, step), "-pace", "5ms", "-final-size", "4")
-	if code != 0 {
-		t.Fatalf("grun exited %d, want 0:\n%s", code, out)
+	setups := [][2]string{{"tcp", ""}, {"shm", ""}, {"auto", "1,3"}}
+	if tr := os.Getenv("GOCOLL_ELASTIC_TRANSPORT"); tr != "" {
+		setups = [][2]string{{tr, ""}}
 	}
-	want := fmt.Sprintf("grun: the job finished with 4 ranks, 1 of them replacements; lost rank %d (--elastic 2:4)\n", victim)
-	if !strings.Contains(out, want) {
-		t.Fatalf("grun does not say %q:\n%s", want, out)
-	}
-	done := elasticGrown.FindAllStringSubmatch(out, -1)
-	if len(done) != 4 {
-		t.Fatalf("%d ranks finished, want 4:\n%s", len(done), out)
-	}
-	replacements := 0
-	for _, d := range done {
-		if d[1] == "replacement" {
-			replacements++
+	for _, setup := range setups {
+		victim, step := rng.IntN(4), 10+rng.IntN(80)
+		name := setup[0]
+		if setup[1] != "" {
+			name = fmt.Sprintf("shm+tcp (%s on hosts %s)", setup[0], setup[1])
 		}
-		if d[3] != "4" {
-			t.Errorf("%s %s finished on %s ranks, want 4", d[1], d[2], d[3])
-		}
-		if d[5] != done[0][5] {
-			t.Errorf("%s %s ended with parameters %s, %s %s with %s: the ranks disagree", d[1], d[2], d[5], done[0][1], done[0][2], done[0][5])
-		}
-		if loss, err := strconv.ParseFloat(d[4], 64); err != nil || loss > 1e-3 {
-			t.Errorf("%s %s: loss %s, want the model fitted (below 1e-3)", d[1], d[2], d[4])
-		}
+		t.Run(fmt.Sprintf("%s: rank %d killed at step %d", name, victim, step), func(t *testing.T) {
+			env := []string{"GOCOLL_TRANSPORT=" + setup[0], "GOCOLL_FAKE_HOSTS=" + setup[1], "GOCOLL_TIMEOUT=30s"}
+			out, code := grun(t, 2*time.Minute, env, "-n", "4", "--elastic", "2:4",
+				filepath.Join(bin, "elastic"), "-kill", fmt.Sprintf("%d@%d", victim, step), "-pace", "5ms", "-final-size", "4")
+			if code != 0 {
+				t.Fatalf("grun exited %d, want 0:\n%s", code, out)
+			}
+			want := fmt.Sprintf("grun: the job finished with 4 ranks, 1 of them replacements; lost rank %d (--elastic 2:4)\n", victim)
+			if !strings.Contains(out, want) {
+				t.Fatalf("grun does not say %q:\n%s", want, out)
+			}
+			done := elasticGrown.FindAllStringSubmatch(out, -1)
+			if len(done) != 4 {
+				t.Fatalf("%d ranks finished, want 4:\n%s", len(done), out)
+			}
+			replacements := 0
+			for _, d := range done {
+				if d[1] == "replacement" {
+					replacements++
+				}
+				if d[3] != "4" {
+					t.Errorf("%s %s finished on %s ranks, want 4", d[1], d[2], d[3])
+				}
+				if d[5] != done[0][5] {
+					t.Errorf("%s %s ended with parameters %s, %s %s with %s: the ranks disagree", d[1], d[2], d[5], done[0][1], done[0][2], done[0][5])
+				}
+				if loss, err := strconv.ParseFloat(d[4], 64); err != nil || loss > 1e-3 {
+					t.Errorf("%s %s: loss %s, want the model fitted (below 1e-3)", d[1], d[2], d[4])
+				}
+			}
+			if replacements != 1 {
+				t.Errorf("%d replacements finished, want 1:\n%s", replacements, out)
+			}
+			m := elasticJoin.FindStringSubmatch(out)
+			if m == nil {
+				t.Fatalf("the replacement does not say when it took its first step:\n%s", out)
+			}
+			t.Logf("elastic grow over %s: %s from the replacement's start to its first step on the grown communicator of 4 ranks", name, m[1])
+			fmt.Printf("elastic grow over %s: %s from the replacement's start to its first step on the grown communicator of 4 ranks\n", name, m[1])
+		})
 	}
-	if replacements != 1 {
-		t.Errorf("%d replacements finished, want 1:\n%s", replacements, out)
-	}
-	m := elasticJoin.FindStringSubmatch(out)
-	if m == nil {
-		t.Fatalf("the replacement does not say when it took its first step:\n%s", out)
-	}
-	t.Logf("elastic grow: %s from the replacement's start to its first step on the grown communicator of 4 ranks", m[1])
-	fmt.Printf("elastic grow: %s from the replacement's start to its first step on the grown communicator of 4 ranks\n", m[1])
 }
 
 // TestElasticGrowAcrossHosts: the same across two network-namespace

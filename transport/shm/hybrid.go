@@ -15,11 +15,25 @@ import (
 // algorithms see one transport of Size ranks and need not know; the
 // host-aware ones (collectives.Options.Hosts) keep most traffic on the
 // shared-memory side.
+//
+// The routing is per peer, decided by the local ranks alone: every rank
+// not among them, including ranks past Size that the far mesh admits
+// later (tcp.Options.Spare: replacements joining an elastic job), goes
+// through the far mesh. So an elastic job on one host is a Hybrid too:
+// shared memory among its ranks, and a TCP mesh, linked on demand, that
+// carries nothing until a replacement, which has no shared memory with
+// anyone, links to it (see Capacity). The near mesh need not be shared
+// memory: an elastic job over RDMA (or shm+rdma, itself a Hybrid) is a
+// Hybrid whose near mesh is that transport, spanning every rank of the
+// job, and whose far mesh is such a TCP mesh, for the replacements alone.
 type Hybrid struct {
 	rank, size int
-	near       *Transport
-	local      []int // local[i] is the job rank of near's rank i
-	index      []int // index[r] is r's rank in near, or -1 off this host
+	near       transport.Transport
+	nearParts  transport.PartSender     // near's, or nil
+	nearCredit transport.CreditReporter // near's, or nil
+	local      []int                    // local[i] is the job rank of near's rank i
+	identity   bool                     // local[i] == i: near's ranks are the job's
+	index      []int                    // index[r] is r's rank in near, or -1 off this host
 	far        transport.Transport
 	maxMsg     int
 
@@ -34,7 +48,12 @@ type Hybrid struct {
 // NewHybrid combines near, the shared-memory mesh among the job ranks
 // local (ascending order, this rank among them, near's rank i being
 // local[i]), with far, a mesh of the whole job. The Hybrid owns both.
-func NewHybrid(near *Transport, local []int, far transport.Transport) (*Hybrid, error) {
+//
+// near may be any transport, its ranks the job ranks local: a Hybrid
+// that routes the job's ranks through one transport and the ranks past
+// its size, which far admits (tcp.Options.Spare), through far has as
+// near a mesh of every rank of the job, local listing them all.
+func NewHybrid(near transport.Transport, local []int, far transport.Transport) (*Hybrid, error) {
 	rank, size := far.Rank(), far.Size()
 	if near.Size() != len(local) || near.Rank() >= len(local) || local[near.Rank()] != rank {
 		return nil, fmt.Errorf("shm: hybrid: rank %d is not rank %d of the local ranks %v", rank, near.Rank(), local)
@@ -50,18 +69,25 @@ func NewHybrid(near *Transport, local []int, far transport.Transport) (*Hybrid, 
 		}
 		h.index[r] = i
 	}
-	var farLost <-chan struct{}
+	h.identity = local[len(local)-1] == len(local)-1
+	h.nearParts, _ = near.(transport.PartSender)
+	h.nearCredit, _ = near.(transport.CreditReporter)
+	var farLost, nearLost <-chan struct{}
 	ln, _ := far.(transport.LossNotifier)
 	if ln != nil {
 		farLost = ln.Lost()
+	}
+	nln, _ := near.(transport.LossNotifier)
+	if nln != nil {
+		nearLost = nln.Lost()
 	}
 	h.watcher.Add(1)
 	go func() {
 		defer h.watcher.Done()
 		var err error
 		select {
-		case <-near.Lost():
-			err = h.global(near.LostErr())
+		case <-nearLost:
+			err = h.global(nln.LostErr())
 		case <-farLost:
 			err = ln.LostErr()
 		case <-h.closed:
@@ -77,6 +103,19 @@ func NewHybrid(near *Transport, local []int, far transport.Transport) (*Hybrid, 
 
 // global renames near's peer in err to its job rank.
 func (h *Hybrid) global(err error) error {
+	if err == nil || h.identity {
+		return err
+	}
+	if l, ok := err.(transport.Losses); ok {
+		g := make(transport.Losses, len(l))
+		for i, pe := range l {
+			g[i] = pe
+			if pe.Peer >= 0 && pe.Peer < len(h.local) {
+				g[i] = &transport.PeerError{Peer: h.local[pe.Peer], Op: pe.Op, Err: pe.Err}
+			}
+		}
+		return g
+	}
 	var pe *transport.PeerError
 	if errors.As(err, &pe) && pe.Peer >= 0 && pe.Peer < len(h.local) {
 		return &transport.PeerError{Peer: h.local[pe.Peer], Op: pe.Op, Err: pe.Err}
@@ -93,6 +132,16 @@ func (h *Hybrid) Size() int { return h.size }
 // MaxMessage implements transport.Transport: the smaller of the two
 // meshes', so that an algorithm's segments fit either.
 func (h *Hybrid) MaxMessage() int { return h.maxMsg }
+
+// Capacity is how many job ranks may hold links here: the far mesh's
+// capacity, when it admits ranks past Size (tcp.Transport.Capacity), or
+// Size. collectives.NewMux sizes its peers by it.
+func (h *Hybrid) Capacity() int {
+	if c, ok := h.far.(interface{ Capacity() int }); ok && c.Capacity() > h.size {
+		return c.Capacity()
+	}
+	return h.size
+}
 
 // Local reports whether peer is reached through shared memory.
 func (h *Hybrid) Local(peer int) bool { return peer >= 0 && peer < h.size && h.index[peer] >= 0 }
@@ -126,7 +175,10 @@ func (h *Hybrid) SendParts(ctx context.Context, peer int, head, body []byte, wai
 		if err := h.fits(peer, len(head)+len(body)); err != nil {
 			return false, err
 		}
-		sent, err := h.near.SendParts(ctx, h.index[peer], head, body, wait)
+		if h.nearParts == nil {
+			return false, nil
+		}
+		sent, err := h.nearParts.SendParts(ctx, h.index[peer], head, body, wait)
 		return sent, h.global(err)
 	}
 	if ps, ok := h.far.(transport.PartSender); ok {
@@ -135,16 +187,29 @@ func (h *Hybrid) SendParts(ctx context.Context, peer int, head, body []byte, wai
 	return false, nil
 }
 
-// Register implements transport.Registrar for the far transport, the one
-// that can send from registered memory; shared memory copies anyway.
+// Register implements transport.Registrar with whichever of the two
+// meshes can send from registered memory (RDMA, near or far; shared
+// memory and TCP copy anyway).
 func (h *Hybrid) Register(p []byte) (deregister func() error, err error) {
-	return transport.Register(h.far, p)
+	dn, err := transport.Register(h.near, p)
+	if err != nil {
+		return nil, err
+	}
+	df, err := transport.Register(h.far, p)
+	if err != nil {
+		dn()
+		return nil, err
+	}
+	return func() error { return errors.Join(df(), dn()) }, nil
 }
 
 // HasCredit implements transport.CreditReporter.
 func (h *Hybrid) HasCredit(peer int) bool {
 	if peer >= 0 && peer < h.size && peer != h.rank && h.index[peer] >= 0 {
-		return h.near.HasCredit(h.index[peer])
+		if h.nearCredit == nil {
+			return false
+		}
+		return h.nearCredit.HasCredit(h.index[peer])
 	}
 	if cr, ok := h.far.(transport.CreditReporter); ok {
 		return cr.HasCredit(peer)

@@ -283,3 +283,95 @@ func TestHybridLimit(t *testing.T) {
 		t.Errorf("SendParts to a rank on another host over TCP: sent %v, %v; want false and no error", sent, err)
 	}
 }
+
+// TestHybridSpare: the ranks of an elastic job on one host (a Hybrid of
+// shared memory among them and a TCP mesh with room for spare ranks)
+// exchange messages with a rank that joins later over TCP alone, a rank
+// past Size: the Hybrid routes it to the TCP side, and reports the TCP
+// side's Capacity, by which the mux sizes its peers.
+func TestHybridSpare(t *testing.T) {
+	const n, spare = 2, 2
+	token := []byte("hybrid-spare-token")
+	srv, err := bootstrap.Listen("127.0.0.1:0", token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dial := func() *bootstrap.Client {
+		store, err := bootstrap.Dial(ctx, srv.Addr(), token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { store.Close() })
+		return store
+	}
+	o := tcp.Options{Spare: spare, Crowded: true}
+	hs := make([]*shm.Hybrid, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		store := dial()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			far, err := tcp.Connect(ctx, store, r, n, token, o)
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			near, err := shm.Connect(ctx, store, r, n, token, shm.Options{Crowded: true})
+			if err != nil {
+				far.Close()
+				errs[r] = err
+				return
+			}
+			hs[r], errs[r] = shm.NewHybrid(near, []int{0, 1}, far)
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	defer func() {
+		for _, h := range hs {
+			h.Close()
+		}
+	}()
+	joiner, err := tcp.Connect(ctx, dial(), n, n, token, o)
+	if err != nil {
+		t.Fatalf("the spare rank: %v", err)
+	}
+	defer joiner.Close()
+	if c := hs[0].Capacity(); c != n+spare {
+		t.Errorf("Capacity = %d, want %d", c, n+spare)
+	}
+	if hs[0].Local(n) {
+		t.Errorf("the spare rank %d is routed through shared memory", n)
+	}
+	recv := func(tr transport.Transport, from int, want string) {
+		t.Helper()
+		m, err := tr.Recv(ctx, from)
+		if err != nil {
+			t.Fatalf("rank %d: recv from %d: %v", tr.Rank(), from, err)
+		}
+		if string(m.Data) != want || int(m.Peer) != from {
+			t.Errorf("rank %d: from %d got %q (peer %d), want %q", tr.Rank(), from, m.Data, m.Peer, want)
+		}
+		tr.Release(m)
+	}
+	// The members among themselves, then each with the spare rank, both ways.
+	go hs[0].Send(ctx, 1, []byte("near"))
+	recv(hs[1], 0, "near")
+	for r, h := range hs {
+		msg := "to spare from " + strconv.Itoa(r)
+		go h.Send(ctx, n, []byte(msg))
+		recv(joiner, r, msg)
+		back := "from spare to " + strconv.Itoa(r)
+		go joiner.Send(ctx, r, []byte(back))
+		recv(h, n, back)
+	}
+}
