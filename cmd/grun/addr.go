@@ -34,7 +34,8 @@ func isLocalHost(name, hostname string) bool {
 // each host's ranks dial, and says how it chose (for the log). All-local
 // jobs use 127.0.0.1. Otherwise the address is the one this host sends from
 // toward each remote host (found by a UDP "connect", which sends nothing),
-// or the first address of iface; ifaceFrom names where iface came from
+// or the first address of iface (which an all-local job gives for ranks
+// that join from other hosts, grun --join); ifaceFrom names where iface came from
 // (--iface or GOCOLL_IFACE), for messages.
 // When the remote hosts are reached through different local addresses the
 // store listens on all interfaces and each host is told the address that
@@ -42,13 +43,16 @@ func isLocalHost(name, hostname string) bool {
 // address, which is this host's too.
 func storeAddrs(ctx context.Context, remote []string, iface, ifaceFrom string) (listen string, dial map[string]string, how string, err error) {
 	dial = make(map[string]string)
-	if len(remote) == 0 {
+	if len(remote) == 0 && iface == "" {
 		return "127.0.0.1:0", dial, "every rank is on this host", nil
 	}
 	if iface != "" {
 		ip, err := ifaceAddr(iface, ifaceFrom)
 		if err != nil {
 			return "", nil, "", err
+		}
+		if ip.IsLoopback() && len(remote) == 0 {
+			return "127.0.0.1:0", dial, "every rank is on this host", nil
 		}
 		if ip.IsLoopback() {
 			return "", nil, "", fmt.Errorf("%s %s: %s is a loopback address, which other hosts cannot reach: %w", ifaceFrom, iface, ip, ErrAddr)

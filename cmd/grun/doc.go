@@ -5,6 +5,8 @@
 //
 //	grun -n N [-x VAR[=val]]... [--tag-output] [--timeout D] [--grace D] [-v] PROG [ARGS...]
 //	grun [-n N] -H host1:4,host2:4 | --hostfile FILE [--rsh CMD] [--iface NAME] ... PROG [ARGS...]
+//	grun -n N --elastic MIN:MAX --job-file FILE ... PROG [ARGS...]
+//	grun --join FILE [-x VAR[=val]]... [-v] PROG [ARGS...]
 //
 // grun serves the job's rendezvous store (package bootstrap) on 127.0.0.1
 // with a fresh random token, then starts every rank with GRUN_RANK,
@@ -33,4 +35,11 @@
 // GOCOLL_IFACE's). README.md in this directory drafts the user-facing
 // documentation of multi-host jobs and of running under srun, mpirun and
 // torchrun without grun. grun needs a Unix system.
+//
+// An elastic job (--elastic MIN:MAX) with --job-file also takes ranks
+// that "grun --join FILE PROG" starts on other hosts or terminals, up to
+// MAX live: the job's grun gives each its rank and environment over a
+// connection authenticated with the job's token, which also carries the
+// rank's output, exit status and signals (join.go). A joiner refused
+// (MAX ranks live, or the job ending) exits 3.
 package main

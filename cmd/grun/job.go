@@ -79,6 +79,12 @@ type config struct {
 	ifaceFrom string // "--iface" or "GOCOLL_IFACE"
 	outputDir string
 	bind      bindMode // --bind-to
+
+	// jobFile is --job-file: where to publish what grun --join needs.
+	// joinFile is --join's: this grun joins that job instead of
+	// running one (join.go).
+	jobFile  string
+	joinFile string
 }
 
 // job runs one launch of N ranks from start to exit status. It is used by a
@@ -117,6 +123,12 @@ type job struct {
 	// token.
 	addrs map[string]string
 	token string
+
+	// With --job-file: joining gruns the join port admitted (join.go),
+	// handed to the supervisor; how many it took; what the file says.
+	joins   chan *joinRequest
+	joined  int
+	jobFile jobFile
 
 	// Filled by the goroutines the job starts: the per-rank waiters, and
 	// the forwarders when whoever reads grun's output went away (as in
@@ -164,6 +176,7 @@ type rank struct {
 	// rank that failed.
 	idx         int
 	replacement bool
+	joined      bool   // started by grun --join (join.go)
 	host        string // "" when the job has no host list
 	remote      bool
 	proc        process
@@ -187,6 +200,9 @@ func (r *rank) name() string {
 
 // pidNote is the pid in the message, saying whose it is for remote ranks.
 func (r *rank) pidNote() string {
+	if r.joined {
+		return "grun --join, pid " + strconv.Itoa(r.proc.pid())
+	}
 	if r.remote {
 		return "rsh pid " + strconv.Itoa(r.proc.pid())
 	}
@@ -226,6 +242,7 @@ func newJob(cfg config, st starter, stdout, stderr io.Writer, environ []string) 
 		environ:    environ,
 		exits:      make(chan exitEvent, cfg.n),
 		brokenPipe: make(chan struct{}, 1),
+		joins:      make(chan *joinRequest),
 	}
 }
 
@@ -251,7 +268,12 @@ func (j *job) run(ctx context.Context, sigs <-chan os.Signal) int {
 			remote = append(remote, h.name)
 		}
 	}
-	listen, dial, how, err := storeAddrs(ctx, remote, j.cfg.iface, j.cfg.ifaceFrom)
+	iface := j.cfg.iface
+	if len(remote) == 0 && j.cfg.jobFile == "" {
+		// Only joiners from elsewhere need more than loopback.
+		iface = ""
+	}
+	listen, dial, how, err := storeAddrs(ctx, remote, iface, j.cfg.ifaceFrom)
 	if err != nil {
 		j.out.say("%v", err)
 		return exitInternal
@@ -304,6 +326,19 @@ func (j *job) run(ctx context.Context, sigs <-chan os.Signal) int {
 	defer j.closeOutputFiles()
 
 	j.store = store
+	j.token = token
+	over := make(chan struct{})
+	if j.cfg.jobFile != "" {
+		ln, err := j.listenJoins(listen, addrs)
+		if err != nil {
+			store.Close()
+			j.out.say("%v", err)
+			return exitInternal
+		}
+		defer os.Remove(j.cfg.jobFile)
+		defer ln.Close()
+		go j.serveJoins(ln, store, token, over)
+	}
 	j.startRanks(addrs, token, cpus)
 	stopStalls := make(chan struct{})
 	stallsDone := make(chan struct{})
@@ -312,6 +347,7 @@ func (j *job) run(ctx context.Context, sigs <-chan os.Signal) int {
 		j.watchStalls(j.quits, stopStalls)
 	}()
 	j.supervise(ctx, sigs)
+	close(over)
 	j.sweep(sigs)
 	close(stopStalls)
 	<-stallsDone
@@ -500,8 +536,6 @@ func (j *job) startRank(i int, replacement bool, cpu int) error {
 		return fmt.Errorf("cannot start %s: %w", r.name(), err)
 	}
 	r.proc = proc
-	j.ranks = append(j.ranks, r)
-	j.running++
 	if j.cfg.verbose {
 		if spec.bound {
 			j.out.say("%s: %s, bound to CPU %d", r.name(), r.pidNote(), spec.cpu)
@@ -509,11 +543,23 @@ func (j *job) startRank(i int, replacement bool, cpu int) error {
 			j.out.say("%s: %s", r.name(), r.pidNote())
 		}
 	}
+	j.adopt(r, proc)
+	return nil
+}
+
+// adopt counts r, whose process runs, among the job's ranks: its output
+// is forwarded and its exit reported to the supervisor.
+func (j *job) adopt(r *rank, proc process) {
+	idx, i := len(j.ranks), r.id
+	j.ranks = append(j.ranks, r)
+	j.running++
 	stdout, stderr := proc.output()
 	var prefix []byte
 	outW, errW := j.out.stdout, j.out.stderr
 	if j.files != nil {
-		outW, errW = j.files[i], j.files[i]
+		if f := j.outputFile(i); f != nil {
+			outW, errW = f, f
+		}
 	} else if j.cfg.tag {
 		prefix = []byte("[" + strconv.Itoa(i) + "] ")
 	}
@@ -526,7 +572,6 @@ func (j *job) startRank(i int, replacement bool, cpu int) error {
 		// that saw this rank vanish to exit and be reaped first.
 		j.exits <- exitEvent{rank: idx, status: st, at: time.Now()}
 	}()
-	return nil
 }
 
 // replace starts a replacement for r, which failed, if the job is
@@ -535,6 +580,11 @@ func (j *job) startRank(i int, replacement bool, cpu int) error {
 // replacement joins the running job (comm's Grow).
 func (j *job) replace(r *rank) {
 	if j.cfg.elasticMax <= 0 || j.stopping || j.running >= j.cfg.elasticMax {
+		return
+	}
+	if r.joined {
+		// Its host is grun --join's, which grun cannot start anything on.
+		j.out.say("not replacing %s: it joined with grun --join; another grun --join may take its place", r.name())
 		return
 	}
 	if j.replaced >= j.cfg.elasticMax {
@@ -569,6 +619,23 @@ func (j *job) openOutputFiles() error {
 		j.files[i] = f
 	}
 	return nil
+}
+
+// outputFile is rank i's --output-dir file, created for a rank that
+// joined after the start; nil if it cannot be.
+func (j *job) outputFile(i int) *os.File {
+	for len(j.files) <= i {
+		j.files = append(j.files, nil)
+	}
+	if j.files[i] == nil {
+		f, err := os.Create(filepath.Join(j.cfg.outputDir, "rank-"+strconv.Itoa(i)+".log"))
+		if err != nil {
+			j.out.say("--output-dir: %v; its output goes to grun's", err)
+			return nil
+		}
+		j.files[i] = f
+	}
+	return j.files[i]
 }
 
 func (j *job) closeOutputFiles() {
@@ -619,7 +686,7 @@ func (j *job) supervise(ctx context.Context, sigs <-chan os.Signal) {
 				j.out.say("%s (%s) %v", r.name(), r.pidNote(), r.status)
 			}
 			if r.status.failed() {
-				if j.store != nil && !r.replacement {
+				if j.store != nil && !r.replacement && !r.joined {
 					// A replacement joins under a job rank of its
 					// own, whose connection tells the store.
 					j.store.MarkGone(r.id, r.status.String())
@@ -631,6 +698,8 @@ func (j *job) supervise(ctx context.Context, sigs <-chan os.Signal) {
 				j.noteFailure(r)
 				j.rankFailed(r)
 			}
+		case req := <-j.joins:
+			j.admit(req)
 		case s := <-sigs:
 			sig, _ := s.(syscall.Signal)
 			if sig == 0 {
@@ -934,6 +1003,23 @@ func (j *job) drain() {
 func (j *job) report() int {
 	c := j.cause
 	if c == nil {
+		if j.joined > 0 {
+			var names []string
+			for _, r := range j.lost {
+				names = append(names, r.name())
+			}
+			msg := fmt.Sprintf("the job finished with %d ranks", len(j.ranks)-len(j.lost))
+			if j.replaced > 0 {
+				msg += fmt.Sprintf(", %d of them replacements, %d started by grun --join", j.replaced, j.joined)
+			} else {
+				msg += fmt.Sprintf(", %d of them started by grun --join", j.joined)
+			}
+			if len(names) > 0 {
+				msg += "; lost " + strings.Join(names, ", ")
+			}
+			j.out.say("%s (--elastic %s)", msg, j.elasticFlag())
+			return 0
+		}
 		if len(j.lost) > 0 {
 			var names []string
 			for _, r := range j.lost {

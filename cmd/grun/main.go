@@ -17,6 +17,7 @@ import (
 )
 
 const usage = `Usage: grun [-n N] [flags] PROG [ARGS...]
+       grun --join JOBFILE [-x VAR[=val]]... [-v] PROG [ARGS...]
 
 grun starts N copies of PROG, the ranks of one job, on this host or on the
 hosts of a host list, and serves the rendezvous store through which they
@@ -58,7 +59,30 @@ Flags (-flag and --flag are the same; flags end at PROG or at "--"):
                  life); its Init waits until the running ranks admit it
                  with Communicator.Grow, and links to every rank over
                  TCP, whatever transport the ranks use among themselves
-                 (see "Elastic jobs" in the README)
+                 (see "Elastic jobs" in the README). -n may be below MAX:
+                 the job starts with N ranks and grows as ranks join
+                 (--job-file, --join)
+  --job-file FILE
+                 with --elastic MIN:MAX: open a join port beside the
+                 rendezvous store and write FILE (mode 0600: it holds the
+                 job's secret token; removed when grun exits) with what
+                 "grun --join FILE PROG" needs to add a rank to the
+                 running job, from this host or another that reaches
+                 grun's address (without -H, give --iface for that: an
+                 all-local job's store is on 127.0.0.1 otherwise)
+  --join FILE    join the running job of the grun that wrote job file
+                 FILE (its --job-file) with one rank running PROG, here:
+                 that grun gives the rank its number and environment
+                 (GRUN_*, its -x variables, GOCOLL_ELASTIC=1; this grun's
+                 -x on top), prints its output (prefixed with its rank
+                 under --tag-output) and counts its exit as any rank's;
+                 PROG's Init waits until the running ranks admit it with
+                 Communicator.Grow. The job refuses it while MAX ranks
+                 live, or once it is ending: grun --join then prints
+                 "the job refused this process: ..." and exits 3. Its
+                 connection to the job's grun is the rank's lifeline:
+                 if it drops, PROG gets SIGTERM, then SIGKILL. Exits as
+                 PROG did. Only -x and -v go with --join
   -v, --verbose  print the store address, the hosts and each rank's pid to
                  stderr
   -h, --help     print this help and exit
@@ -143,6 +167,8 @@ Exit status:
            grun got SIGHUP, SIGINT or SIGTERM
   141      grun's output was closed, as in "grun ... | head" (SIGPIPE)
   127      PROG could not be started (not found or not executable)
+  3        grun --join: the job refused the rank (MAX ranks live, or the
+           job is ending)
   2        bad usage
   1        grun itself failed (could not start the rendezvous store)
 `
@@ -198,6 +224,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	quits := make(chan os.Signal, 1)
 	signal.Notify(quits, syscall.SIGQUIT)
 	defer signal.Stop(quits)
+	if cfg.joinFile != "" {
+		return runJoin(ctx, cfg, stderr)
+	}
 	j := newJob(cfg, newStarter(cfg.rsh), stdout, stderr, os.Environ())
 	j.quits = quits
 	return j.run(ctx, sigs)
@@ -310,6 +339,20 @@ func newFlagSet(cfg *config, lookupEnv func(string) (string, bool)) *flag.FlagSe
 		}
 		return nil
 	})
+	fs.Func("job-file", "write what grun --join needs to join this job to FILE (mode 0600)", func(s string) error {
+		if s == "" {
+			return errors.New("empty file name")
+		}
+		cfg.jobFile = s
+		return nil
+	})
+	fs.Func("join", "join the running job of job file FILE with one rank running PROG", func(s string) error {
+		if s == "" {
+			return errors.New("empty file name")
+		}
+		cfg.joinFile = s
+		return nil
+	})
 	fs.BoolVar(&cfg.verbose, "v", false, "verbose")
 	fs.BoolVar(&cfg.verbose, "verbose", false, "verbose")
 	return fs
@@ -334,6 +377,25 @@ func parseArgs(args []string, lookupEnv func(string) (string, bool)) (config, er
 	fs := newFlagSet(&cfg, lookupEnv)
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
+	}
+	if cfg.joinFile != "" {
+		// The job's grun decides the rest.
+		var other []string
+		fs.Visit(func(f *flag.Flag) {
+			switch f.Name {
+			case "join", "x", "v", "verbose":
+			default:
+				other = append(other, "-"+f.Name)
+			}
+		})
+		switch {
+		case len(other) > 0:
+			return config{}, fmt.Errorf("--join takes only -x and -v: the job's grun decides %s", strings.Join(other, ", "))
+		case fs.NArg() == 0:
+			return config{}, errors.New("missing PROG: the program the joining rank runs")
+		}
+		cfg.prog, cfg.args = fs.Arg(0), fs.Args()[1:]
+		return cfg, nil
 	}
 	if cfg.hostsFrom == "" {
 		hosts, ok, err := slurmHosts(lookupEnv)
@@ -367,6 +429,8 @@ func parseArgs(args []string, lookupEnv func(string) (string, bool)) (config, er
 		return config{}, fmt.Errorf("--elastic %d: more than the %d ranks started", cfg.elastic, cfg.n)
 	case cfg.elasticMax > 0 && cfg.elasticMax < cfg.n:
 		return config{}, fmt.Errorf("--elastic %d:%d: MAX is less than the %d ranks started", cfg.elastic, cfg.elasticMax, cfg.n)
+	case cfg.jobFile != "" && cfg.elasticMax == 0:
+		return config{}, errors.New("--job-file needs --elastic MIN:MAX: only an elastic job with room to grow takes ranks that join it")
 	}
 	cfg.prog, cfg.args = fs.Arg(0), fs.Args()[1:]
 	if cfg.hostsFrom != "" {

@@ -14,12 +14,19 @@
 //	go build -o /tmp/elastic ./examples/elastic
 //	go run ./cmd/grun -n 4 --elastic 2:4 /tmp/elastic -kill 2@40 -pace 5ms -final-size 4
 //
+// A job can also start small and grow as ranks join it from other
+// terminals or hosts (grun --job-file and --join); the joiners take the
+// model the same way:
+//
+//	grun -n 2 --elastic 2:4 --job-file job /tmp/elastic -pace 20ms -final-size 4
+//	grun --join job /tmp/elastic -pace 20ms -final-size 4    # twice, elsewhere
+//
 // -kill R@S makes job rank R kill itself (SIGKILL, as the OOM killer
 // would) at step S, to try it; -kill-in-shrink R makes rank R die while
 // the survivors agree on who is left. -pace D makes each step last at
 // least D, as a real step would, so that a replacement has time to start;
 // -final-size N makes the ranks, once their steps are done, wait for
-// replacements until the job has N ranks again (up to -grow-wait).
+// replacements or joiners until the job has N ranks (up to -grow-wait).
 package main
 
 import (

@@ -31,6 +31,7 @@ type Service uint16
 const (
 	Store Service = 1 // the rendezvous key/value store
 	Mesh  Service = 2 // a data connection between two ranks
+	Join  Service = 3 // grun --join asking a running grun for a seat
 )
 
 func (s Service) String() string {
@@ -39,6 +40,8 @@ func (s Service) String() string {
 		return "store"
 	case Mesh:
 		return "mesh"
+	case Join:
+		return "join"
 	}
 	return fmt.Sprintf("service(%d)", uint16(s))
 }

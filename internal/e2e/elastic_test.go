@@ -3,9 +3,15 @@
 package e2e
 
 import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -326,3 +332,141 @@ var (
 	elasticGrown = regexp.MustCompile(`(?m)^elastic: (rank|replacement) (\d+): 150 of 150 steps done on (\d+) ranks after \d+ shrinks(?: and \d+ grows)? in \S+, loss (\S+), params ([0-9a-f]+)$`)
 	elasticJoin  = regexp.MustCompile(`(?m)^elastic: replacement \d+: from its start to its first step on 4 ranks: (\S+)$`)
 )
+
+// TestElasticJoin starts a job below its maximum, grun -n 2 --elastic 2:4
+// --job-file, and grows it to 4 with two grun --join: one on grun's own
+// host (another terminal), one on a network-namespace host, both through
+// the job file. The running ranks see them in Pending and Grow; the job
+// must end with 4 ranks, all with the same parameters, bitwise, the
+// joiners' output under their ranks' prefixes, and grun must say that 2
+// ranks joined. A fifth rank's grun --join, while 4 live, must be refused:
+// status 3 and the reason. The test prints each joiner's time from its
+// start to its first step on the grown communicator.
+func TestElasticJoin(t *testing.T) {
+	testmode.SkipIfQuick(t)
+	c := newCluster(t, 1)
+	jf := filepath.Join(t.TempDir(), "job")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	inNS := func(ns string, args ...string) *exec.Cmd {
+		cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns, filepath.Join(bin, "grun")}, args...)...)
+		cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0", "GOCOLL_IFACE=", "GOCOLL_DEBUG=", "GOCOLL_TIMEOUT=30s")
+		return cmd
+	}
+	prog := []string{filepath.Join(bin, "elastic"), "-pace", "20ms", "-final-size", "4"}
+	job := inNS(c.launcher, append([]string{"-n", "2", "--elastic", "2:4", "--job-file", jf, "--iface", "br0", "--tag-output"}, prog...)...)
+	pr, pw := io.Pipe()
+	job.Stdout, job.Stderr = pw, pw
+	if err := job.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	lines := make(chan string, 1000)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	jobDone := make(chan error, 1)
+	go func() {
+		err := job.Wait()
+		pw.Close()
+		jobDone <- err
+	}()
+	waitFor := func(what string) {
+		t.Helper()
+		for l := range lines {
+			out.WriteString(l + "\n")
+			if strings.Contains(l, what) {
+				return
+			}
+		}
+		t.Fatalf("grun never said %q:\n%s", what, out.String())
+	}
+	for i := 0; ; i++ {
+		if _, err := os.Stat(jf); err == nil {
+			break
+		}
+		if i == 500 {
+			t.Fatalf("no job file %s after 5s", jf)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	type joiner struct {
+		cmd *exec.Cmd
+		out bytes.Buffer
+	}
+	join := func(ns string, args ...string) *joiner {
+		j := &joiner{cmd: inNS(ns, append([]string{"--join", jf}, args...)...)}
+		j.cmd.Stdout, j.cmd.Stderr = &j.out, &j.out
+		if err := j.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return j
+	}
+	here := join(c.launcher, prog...)
+	waitFor("rank 2 joined from host")
+	there := join(c.ns[c.hosts[0]], prog...)
+	waitFor("rank 3 joined from host")
+	fifth := join(c.launcher, prog...)
+	err := fifth.cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 3 ||
+		!strings.Contains(fifth.out.String(), "grun: --join: the job refused this process: the job runs 4 ranks already, the most --elastic 2:4 allows") {
+		t.Errorf("a fifth rank's grun --join: %v, want exit status 3 and the refusal:\n%s", err, fifth.out.String())
+	}
+	for _, j := range []*joiner{here, there} {
+		if err := j.cmd.Wait(); err != nil {
+			t.Errorf("grun --join: %v:\n%s", err, j.out.String())
+		}
+	}
+	for l := range lines {
+		out.WriteString(l + "\n")
+	}
+	if err := <-jobDone; err != nil {
+		t.Fatalf("grun: %v:\n%s", err, out.String())
+	}
+	all := out.String()
+	if want := "grun: the job finished with 4 ranks, 2 of them started by grun --join (--elastic 2:4)\n"; !strings.HasSuffix(all, want) {
+		t.Fatalf("grun's last line is not %q:\n%s", want, all)
+	}
+	for _, r := range []string{"2", "3"} {
+		if !strings.Contains(all, "\n["+r+"] elastic: replacement ") {
+			t.Errorf("no output of the joiner under its rank's prefix [%s]:\n%s", r, all)
+		}
+	}
+	plain := regexp.MustCompile(`(?m)^\[\d+\] `).ReplaceAllString(all, "")
+	done := elasticGrown.FindAllStringSubmatch(plain, -1)
+	if len(done) != 4 {
+		t.Fatalf("%d ranks finished, want 4:\n%s", len(done), all)
+	}
+	joined := 0
+	for _, d := range done {
+		if d[1] == "replacement" {
+			joined++
+		}
+		if d[3] != "4" || d[5] != done[0][5] {
+			t.Errorf("%s %s finished on %s ranks with parameters %s; want 4 ranks and %s", d[1], d[2], d[3], d[5], done[0][5])
+		}
+	}
+	if joined != 2 {
+		t.Errorf("%d joiners finished, want 2:\n%s", joined, all)
+	}
+	for _, m := range elasticJoinedAt.FindAllStringSubmatch(all, -1) {
+		where := "grun's host"
+		if m[1] == "3" {
+			where = "a namespace host"
+		}
+		t.Logf("elastic join from %s: %s from the rank's start to its first step on the grown communicator of %s ranks", where, m[3], m[2])
+		fmt.Printf("elastic join from %s: %s from the rank's start to its first step on the grown communicator of %s ranks\n", where, m[3], m[2])
+	}
+	if _, err := os.Stat(jf); !os.IsNotExist(err) {
+		t.Errorf("the job file is left behind (%v)", err)
+	}
+	c.checkEmpty(t)
+}
+
+// elasticJoinedAt is a joiner's line, under its grun rank's prefix.
+var elasticJoinedAt = regexp.MustCompile(`(?m)^\[(\d+)\] elastic: replacement \d+: from its start to its first step on (\d+) ranks: (\S+)$`)
