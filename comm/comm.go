@@ -141,7 +141,7 @@ type Communicator struct {
 	elastic bool
 	// leavers carries the store's word that a rank left the job
 	// abnormally, for a transport that is not linked to every rank
-	// (TCP's links on demand): no link may tell (see watchLeavers).
+	// (TCP's links on demand): no link may tell (see tellLeavers).
 	leavers chan error
 
 	hosts []int  // each rank's host, for the host-aware algorithms
@@ -298,8 +298,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 		c.life, c.kill = context.WithCancelCause(context.Background())
 	}
 	if cfg.Size > 1 && cfg.Addr != "" && strings.Contains(c.tname, "tcp") && !s.tcp.Eager {
-		c.leavers = make(chan error, 1)
-		go c.watchLeavers()
+		c.leavers = make(chan error, 1) // answerReports watches
 	}
 	go c.watch()
 	if cfg.Size > 1 && cfg.Addr != "" {
@@ -504,7 +503,7 @@ func (c *Communicator) Close() error {
 		// step: a request of the comparison below cut short by its
 		// deadline breaks it, and a rank whose connection ends without
 		// this is taken for dead by the ranks still at work (over TCP
-		// links made on demand, they ask the store; see watchLeavers).
+		// links made on demand, they ask the store; see tellLeavers).
 		c.leave("")
 	}
 	c.publishLast()

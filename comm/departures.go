@@ -77,39 +77,28 @@ func awaitDepartures(ctx context.Context, cfg Config, seen func([]bootstrap.Depa
 	}
 }
 
-// watchLeavers passes on to the watchdog (on c.leavers) the first rank
-// the store sees leave the job abnormally, other than this one. With TCP
-// links made on demand, a rank holds links to few peers: the death of
-// one it has no link to would otherwise reach it only through a chain of
-// ranks that gave up one after another, or when it next needed that
-// rank. Asking the store keeps the job failing as fast as when every
-// rank had a link to every other: one long-poll per rank, on a store
-// connection of its own (the communicator's is busy with calls that
-// wait), renewed every 10 s.
-func (c *Communicator) watchLeavers() {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		select {
-		case <-c.closed:
-		case <-c.aborted:
-		case <-ctx.Done():
-		}
-		cancel()
-	}()
-	awaitDepartures(ctx, c.cfg, func(ds []bootstrap.Departure) bool {
-		others := slices.DeleteFunc(slices.Clone(ds), func(d bootstrap.Departure) bool { return d.Rank == c.cfg.Rank })
-		if len(others) == 0 {
-			return len(ds) > 0 // only this rank left: it knows why
-		}
-		saw := departures(others)
-		if why, ok := strings.CutPrefix(others[0].Why, "give up: "); ok && len(others) == 1 {
-			// Worded as the rank's own link would have told it.
-			saw = fmt.Sprintf("that rank %d gave up: %s", others[0].Rank, why)
-		}
-		c.leavers <- fmt.Errorf("%w: %w: the rendezvous saw %s", ErrPeerLost, bootstrap.ErrRankGone, saw)
-		return true
-	})
+// tellLeavers passes on to the watchdog (on c.leavers) the first rank
+// of ds, the store's departures, other than this one, and reports
+// whether there was one. With TCP links made on demand, a rank holds
+// links to few peers: the death of one it has no link to would otherwise
+// reach it only through a chain of ranks that gave up one after another,
+// or when it next needed that rank. Asking the store keeps the job
+// failing as fast as when every rank had a link to every other. The
+// asking is answerReports': its waiting get, which the store fails as
+// soon as any rank departs, is the watch, on the connection it holds
+// anyway.
+func (c *Communicator) tellLeavers(ds []bootstrap.Departure) bool {
+	others := slices.DeleteFunc(slices.Clone(ds), func(d bootstrap.Departure) bool { return d.Rank == c.cfg.Rank })
+	if len(others) == 0 {
+		return false // only this rank left: it knows why
+	}
+	saw := departures(others)
+	if why, ok := strings.CutPrefix(others[0].Why, "give up: "); ok && len(others) == 1 {
+		// Worded as the rank's own link would have told it.
+		saw = fmt.Sprintf("that rank %d gave up: %s", others[0].Rank, why)
+	}
+	c.leavers <- fmt.Errorf("%w: %w: the rendezvous saw %s", ErrPeerLost, bootstrap.ErrRankGone, saw)
+	return true
 }
 
 // departuresWait bounds how long a rank that lost a peer waits for the

@@ -3,6 +3,7 @@ package comm
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"runtime/pprof"
@@ -160,6 +161,9 @@ func (s *subs) remove(c *Communicator) {
 // answerReports answers every stall report request of the job, on a
 // store connection of its own (its gets wait), until Close. Only the
 // job's communicator runs it; it answers for the sub-communicators too.
+// With c.leavers set, its waiting get is also the watch for ranks that
+// leave the job (see tellLeavers): one connection and one goroutine per
+// rank at the store, not two.
 func (c *Communicator) answerReports() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -178,6 +182,9 @@ func (c *Communicator) answerReports() {
 	if c.stallAfter > 0 {
 		delay = min(delay, c.stallAfter/2)
 	}
+	if c.leavers != nil {
+		delay = 0 // a departure is news from the start
+	}
 	select {
 	case <-ctx.Done():
 		return
@@ -193,7 +200,13 @@ func (c *Communicator) answerReports() {
 	host, _ := os.Hostname()
 	for k := 1; ; k++ {
 		if _, err := cl.Get(ctx, stallreport.RequestKey(k)); err != nil {
-			return // closed, or a rank left the job: no report is due
+			// Closed, or a rank left the job: no report is due.
+			if c.leavers != nil && errors.Is(err, bootstrap.ErrRankGone) {
+				if ds, err := cl.Departures(ctx, 0); err == nil {
+					c.tellLeavers(ds)
+				}
+			}
+			return
 		}
 		now := time.Now()
 		st := stallreport.Status{Rank: c.cfg.Rank, Host: host, PID: os.Getpid(), Comms: []stallreport.CommStatus{c.status(now)}}
