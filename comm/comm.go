@@ -252,13 +252,20 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 		timeout: s.timeout, aborted: make(chan struct{}), stallAfter: s.stall}
 	// A rank that dies before it connects leaves the others waiting for
 	// its address or its connection, where no link can tell them: the
-	// store can, so Init listens to it until everyone is connected.
+	// store can, so Init listens to it until everyone is connected
+	// (answerReports, which goes on to answer stall reports once the
+	// communicator is ready, on the same store connection).
 	ictx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
+	ready := make(chan struct{})
+	endWatch := func() {}
 	if cfg.Size > 1 && cfg.Addr != "" {
-		go watchDepartures(ictx, stop, cfg)
+		var wctx context.Context
+		wctx, endWatch = context.WithCancel(context.Background())
+		go c.answerReports(wctx, stop, ready)
 	}
 	fail := func(what string, err error) (*Communicator, error) {
+		defer endWatch()
 		if cause := context.Cause(ictx); errors.Is(cause, bootstrap.ErrRankGone) {
 			err = cause
 		} else if !errors.Is(err, bootstrap.ErrJoinRefused) { // not of this job: its departures are not ours
@@ -301,9 +308,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 		c.leavers = make(chan error, 1) // answerReports watches
 	}
 	go c.watch()
-	if cfg.Size > 1 && cfg.Addr != "" {
-		go c.answerReports()
-	}
+	close(ready)
 	c.log.Info("communicator ready", "size", cfg.Size, "local_rank", cfg.LocalRank,
 		"launcher", cfg.Source, "transport", c.tname, "simd", reduce.SIMDLevel(), "store", cfg.Addr)
 	return c, nil

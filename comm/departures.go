@@ -46,37 +46,6 @@ func departures(ds []bootstrap.Departure) string {
 	return fmt.Sprintf("%v first, then %d more", ds[0], len(ds)-1)
 }
 
-// watchDepartures cancels ctx, with a cause wrapping ErrPeerLost and
-// bootstrap.ErrRankGone, as soon as the store sees a rank leave the job
-// abnormally. It has a store connection of its own: the communicator's
-// is busy with the waiting gets.
-func watchDepartures(ctx context.Context, stop context.CancelCauseFunc, cfg Config) {
-	awaitDepartures(ctx, cfg, func(ds []bootstrap.Departure) bool {
-		if len(ds) == 0 {
-			return false
-		}
-		stop(fmt.Errorf("%w: %w: the rendezvous saw %s", ErrPeerLost, bootstrap.ErrRankGone, departures(ds)))
-		return true
-	})
-}
-
-// awaitDepartures long-polls the store's departures, on a store
-// connection of its own, until ctx ends, the store fails, or seen, given
-// each answer, says it has what it waited for.
-func awaitDepartures(ctx context.Context, cfg Config, seen func([]bootstrap.Departure) bool) {
-	w, err := bootstrap.Dial(ctx, cfg.Addr, cfg.Token)
-	if err != nil {
-		return
-	}
-	defer w.Close()
-	for ctx.Err() == nil {
-		ds, err := w.Departures(ctx, 10*time.Second)
-		if err != nil || seen(ds) {
-			return
-		}
-	}
-}
-
 // tellLeavers passes on to the watchdog (on c.leavers) the first rank
 // of ds, the store's departures, other than this one, and reports
 // whether there was one. With TCP links made on demand, a rank holds
@@ -85,8 +54,7 @@ func awaitDepartures(ctx context.Context, cfg Config, seen func([]bootstrap.Depa
 // or when it next needed that rank. Asking the store keeps the job
 // failing as fast as when every rank had a link to every other. The
 // asking is answerReports': its waiting get, which the store fails as
-// soon as any rank departs, is the watch, on the connection it holds
-// anyway.
+// soon as any rank departs, is the watch.
 func (c *Communicator) tellLeavers(ds []bootstrap.Departure) bool {
 	others := slices.DeleteFunc(slices.Clone(ds), func(d bootstrap.Departure) bool { return d.Rank == c.cfg.Rank })
 	if len(others) == 0 {
