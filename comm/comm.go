@@ -144,7 +144,7 @@ type Communicator struct {
 	elastic bool
 	// leavers carries the store's word that a rank left the job
 	// abnormally, for a transport that is not linked to every rank
-	// (TCP's links on demand): no link may tell (see watchLeavers).
+	// (TCP's links on demand): no link may tell (see tellLeavers).
 	leavers chan error
 
 	hosts []int  // each rank's host, for the host-aware algorithms
@@ -258,7 +258,9 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 		timeout: s.timeout, aborted: make(chan struct{}), stallAfter: s.stall}
 	// A rank that dies before it connects leaves the others waiting for
 	// its address or its connection, where no link can tell them: the
-	// store can, so Init listens to it until everyone is connected.
+	// store can, so Init listens to it until everyone is connected
+	// (answerReports, which goes on to answer stall reports once the
+	// communicator is ready, on the same store connection).
 	ictx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	if s.elastic && cfg.Size > 1 && cfg.Addr != "" && !cfg.Serve {
@@ -272,10 +274,15 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 			return join(ctx, cfg, s, store)
 		}
 	}
+	ready := make(chan struct{})
+	endWatch := func() {}
 	if cfg.Size > 1 && cfg.Addr != "" {
-		go watchDepartures(ictx, stop, cfg)
+		var wctx context.Context
+		wctx, endWatch = context.WithCancel(context.Background())
+		go c.answerReports(wctx, stop, ready)
 	}
 	fail := func(what string, err error) (*Communicator, error) {
+		defer endWatch()
 		if cause := context.Cause(ictx); errors.Is(cause, bootstrap.ErrRankGone) {
 			err = cause
 		} else if !errors.Is(err, bootstrap.ErrJoinRefused) { // not of this job: its departures are not ours
@@ -318,13 +325,10 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 		}
 	}
 	if cfg.Size > 1 && cfg.Addr != "" && strings.Contains(c.tname, "tcp") && !s.tcp.Eager {
-		c.leavers = make(chan error, 1)
-		go c.watchLeavers()
+		c.leavers = make(chan error, 1) // answerReports watches
 	}
 	go c.watch()
-	if cfg.Size > 1 && cfg.Addr != "" {
-		go c.answerReports()
-	}
+	close(ready)
 	c.log.Info("communicator ready", "size", cfg.Size, "local_rank", cfg.LocalRank,
 		"launcher", cfg.Source, "transport", c.tname, "simd", reduce.SIMDLevel(), "store", cfg.Addr)
 	return c, nil
@@ -524,7 +528,7 @@ func (c *Communicator) Close() error {
 		// step: a request of the comparison below cut short by its
 		// deadline breaks it, and a rank whose connection ends without
 		// this is taken for dead by the ranks still at work (over TCP
-		// links made on demand, they ask the store; see watchLeavers).
+		// links made on demand, they ask the store; see tellLeavers).
 		c.leave("")
 	}
 	c.publishLast()

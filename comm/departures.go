@@ -46,84 +46,31 @@ func departures(ds []bootstrap.Departure) string {
 	return fmt.Sprintf("%v first, then %d more", ds[0], len(ds)-1)
 }
 
-// watchDepartures cancels ctx, with a cause wrapping ErrPeerLost and
-// bootstrap.ErrRankGone, as soon as the store sees a rank leave the job
-// abnormally. It has a store connection of its own: the communicator's
-// is busy with the waiting gets.
-func watchDepartures(ctx context.Context, stop context.CancelCauseFunc, cfg Config) {
-	awaitDepartures(ctx, cfg, func(ds []bootstrap.Departure) bool {
-		if len(ds) == 0 {
-			return false
-		}
-		stop(fmt.Errorf("%w: %w: the rendezvous saw %s", ErrPeerLost, bootstrap.ErrRankGone, departures(ds)))
-		return true
+// tellLeavers passes on to the watchdog (on c.leavers) the first rank
+// of ds, the store's departures, other than this one, and reports
+// whether there was one. With TCP links made on demand, a rank holds
+// links to few peers: the death of one it has no link to would otherwise
+// reach it only through a chain of ranks that gave up one after another,
+// or when it next needed that rank. Asking the store keeps the job
+// failing as fast as when every rank had a link to every other. The
+// asking is answerReports': its waiting get, which the store fails as
+// soon as any rank departs, is the watch.
+func (c *Communicator) tellLeavers(ds []bootstrap.Departure) bool {
+	// A replacement that left before it was admitted to an elastic job
+	// (a job rank past the job's size, see Grow) was never a member.
+	others := slices.DeleteFunc(slices.Clone(ds), func(d bootstrap.Departure) bool {
+		return d.Rank == c.cfg.Rank || d.Rank >= c.cfg.Size
 	})
-}
-
-// awaitDepartures long-polls the store's departures, on a store
-// connection of its own, until ctx ends, the store fails, or seen, given
-// each answer, says it has what it waited for.
-func awaitDepartures(ctx context.Context, cfg Config, seen func([]bootstrap.Departure) bool) {
-	w, err := bootstrap.Dial(ctx, cfg.Addr, cfg.Token)
-	if err != nil {
-		return
+	if len(others) == 0 {
+		return false // only this rank, or a replacement never admitted, left
 	}
-	defer w.Close()
-	for ctx.Err() == nil {
-		ds, err := w.Departures(ctx, 10*time.Second)
-		if err != nil || seen(ds) {
-			return
-		}
+	saw := departures(others)
+	if why, ok := strings.CutPrefix(others[0].Why, "give up: "); ok && len(others) == 1 {
+		// Worded as the rank's own link would have told it.
+		saw = fmt.Sprintf("that rank %d gave up: %s", others[0].Rank, why)
 	}
-}
-
-// watchLeavers passes on to the watchdog (on c.leavers) the first rank
-// the store sees leave the job abnormally, other than this one. With TCP
-// links made on demand, a rank holds links to few peers: the death of
-// one it has no link to would otherwise reach it only through a chain of
-// ranks that gave up one after another, or when it next needed that
-// rank. Asking the store keeps the job failing as fast as when every
-// rank had a link to every other: one long-poll per rank, on a store
-// connection of its own (the communicator's is busy with calls that
-// wait), renewed every 10 s.
-func (c *Communicator) watchLeavers() {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		select {
-		case <-c.closed:
-		case <-c.aborted:
-		case <-ctx.Done():
-		}
-		cancel()
-	}()
-	awaitDepartures(ctx, c.cfg, func(ds []bootstrap.Departure) bool {
-		others := slices.DeleteFunc(slices.Clone(ds), func(d bootstrap.Departure) bool { return d.Rank == c.cfg.Rank })
-		// A replacement that left before it was admitted to an elastic
-		// job (a job rank past the job's size, see Grow) was never a
-		// member of this communicator.
-		members := slices.DeleteFunc(slices.Clone(others), func(d bootstrap.Departure) bool { return d.Rank >= c.cfg.Size })
-		if len(members) == 0 && len(others) > 0 {
-			// The store answers at once while it has departures to
-			// tell: look again later, not in a loop.
-			select {
-			case <-ctx.Done():
-			case <-time.After(departuresEvery):
-			}
-			return false
-		}
-		others = members
-		if len(others) == 0 {
-			return len(ds) > 0 // only this rank left: it knows why
-		}
-		saw := departures(others)
-		if why, ok := strings.CutPrefix(others[0].Why, "give up: "); ok && len(others) == 1 {
-			// Worded as the rank's own link would have told it.
-			saw = fmt.Sprintf("that rank %d gave up: %s", others[0].Rank, why)
-		}
-		c.leavers <- fmt.Errorf("%w: %w: the rendezvous saw %s", ErrPeerLost, bootstrap.ErrRankGone, saw)
-		return true
-	})
+	c.leavers <- fmt.Errorf("%w: %w: the rendezvous saw %s", ErrPeerLost, bootstrap.ErrRankGone, saw)
+	return true
 }
 
 // departuresWait bounds how long a rank that lost a peer waits for the

@@ -62,11 +62,16 @@ func NewLocal(ctx context.Context, n int, opts ...Option) ([]*Communicator, erro
 	}
 	wg.Wait()
 	if err := firstCause(errs); err != nil {
+		// All at once: each Close waits a moment for its peers to close
+		// too (the last calls compared, the links' goodbyes), which one
+		// after another, with a thousand ranks, took minutes.
 		for _, c := range cs {
 			if c != nil {
-				c.Close()
+				wg.Add(1)
+				go func() { defer wg.Done(); c.Close() }()
 			}
 		}
+		wg.Wait()
 		srv.Close()
 		return nil, err
 	}

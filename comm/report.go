@@ -3,6 +3,7 @@ package comm
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"runtime/pprof"
@@ -160,32 +161,25 @@ func (s *subs) remove(c *Communicator) {
 // answerReports answers every stall report request of the job, on a
 // store connection of its own (its gets wait), until Close. Only the
 // job's communicator runs it; it answers for the sub-communicators too.
-func (c *Communicator) answerReports() {
-	ctx, cancel := context.WithCancel(context.Background())
+// Its waiting get, which the store fails as soon as a rank departs, is
+// also the watch for ranks that leave the job: while New runs (ready
+// not yet closed) it ends New's ctx through stop, as a rank that died
+// before it connected would otherwise leave the others waiting; after,
+// with c.leavers set, it tells the watchdog (see tellLeavers). One
+// connection and one goroutine per rank at the store, where there were
+// three. ctx ends it if New fails.
+func (c *Communicator) answerReports(ctx context.Context, stop context.CancelCauseFunc, ready <-chan struct{}) {
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
 		select {
 		case <-c.closed:
 		case <-c.aborted:
+		case <-ctx.Done():
 		}
 		cancel()
 	}()
-	// Not at once: a job that ends within a second needs no report,
-	// and a connection cut mid-handshake by Close would read, at the
-	// store, like a stranger's. But in time for a GOCOLL_STALL shorter
-	// than that.
-	delay := time.Second
-	if c.stallAfter > 0 {
-		delay = min(delay, c.stallAfter/2)
-	}
-	select {
-	case <-ctx.Done():
-		return
-	case <-time.After(delay):
-	}
-	dctx, dcancel := context.WithTimeout(context.Background(), 5*time.Second)
-	cl, err := bootstrap.Dial(dctx, c.cfg.Addr, c.cfg.Token)
-	dcancel()
+	cl, err := bootstrap.Dial(ctx, c.cfg.Addr, c.cfg.Token)
 	if err != nil {
 		return
 	}
@@ -193,7 +187,17 @@ func (c *Communicator) answerReports() {
 	host, _ := os.Hostname()
 	for k := 1; ; k++ {
 		if _, err := cl.Get(ctx, stallreport.RequestKey(k)); err != nil {
-			return // closed, or a rank left the job: no report is due
+			// Closed, or a rank left the job: no report is due.
+			if errors.Is(err, bootstrap.ErrRankGone) {
+				c.departed(ctx, cl, stop, ready)
+			}
+			return
+		}
+		// A request before this rank is ready is answered once it is.
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			return
 		}
 		now := time.Now()
 		st := stallreport.Status{Rank: c.cfg.Rank, Host: host, PID: os.Getpid(), Comms: []stallreport.CommStatus{c.status(now)}}
@@ -213,6 +217,29 @@ func (c *Communicator) answerReports() {
 		pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
 		cl.Put(pctx, stallreport.AnswerKey(k, c.cfg.Rank), stallreport.Encode(st))
 		pcancel()
+	}
+}
+
+// departed passes on the departures the store saw: to New, through
+// stop, while it runs, and then, if New returned all the same, to the
+// watchdog (with c.leavers set).
+func (c *Communicator) departed(ctx context.Context, cl *bootstrap.Client, stop context.CancelCauseFunc, ready <-chan struct{}) {
+	ds, err := cl.Departures(ctx, 0)
+	if err != nil || len(ds) == 0 {
+		return
+	}
+	select {
+	case <-ready:
+	default:
+		stop(fmt.Errorf("%w: %w: the rendezvous saw %s", ErrPeerLost, bootstrap.ErrRankGone, departures(ds)))
+		select {
+		case <-ready: // too late to fail New
+		case <-ctx.Done():
+			return
+		}
+	}
+	if c.leavers != nil {
+		c.tellLeavers(ds)
 	}
 }
 

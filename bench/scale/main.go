@@ -9,6 +9,7 @@
 //	go build -o scale ./bench/scale && go build -o grun ./cmd/grun
 //	./scale -grun ./grun -n 8,16,32,64          # processes started by grun
 //	./scale -local -n 64,128,256                 # goroutine ranks in one process (comm.NewLocal)
+//	./scale -local -n 1024 -cpuprofile cpu.out   # and where that process spends its time
 //
 // It prints a table, a row per rank count. A job that fails (descriptors
 // run out, Init times out) gets a row saying so, and the sweep goes on.
@@ -24,6 +25,8 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -56,6 +59,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	transport := fs.String("transport", "tcp", "GOCOLL_TRANSPORT of the ranks")
 	child := fs.Bool("child", false, "internal: be one rank of a process job")
 	timeout := fs.Duration("timeout", 5*time.Minute, "bound of each job")
+	cpuProfile := fs.String("cpuprofile", "", "write this process's CPU profile to `file` (with -local: the ranks')")
+	blockProfile := fs.String("blockprofile", "", "write this process's block profile to `file`")
+	mutexProfile := fs.String("mutexprofile", "", "write this process's mutex profile to `file`")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -72,6 +78,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 		ns = append(ns, n)
 	}
 	raiseFDLimit()
+	stop, err := startProfiles(*cpuProfile, *blockProfile, *mutexProfile)
+	if err != nil {
+		fmt.Fprintln(stderr, "scale:", err)
+		return 1
+	}
+	defer func() {
+		if err := stop(); err != nil {
+			fmt.Fprintln(stderr, "scale:", err)
+		}
+	}()
 	mode := "processes (grun)"
 	if *local {
 		mode = "goroutines in one process (comm.NewLocal)"
@@ -95,6 +111,47 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, row(n, ss, wall))
 	}
 	return 0
+}
+
+// startProfiles starts the profiles asked for; stop writes them.
+func startProfiles(cpu, block, mutex string) (stop func() error, err error) {
+	var cpuFile *os.File
+	if cpu != "" {
+		if cpuFile, err = os.Create(cpu); err != nil {
+			return nil, err
+		}
+		if err := pprof.StartCPUProfile(cpuFile); err != nil {
+			cpuFile.Close()
+			return nil, err
+		}
+	}
+	if block != "" {
+		runtime.SetBlockProfileRate(int(10 * time.Microsecond))
+	}
+	if mutex != "" {
+		runtime.SetMutexProfileFraction(10)
+	}
+	return func() error {
+		var errs []error
+		if cpuFile != nil {
+			pprof.StopCPUProfile()
+			errs = append(errs, cpuFile.Close())
+		}
+		for _, p := range []struct{ name, file string }{{"block", block}, {"mutex", mutex}} {
+			if p.file == "" {
+				continue
+			}
+			f, err := os.Create(p.file)
+			if err == nil {
+				err = pprof.Lookup(p.name).WriteTo(f, 0)
+				if cerr := f.Close(); err == nil {
+					err = cerr
+				}
+			}
+			errs = append(errs, err)
+		}
+		return errors.Join(errs...)
+	}, nil
 }
 
 func row(n int, ss []sample, wall time.Duration) string {

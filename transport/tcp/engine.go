@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -44,6 +45,15 @@ type Transport struct {
 	pfds       []unix.PollFd
 	wakefd     int // polled: a write to wakewr interrupts a blocking poll (Close)
 	wakewr     int // the same eventfd on Linux, a pipe's write end elsewhere
+	// ring is where the progress holder parks, on Linux, instead of
+	// blocking in poll(2), when this process holds more engines than Ps
+	// (parkedPoll): the process's bell or wake rings it. bellID,
+	// enrolled (how many of list the bell holds) and ringTimer are the
+	// progress holder's.
+	ring      chan struct{}
+	bellID    uint32
+	enrolled  int
+	ringTimer *time.Timer
 
 	// progress is held (a value sent in) by the one goroutine currently
 	// driving the sockets; the others wait for their message or credit, or
@@ -93,6 +103,7 @@ func newTransport(rank, size int, opts Options) *Transport {
 		attempts:    make(map[int]*attempt),
 		unreachable: make(map[int]error),
 		linkedNote:  make(chan struct{}),
+		ring:        make(chan struct{}, 1),
 	}
 }
 
@@ -226,8 +237,13 @@ func (t *Transport) start() error {
 	}
 	t.wakefd, t.wakewr = r, w
 	t.pfds = make([]unix.PollFd, 1, 8)
+	engines.Add(1)
 	return nil
 }
+
+// engines counts the engines started in this process and not yet closed:
+// the ranks that may be waiting in it at once.
+var engines atomic.Int64
 
 // Rank implements transport.Transport.
 func (t *Transport) Rank() int { return t.rank }
@@ -406,8 +422,10 @@ func (t *Transport) drive(ctx context.Context, p *peer, ready func() bool) error
 	}
 }
 
-// closeWake closes the descriptors of wake.
+// closeWake closes the descriptors of wake: the engine is done.
 func (t *Transport) closeWake() {
+	engines.Add(-1)
+	t.leaveBell()
 	unix.Close(t.wakefd)
 	if t.wakewr != t.wakefd {
 		unix.Close(t.wakewr)
@@ -419,6 +437,7 @@ func (t *Transport) wake() {
 	var one [8]byte
 	one[0] = 1
 	unix.Write(t.wakewr, one[:])
+	notify(t.ring)
 }
 
 // pass polls every live peer once (waiting up to timeoutMs for something
@@ -442,9 +461,12 @@ func (t *Transport) pass(timeoutMs int) error {
 	t.pfds[len(t.list)] = unix.PollFd{Fd: int32(t.wakefd), Events: unix.POLLIN}
 	var n int
 	var err error
-	if timeoutMs == 0 {
+	switch {
+	case timeoutMs == 0:
 		n, err = pollNow(t.pfds)
-	} else {
+	case engines.Load() > int64(runtime.GOMAXPROCS(0)):
+		n, err = t.parkedPoll(timeoutMs)
+	default:
 		n, err = unix.Poll(t.pfds, timeoutMs)
 	}
 	if err != nil && err != unix.EINTR {

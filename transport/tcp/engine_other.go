@@ -45,3 +45,9 @@ func wakePair() (r, w int, err error) {
 // process (comm.NewLocal, tests) still take turns, ranks in separate
 // processes rely on the short crowded spin.
 func yieldCPU() { runtime.Gosched() }
+
+// parkedPoll is Linux's (engine_linux.go): here a waiting call blocks
+// in poll(2), whatever the process holds.
+func (t *Transport) parkedPoll(timeoutMs int) (int, error) { return unix.Poll(t.pfds, timeoutMs) }
+
+func (t *Transport) leaveBell() {}
