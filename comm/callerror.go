@@ -93,7 +93,44 @@ var (
 	blameRE = regexp.MustCompile(`^(?:job )?rank \d+(?: \(job rank \d+\))? (?:died|killed|exited|left|refused|called|gave up)`)
 	// leadRankRE matches a cause that starts with the rank it is about.
 	leadRankRE = regexp.MustCompile(`^(?:lost )?rank (\d+)`)
+	// mismatchByeRE matches the goodbye of a rank that found its call
+	// mismatched: its rank, its own call, and what the other rank called.
+	// toldRE matches a mismatch as its finder published it for the
+	// others: what it called, then what the other rank called.
+	toldRE        = regexp.MustCompile(`rank (\d+)(?: \(job rank \d+\))? called ([a-z]+ #\d+ \([^()]*\)), rank (\d+)(?: \(job rank \d+\))? called ([a-z]+ #\d+ \([^()]*\))`)
+	mismatchByeRE = regexp.MustCompile(`rank (\d+)(?: \(job rank \d+\))? gave up: (?:comm: rank \d+(?: \(job rank \d+\) of [^:]*)?: )?([a-z]+ #\d+ \([^()]*\)): (?:rank|job rank) \d+(?: \(job rank \d+\))? called ([a-z]+ #\d+ \([^()]*\))`)
 )
+
+// oddOneOut reads text, a failure's chain, for the goodbye of a rank
+// that found its call mismatched with another's and gave up saying what
+// the other called. Both are right from where they stand, and the one to
+// blame is the one whose call differs from the rest: to a rank whose own
+// call, mine, is what the other called, it is the rank that gave up.
+// It returns that rank, by the number its goodbye gives, and its call.
+// The finder's record in the store names both ranks ("rank 0 called X,
+// rank 1 called Y"): the one whose call is not mine is the odd one.
+// Goodbyes name job ranks; records, the communicator's own ranks (local
+// says which oddOneOut returned).
+func oddOneOut(text, mine string) (rank int, call string, local, ok bool) {
+	if ms := mismatchByeRE.FindAllStringSubmatch(text, -1); len(ms) > 0 {
+		m := ms[len(ms)-1]
+		if m[3] == mine && m[2] != mine {
+			rank, _ = strconv.Atoi(m[1])
+			return rank, m[2], false, true
+		}
+	}
+	if m := toldRE.FindStringSubmatch(text); m != nil {
+		a, b := 1, 3 // the rank and call said first, and second
+		if m[2] == mine {
+			a, b = b, a
+		}
+		if m[b+1] == mine && m[a+1] != mine {
+			rank, _ = strconv.Atoi(m[a])
+			return rank, m[a+1], true, true
+		}
+	}
+	return -1, "", false, false
+}
 
 // callError is the error of call what, which failed with err (the full
 // chain) on this communicator of several ranks; ran says whether the call
@@ -142,6 +179,17 @@ func (c *Communicator) callError(what string, ran bool, err error) error {
 		if rest, ok := strings.CutPrefix(cause, "rank "+strconv.Itoa(culprit)+" gave up: "); ok {
 			ce.Cause = c.jobWho(culprit) + " gave up: " + rest
 			culprit = c.fromJob(culprit)
+		}
+	}
+	if odd, call, local, ok := oddOneOut(text, ce.Call); ok {
+		// A bystander: the rank that found the mismatch named the call
+		// this rank made too, so the other one is the odd one out.
+		if !local {
+			odd = c.fromJob(odd)
+		}
+		if odd >= 0 {
+			ce.Cause = fmt.Sprintf("%s called %s: %v", c.whoIs(odd), call, ErrMismatch)
+			culprit = odd
 		}
 	}
 	if strings.Contains(ce.Cause, "timed out") && !errors.Is(err, ErrTimeout) {

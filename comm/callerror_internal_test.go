@@ -65,3 +65,47 @@ func TestRootCause(t *testing.T) {
 		})
 	}
 }
+
+// TestOddOneOut: a rank that found its call mismatched gives up naming
+// what the other rank called; a bystander whose call is that one blames
+// the rank that gave up (seen over RDMA in the VM: rank 6 blamed rank 0,
+// which made the same call as it, for rank 1's barrier).
+func TestOddOneOut(t *testing.T) {
+	const alltoall = "alltoall #5 (algo pairwise, 1 x float32)"
+	cases := []struct {
+		name, text, mine string
+		rank             int
+		call             string
+		local            bool
+	}{
+		{"bystander in the others' call",
+			"alltoall #5 (algo pairwise, 1 x float32): recv from rank 1: peer lost: rank 1 gave up: comm: rank 1: barrier #5 (algo dissemination): rank 0 called alltoall #5 (algo pairwise, 1 x float32): collective mismatch between ranks",
+			alltoall, 1, "barrier #5 (algo dissemination)", false},
+		{"sub-communicator goodbye",
+			"allreduce #9 (algo hier, 1000 x int64, sum): recv from rank 7: peer lost: rank 7 gave up: comm: rank 3 (job rank 7) of split #1 color 0: allreduce #9 (algo hier, 1001 x int64, sum): rank 2 (job rank 6) called allreduce #9 (algo hier, 1000 x int64, sum): collective mismatch between ranks",
+			"allreduce #9 (algo hier, 1000 x int64, sum)", 7, "allreduce #9 (algo hier, 1001 x int64, sum)", false},
+		{"bystander in the odd call: no verdict",
+			"barrier #5 (algo dissemination): recv from rank 1: peer lost: rank 1 gave up: comm: rank 1: barrier #5 (algo dissemination): rank 0 called alltoall #5 (algo pairwise, 1 x float32): collective mismatch between ranks",
+			"barrier #5 (algo dissemination)", -1, "", false},
+		{"a third call: no verdict",
+			"gather #5 (algo linear, 3 x int32, root 0): recv from rank 1: peer lost: rank 1 gave up: comm: rank 1: barrier #5 (algo dissemination): rank 0 called alltoall #5 (algo pairwise, 1 x float32): collective mismatch between ranks",
+			"gather #5 (algo linear, 3 x int32, root 0)", -1, "", false},
+		{"no mismatch goodbye",
+			"allreduce #9 (algo ring, 8 x float32, sum): recv from rank 3: peer lost: connection closed without goodbye (process died?)",
+			"allreduce #9 (algo ring, 8 x float32, sum)", -1, "", false},
+		{"the finder's record, finder innocent",
+			"alltoall #5 (algo pairwise, 1 x float32): rank 0 called alltoall #5 (algo pairwise, 1 x float32), rank 1 called barrier #5 (algo dissemination): collective mismatch between ranks",
+			alltoall, 1, "barrier #5 (algo dissemination)", true},
+		{"the finder's record, finder the odd one",
+			"alltoall #5 (algo pairwise, 1 x float32): rank 1 called barrier #5 (algo dissemination), rank 0 called alltoall #5 (algo pairwise, 1 x float32): collective mismatch between ranks",
+			alltoall, 1, "barrier #5 (algo dissemination)", true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			rank, call, local, ok := oddOneOut(tc.text, tc.mine)
+			if rank != tc.rank || call != tc.call || local != tc.local || ok != (tc.rank >= 0) {
+				t.Errorf("oddOneOut = %d, %q, %v, %v; want %d, %q, %v", rank, call, local, ok, tc.rank, tc.call, tc.local)
+			}
+		})
+	}
+}
