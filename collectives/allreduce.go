@@ -19,9 +19,15 @@ func (g *Group) AllReduce(ctx context.Context, buf []byte, dt reduce.DType, op r
 	if !whole {
 		return lenError("allreduce", buf, dt)
 	}
-	algo := g.choose(AllReduce, len(buf))
+	wide := g.wideFor(dt, op)
+	var algo Algo
+	if wide {
+		algo = g.chooseWide(AllReduce, len(buf))
+	} else {
+		algo = g.choose(AllReduce, len(buf))
+	}
 	c := g.newCall(ctx, spec{what: tag(AllReduce, algo, dt, op), count: uint64(count)})
-	if algo != Local && g.wideFor(dt, op) {
+	if algo != Local && wide {
 		// Float32 partial results, Avg's division included (wide.go).
 		return c.allReduceWide(algo, buf, count, dt, op)
 	}
@@ -38,6 +44,9 @@ func (g *Group) AllReduce(ctx context.Context, buf []byte, dt reduce.DType, op r
 		err = c.rabenseifner(buf, count, dt, op)
 	case Tree:
 		err = c.treeAllReduce(buf, dt, op)
+	case Pairwise:
+		// Avg divided by the owner of each chunk, as in the ring.
+		return c.pairwiseAllReduce(buf, count, dt, op, false)
 	default:
 		return fmt.Errorf("allreduce: algorithm %v: %w", algo, ErrBadAlgo)
 	}

@@ -44,3 +44,37 @@ func TestAllReduceTable(t *testing.T) {
 		}
 	}
 }
+
+// TestWideChoice pins where a wide (float32-partial) 16-bit reduction
+// runs the pairwise reduce-scatter, and that GOCOLL_ALGO still wins.
+func TestWideChoice(t *testing.T) {
+	cases := []struct {
+		kind     Kind
+		n, bytes int
+		forced   Algo
+		want     Algo
+	}{
+		{AllReduce, 2, 1 << 20, Auto, Ring},
+		{AllReduce, 3, 8, Auto, RecursiveDoubling},
+		{AllReduce, 3, 16 << 10, Auto, RecursiveDoubling},
+		{AllReduce, 3, 32 << 10, Auto, Pairwise},
+		{AllReduce, 4, 64 << 10, Auto, Pairwise},
+		{AllReduce, 6, 64 << 10, Auto, RecursiveDoubling},
+		{AllReduce, 3, 64 << 20, Auto, Pairwise},
+		{AllReduce, 8, 64 << 20, Auto, Pairwise},
+		{AllReduce, 9, 64 << 20, Auto, Rabenseifner},
+		{AllReduce, 4, 64 << 20, Ring, Ring},
+		{AllReduce, 4, 8, Pairwise, Pairwise},
+		{ReduceScatter, 3, 8, Auto, Pairwise},
+		{ReduceScatterV, 4, 1 << 20, Auto, Pairwise},
+		{ReduceScatterV, 2, 1 << 20, Auto, Ring},
+		{ReduceScatter, 4, 1 << 20, Ring, Ring},
+	}
+	for _, tc := range cases {
+		g := &Group{n: tc.n, opts: Options{SmallAllReduce: 64 << 10, SmallBroadcast: 64 << 10}}
+		g.forced[tc.kind] = tc.forced
+		if got := g.chooseWide(tc.kind, tc.bytes); got != tc.want || g.why(tc.kind, got, tc.bytes) == "" {
+			t.Errorf("%v n=%d %d bytes forced %v: %v, want %v", tc.kind, tc.n, tc.bytes, tc.forced, got, tc.want)
+		}
+	}
+}

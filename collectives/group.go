@@ -126,6 +126,17 @@ func (g *Group) choose(kind Kind, bytes int) Algo {
 	return a
 }
 
+// chooseWide is choose for a call that takes the float32 path (wideFor):
+// the same table, but pairwise for the reduce-scatters it picks (see
+// wideChoice).
+func (g *Group) chooseWide(kind Kind, bytes int) Algo {
+	a := g.wideChoice(kind, g.pick(kind, bytes), bytes)
+	if g.logInfo {
+		g.logChoice(kind, a, bytes)
+	}
+	return a
+}
+
 // pick is choose's decision: the forced algorithm if there is one, else
 // the selection table of the collective (allReduceChoice for allreduce).
 func (g *Group) pick(kind Kind, bytes int) Algo {
@@ -174,6 +185,9 @@ func (g *Group) why(kind Kind, a Algo, bytes int) string {
 		return "one rank"
 	case kind < kindLimit && g.forced[kind] != Auto:
 		return "GOCOLL_ALGO"
+	}
+	if a == Pairwise && kind != AllToAll && kind != AllToAllV {
+		return fmt.Sprintf("%d bytes, %d ranks, 16-bit partials in float32: pairwise reduce-scatter moves 16 bits", bytes, n)
 	}
 	switch kind {
 	case AllReduce:

@@ -79,8 +79,11 @@ const (
 const (
 	// Linear: the root talks to every other rank in turn (gather, scatter).
 	Linear Algo = iota + 32
-	// Pairwise: n-1 exchange steps, rank r sending to r+s and receiving
-	// from r-s in step s (all-to-all).
+	// Pairwise: all-to-all in n-1 exchange steps, rank r sending to r+s
+	// and receiving from r-s in step s. For a reduce-scatter (and the
+	// reduce-scatter phase of an allreduce, whose allgather phase is the
+	// ring's), every rank sends block q of its input straight to rank q,
+	// which reduces the n inputs of its block in rank order (wide.go).
 	Pairwise
 	// Rabenseifner: allreduce as a recursive-halving reduce-scatter then a
 	// recursive-doubling allgather: log2(n) steps like recursive doubling,
@@ -107,16 +110,16 @@ func (a Algo) String() string {
 
 // algos lists what each collective can run, default first.
 var algos = map[Kind][]Algo{
-	AllReduce:      {Ring, RecursiveDoubling, Rabenseifner, Tree, Hier},
+	AllReduce:      {Ring, RecursiveDoubling, Rabenseifner, Tree, Hier, Pairwise},
 	Broadcast:      {Chain, Binomial},
 	Barrier:        {Dissemination},
 	AllGather:      {Ring},
-	ReduceScatter:  {Ring},
+	ReduceScatter:  {Ring, Pairwise},
 	Reduce:         {Binomial},
 	Gather:         {Linear},
 	Scatter:        {Linear},
 	AllGatherV:     {Ring},
-	ReduceScatterV: {Ring},
+	ReduceScatterV: {Ring, Pairwise},
 	AllToAll:       {Pairwise},
 	AllToAllV:      {Pairwise},
 }

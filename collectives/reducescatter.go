@@ -21,12 +21,21 @@ func (g *Group) ReduceScatter(ctx context.Context, send, recv []byte, dt reduce.
 	if len(send) != n*len(recv) {
 		return fmt.Errorf("reducescatter: send buffer of %d bytes, want %d ranks x %d bytes = %d", len(send), n, len(recv), n*len(recv))
 	}
-	algo := g.choose(ReduceScatter, len(send))
+	wide := g.wideFor(dt, op)
+	var algo Algo
+	if wide {
+		algo = g.chooseWide(ReduceScatter, len(send))
+	} else {
+		algo = g.choose(ReduceScatter, len(send))
+	}
 	c := g.newCall(ctx, spec{what: tag(ReduceScatter, algo, dt, op), count: uint64(count)})
 	block := func(b []byte, i int) []byte { return b[i*len(recv) : (i+1)*len(recv)] }
 	if algo == Local {
 		copy(recv, send)
-	} else if g.wideFor(dt, op) {
+	} else if algo == Pairwise {
+		// Avg divided too.
+		return c.pairwiseReduceScatter(func(q int) []byte { return block(send, q) }, recv, dt, op, wide)
+	} else if wide {
 		// Float32 partial results, Avg's division included (wide.go).
 		own := func(q int) []byte { return block(send, q) }
 		return c.wideRing(mod(r+1, n), mod(r-1, n), r, n, own, len(recv), recv, dt, op, n)
@@ -85,7 +94,13 @@ func (g *Group) ReduceScatterV(ctx context.Context, send, recv []byte, counts []
 	if len(recv) != counts[r]*es {
 		return invalid("reducescatterv: receive buffer of %d elements, but counts[%d] = %d", len(recv)/es, r, counts[r])
 	}
-	algo := g.choose(ReduceScatterV, len(send))
+	wide := g.wideFor(dt, op)
+	var algo Algo
+	if wide {
+		algo = g.chooseWide(ReduceScatterV, len(send))
+	} else {
+		algo = g.choose(ReduceScatterV, len(send))
+	}
 	c := g.newCall(ctx, spec{what: tag(ReduceScatterV, algo, dt, op), count: uint64(total(counts)), extra: countsSum(counts)})
 	block := func(b []byte, q int) []byte { return b[offs[q]:offs[q+1]] }
 	big := 0
@@ -94,7 +109,10 @@ func (g *Group) ReduceScatterV(ctx context.Context, send, recv []byte, counts []
 	}
 	if algo == Local {
 		copy(recv, send)
-	} else if g.wideFor(dt, op) {
+	} else if algo == Pairwise {
+		// Avg divided too.
+		return c.pairwiseReduceScatter(func(q int) []byte { return block(send, q) }, recv, dt, op, wide)
+	} else if wide {
 		// Float32 partial results, Avg's division included (wide.go).
 		own := func(q int) []byte { return block(send, q) }
 		return c.wideRing(mod(r+1, n), mod(r-1, n), r, n, own, big, recv, dt, op, n)

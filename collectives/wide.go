@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/gocoll/gocoll/internal/reduce"
+	"github.com/gocoll/gocoll/transport"
 )
 
 // Float16 and BFloat16 Sum, Avg and Prod accumulate in float32 (see
@@ -24,6 +25,11 @@ import (
 //     and rounds once: Sum and Prod take the 16-bit path, whose wire
 //     traffic is the same. Avg, whose division must come before the one
 //     rounding, does not (see wideFor).
+//   - Pairwise (allreduce, reduce-scatter, reduce-scatter-v; chosen from
+//     3 to 8 ranks, see wideChoice) sends every block once, in 16 bits,
+//     to its owner, which sums the n inputs in float32 in rank order and
+//     rounds once; the allreduce's allgather phase carries the rounded
+//     16-bit chunks. The wire carries only 16 bits.
 //   - The ring (allreduce, reduce-scatter, reduce-scatter-v) sends a
 //     rank's own block in 16 bits at its first step (one rank's input is
 //     exact in 16 bits), float32 partials at the later ones, and lands the
@@ -154,8 +160,11 @@ func (c *call) ringAllReduceWide(buf []byte, count int, dt reduce.DType, op redu
 // allReduceWide runs algo on a 16-bit Sum, Avg or Prod with float32
 // partial results (see the top of this file), Avg's division included.
 func (c *call) allReduceWide(algo Algo, buf []byte, count int, dt reduce.DType, op reduce.Op) error {
-	if algo == Ring {
+	switch algo {
+	case Ring:
 		return c.ringAllReduceWide(buf, count, dt, op)
+	case Pairwise:
+		return c.pairwiseAllReduce(buf, count, dt, op, true)
 	}
 	n := c.t.Size()
 	w, handle := getScratch(2 * len(buf))
@@ -199,4 +208,195 @@ func (c *call) rabenseifnerWide(buf, w []byte, count int, dt reduce.DType, op re
 func (c *call) hierAllReduceWide(buf, w []byte, count int, dt reduce.DType, op reduce.Op) error {
 	n := c.t.Size()
 	return c.hierUpDown(w, buf, count, reduce.Float32, op, func() { finishWide(dt, op, buf, w, n) })
+}
+
+// pairwiseRanks is the most ranks for which wideChoice picks Pairwise,
+// and pairwiseSmallRanks the most for which it does so at sizes the table
+// gives recursive doubling (see there).
+const pairwiseRanks, pairwiseSmallRanks = 8, 4
+
+// wideChoice is the algorithm a wide call of kind on bytes runs where the
+// table picked a: the pairwise reduce-scatter (pairwiseReduceScatter)
+// from 3 to pairwiseRanks ranks instead of the ring or Rabenseifner, and
+// up to pairwiseSmallRanks instead of recursive doubling from
+// SmallAllReduce/2 bytes on; unless GOCOLL_ALGO forced one.
+//
+// The wide ring sends a rank's own 16-bit block at its first step and
+// float32 partials at the n-2 later ones: (2n-3)/n of the buffer per rank
+// against the 16-bit ring's (n-1)/n; Rabenseifner's halving phase and
+// recursive doubling run all in float32, twice the 16-bit bytes.
+// Pairwise sends each block once, in 16 bits, straight to its owner,
+// which reduces the n inputs in float32 and rounds once: the 16-bit
+// ring's bytes, in one step of n-1 concurrent messages instead of n-1
+// dependent ones. On 3 and 4 ranks, shm and tcp, 64 KiB to 64 MiB, it
+// took the wide allreduce from 0.37-0.98x of the 16-bit rounding's busbw
+// to the README's figures ("16-bit reductions"). Against the wide
+// recursive doubling, Float16/BFloat16 sums, 5 alternating rounds,
+// median busbw ratio pairwise/rd:
+//
+//	        16 KiB      32 KiB       64 KiB
+//	shm 3   1.18        1.64         1.63-1.96
+//	shm 4   1.11        1.57         1.74-2.15
+//	tcp 3   0.81        1.07         0.94-0.95
+//	tcp 4   0.73        1.00         1.06-1.20
+//
+// and 0.3-0.9 at 1-4 KiB, where the ring allgather's n-1 dependent steps
+// cost more than the float32 bytes: so rd keeps the sizes below
+// SmallAllReduce/2. On 6 ranks, against the wide Rabenseifner (3 rounds,
+// BFloat16 sum), pairwise was 2.04x at 1 MiB and 2.99x at 16 MiB on shm,
+// 1.14x and 1.51x on tcp. Beyond pairwiseRanks nothing is measured: every rank
+// talks to every other at once (on TCP, n-1 streams with a message each
+// in flight), where Rabenseifner's log2(n) partners are what larger jobs
+// were tuned for; and beyond pairwiseSmallRanks a small buffer's blocks
+// make messages too short to fill a link.
+func (g *Group) wideChoice(kind Kind, a Algo, bytes int) Algo {
+	n := g.n
+	if n < 3 || n > pairwiseRanks || g.forced[kind] != Auto {
+		return a
+	}
+	switch {
+	case kind == AllReduce && (a == Ring || a == Rabenseifner),
+		kind == AllReduce && a == RecursiveDoubling && n <= pairwiseSmallRanks && bytes >= g.opts.SmallAllReduce/2,
+		(kind == ReduceScatter || kind == ReduceScatterV) && a == Ring:
+		return Pairwise
+	}
+	return a
+}
+
+// pairwiseAllReduce is the pairwise reduce-scatter, which leaves chunk r
+// reduced (and, if wide, rounded once) in buf, then the ring allgather of
+// the chunks.
+func (c *call) pairwiseAllReduce(buf []byte, count int, dt reduce.DType, op reduce.Op, wide bool) error {
+	n, r, es := c.g.n, c.g.rank, dt.Size()
+	block := func(q int) []byte { return chunk(buf, count, n, q, es) }
+	if err := c.pairwiseReduceScatter(block, block(r), dt, op, wide); err != nil {
+		return err
+	}
+	return c.ringAllGather(buf, count, es)
+}
+
+// pairwiseReduceScatter sends block(q) of this rank's input to rank q,
+// for every q, and reduces the n ranks' inputs of its own block into out
+// (which may be block(rank)), Avg's division included. wide says the
+// inputs are 16-bit and reduce in float32, rounded once.
+//
+// Every block travels once, in its input width, straight to its owner:
+// per rank, n-1 sends and receives of a block, the bytes of a 16-bit ring
+// reduce-scatter. It is pipelined by message (segMax): in round k a rank
+// sends segment k of every peer's block, then reduces segment k of its
+// own. The owner reduces in rank order, 0 to n-1, receiving each peer's
+// segment when its turn comes and releasing it once added, so the
+// result does not depend on which message came first: the bits are the
+// same from run to run, and, as one rank computes each block, on every
+// rank. Memory: one segment's accumulator (float32 if wide) and at most
+// two receive slots held at a time (inputs 0 and 1, for the first
+// reduction); peers' segments that arrive before their turn wait in the
+// transport's slots, as in the ring. The n inputs are not staged in
+// 16 bits first: that is n-1 blocks of memory and a copy each, for an
+// order the rank-ordered receive already gives. Two variants measured no
+// better (3-4 ranks, 5 alternating rounds, 256 KiB-16 MiB, median
+// ratios against this): receiving in the order the peers send (r-1
+// first), holding every slot, then reducing in rank order (shm,
+// 0.74-1.04x); and smaller messages for a deeper pipeline (a quarter of
+// segMax, or a quarter block of at least 64 KiB): up to 1.5x on shm at
+// 1 MiB but 0.55-1.06x over tcp.
+//
+// A rank is at most one round ahead of any peer (it cannot finish round
+// k before every peer sent segment k), so each peer has at most two of
+// its segments unreceived, as in stream; and a sender that waits for
+// credits reads its peer's stream meanwhile (see Mux).
+func (c *call) pairwiseReduceScatter(block func(q int) []byte, out []byte, dt reduce.DType, op reduce.Op, wide bool) error {
+	n, r := c.g.n, c.g.rank
+	mine := block(r)
+	rounds := 0
+	for q := 0; q < n; q++ {
+		rounds = max(rounds, c.segments(len(block(q))))
+	}
+	accLen := min(len(mine), c.segMax)
+	if wide {
+		accLen *= 2
+	}
+	acc, handle := getScratch(accLen)
+	defer putScratch(handle)
+	for k := 0; k < rounds; k++ {
+		for s := 1; s < n; s++ {
+			to := mod(r+s, n)
+			if b := block(to); k < c.segments(len(b)) {
+				if err := c.send(to, c.seg(b, k)); err != nil {
+					return err
+				}
+			}
+		}
+		if k < c.segments(len(mine)) {
+			if err := c.reduceInOrder(c.seg(mine, k), c.seg(out, k), acc, dt, op, wide); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// reduceInOrder receives every peer's segment of this rank's block and
+// reduces the n segments (own being this rank's) in rank order into out,
+// through acc (see pairwiseReduceScatter).
+func (c *call) reduceInOrder(own, out, acc []byte, dt reduce.DType, op reduce.Op, wide bool) error {
+	n, r, h := c.g.n, c.g.rank, len(own)
+	if wide {
+		acc = acc[:2*h]
+	} else {
+		acc = acc[:h]
+	}
+	var first []byte // input 0, until input 1 is here
+	var firstMsg transport.Message
+	held, rounded := false, false
+	for q := 0; q < n; q++ {
+		in := own
+		var msg transport.Message
+		if q != r {
+			var err error
+			if msg, err = c.recv(q, h); err != nil {
+				if held {
+					c.release(firstMsg)
+				}
+				return err
+			}
+			in = msg.Data
+		}
+		if q == 0 {
+			first, firstMsg, held = in, msg, q != r
+			continue
+		}
+		last := q == n-1
+		switch {
+		case wide && q == 1:
+			reduce.ReduceWide(dt, op, acc, first, in)
+		case wide && last && op != reduce.Avg:
+			reduce.AccumulateNarrow(dt, op, out, acc, in)
+			rounded = true
+		case wide:
+			reduce.Accumulate(dt, op, acc, acc, in)
+		case q == 1 && last:
+			reduce.Reduce(dt, op, out, first, in)
+		case q == 1:
+			reduce.Reduce(dt, op, acc, first, in)
+		case last:
+			reduce.Reduce(dt, op, out, acc, in)
+		default:
+			reduce.Reduce(dt, op, acc, acc, in)
+		}
+		if held {
+			c.release(firstMsg)
+			held = false
+		}
+		if q != r {
+			c.release(msg)
+		}
+	}
+	switch {
+	case wide && !rounded:
+		finishWide(dt, op, out, acc, n)
+	case !wide && op == reduce.Avg:
+		reduce.Scale(dt, out, n)
+	}
+	return nil
 }

@@ -15,8 +15,9 @@
 //   - "16bit": what the library returns with GOCOLL_HALF_ACCUM=16bit,
 //     which rounds every partial sum to 16 bits as gocoll always did
 //     before issue 31, the worst over every way of computing it:
-//     allreduce with each algorithm (ring, rd, rabenseifner, tree, and
-//     hier on two fake hosts from 3 ranks), reduce-scatter and reduce;
+//     allreduce with each algorithm (ring, rd, rabenseifner, tree,
+//     pairwise, and hier on two fake hosts from 3 ranks), reduce-scatter
+//     and reduce;
 //   - "float32": the same with GOCOLL_HALF_ACCUM=float32, the default,
 //     which keeps partial sums in float32 and rounds once;
 //   - "of bound": float32's largest |error| over the documented bound,
@@ -190,7 +191,7 @@ const accumVar = "GOCOLL_HALF_ACCUM"
 // allreduce algorithm (GOCOLL_ALGO syntax), or "reducescatter", "reduce"
 // (with the default algorithms), or "hier" (allreduce on two fake hosts).
 func ways(n int) []string {
-	w := []string{"ring", "rd", "rabenseifner", "tree", "reducescatter", "reduce"}
+	w := []string{"ring", "rd", "rabenseifner", "tree", "pairwise", "reducescatter", "reduce"}
 	if n >= 3 {
 		w = append(w, "hier")
 	}

@@ -211,38 +211,41 @@ func testAllGatherV(t *testing.T, ts []transport.Transport) {
 
 func testReduceScatterV(t *testing.T, ts []transport.Transport) {
 	n := len(ts)
-	j := newJob(ts, nil)
-	for _, dt := range suiteTypes() {
-		for _, op := range suiteOps(dt) {
-			if reduce.Check(dt, op) != nil {
-				continue
-			}
-			for name, counts := range unequal(n, ts[0].MaxMessage(), dt.Size()) {
-				if name == "onebig" && !heavy(dt, op) || name == "allzero" && op != reduce.Sum {
+	// As testReduceScatter: auto, and each algorithm forced on the heavy
+	// pairs.
+	for algo, j := range algoJobs(ts, collectives.ReduceScatterV, "ring", "pairwise") {
+		for _, dt := range suiteTypes() {
+			for _, op := range suiteOps(dt) {
+				if reduce.Check(dt, op) != nil || algo != "auto" && !heavy(dt, op) {
 					continue
 				}
-				t.Run(fmt.Sprintf("%v/%v/%s", dt, op, name), func(t *testing.T) {
-					es, o := dt.Size(), offsets(counts)
-					sends := make([][]byte, n)
-					recvs := make([][]byte, n)
-					for r := range sends {
-						sends[r] = fill(op, dt, r, o[n])
-						recvs[r] = alignedBytes(counts[r] * es)
+				for name, counts := range unequal(n, ts[0].MaxMessage(), dt.Size()) {
+					if name == "onebig" && !heavy(dt, op) || name == "allzero" && op != reduce.Sum {
+						continue
 					}
-					want := alignedBytes(o[n] * es)
-					for i := 0; i < o[n]; i++ {
-						put(dt, want, i, reference(op, dt, n, i))
-					}
-					j.mustRun(t, func(ctx context.Context, r int, g *collectives.Group) error {
-						return g.ReduceScatterV(ctx, sends[r], recvs[r], counts, dt, op)
-					})
-					for r := range recvs {
-						block := want[o[r]*es : o[r+1]*es]
-						if i := firstDiff(recvs[r], block, es); i >= 0 {
-							t.Fatalf("rank %d element %d: got %v, want %v", r, i, get(dt, recvs[r], i), get(dt, block, i))
+					t.Run(fmt.Sprintf("%s/%v/%v/%s", algo, dt, op, name), func(t *testing.T) {
+						es, o := dt.Size(), offsets(counts)
+						sends := make([][]byte, n)
+						recvs := make([][]byte, n)
+						for r := range sends {
+							sends[r] = fill(op, dt, r, o[n])
+							recvs[r] = alignedBytes(counts[r] * es)
 						}
-					}
-				})
+						want := alignedBytes(o[n] * es)
+						for i := 0; i < o[n]; i++ {
+							put(dt, want, i, reference(op, dt, n, i))
+						}
+						j.mustRun(t, func(ctx context.Context, r int, g *collectives.Group) error {
+							return g.ReduceScatterV(ctx, sends[r], recvs[r], counts, dt, op)
+						})
+						for r := range recvs {
+							block := want[o[r]*es : o[r+1]*es]
+							if i := firstDiff(recvs[r], block, es); i >= 0 {
+								t.Fatalf("rank %d element %d: got %v, want %v", r, i, get(dt, recvs[r], i), get(dt, block, i))
+							}
+						}
+					})
+				}
 			}
 		}
 	}

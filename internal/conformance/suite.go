@@ -162,13 +162,13 @@ func heavy(dt reduce.DType, op reduce.Op) bool {
 func testAllReduce(t *testing.T, ts []transport.Transport) {
 	n := len(ts)
 	maxMsg := ts[0].MaxMessage()
-	for name, j := range algoJobs(ts, collectives.AllReduce, "ring", "rd", "rabenseifner", "tree") {
+	for name, j := range algoJobs(ts, collectives.AllReduce, "ring", "rd", "rabenseifner", "tree", "pairwise") {
 		for _, dt := range suiteTypes() {
 			for _, op := range suiteOps(dt) {
 				if reduce.Check(dt, op) != nil {
 					continue
 				}
-				if (name == "rabenseifner" || name == "tree") && !heavy(dt, op) {
+				if (name == "rabenseifner" || name == "tree" || name == "pairwise") && !heavy(dt, op) {
 					// Their data paths do not depend on the type or op
 					// beyond what ring and rd already cover for every pair.
 					continue
@@ -292,38 +292,42 @@ func testAllGather(t *testing.T, ts []transport.Transport) {
 
 func testReduceScatter(t *testing.T, ts []transport.Transport) {
 	n := len(ts)
-	j := newJob(ts, nil)
-	for _, dt := range suiteTypes() {
-		for _, op := range suiteOps(dt) {
-			if reduce.Check(dt, op) != nil {
-				continue
-			}
-			for _, count := range sizes(n, ts[0].MaxMessage(), dt.Size()) {
-				if count > 4099 && !heavy(dt, op) {
+	// Auto is the ring, or pairwise for the wide 16-bit reductions from 3
+	// ranks on (collectives.Group.wideChoice); each is also forced on the
+	// heavy pairs.
+	for name, j := range algoJobs(ts, collectives.ReduceScatter, "ring", "pairwise") {
+		for _, dt := range suiteTypes() {
+			for _, op := range suiteOps(dt) {
+				if reduce.Check(dt, op) != nil || name != "auto" && !heavy(dt, op) {
 					continue
 				}
-				t.Run(fmt.Sprintf("%v/%v/%d", dt, op, count), func(t *testing.T) {
-					es := dt.Size()
-					sends := make([][]byte, n)
-					recvs := make([][]byte, n)
-					for r := range sends {
-						sends[r] = fill(op, dt, r, n*count)
-						recvs[r] = alignedBytes(count * es)
+				for _, count := range sizes(n, ts[0].MaxMessage(), dt.Size()) {
+					if count > 4099 && !heavy(dt, op) {
+						continue
 					}
-					want := alignedBytes(n * count * es)
-					for i := 0; i < n*count; i++ {
-						put(dt, want, i, reference(op, dt, n, i))
-					}
-					j.mustRun(t, func(ctx context.Context, r int, g *collectives.Group) error {
-						return g.ReduceScatter(ctx, sends[r], recvs[r], dt, op)
-					})
-					for r := range recvs {
-						block := want[r*count*es : (r+1)*count*es]
-						if i := firstDiff(recvs[r], block, es); i >= 0 {
-							t.Fatalf("rank %d element %d: got %v, want %v", r, i, get(dt, recvs[r], i), get(dt, block, i))
+					t.Run(fmt.Sprintf("%s/%v/%v/%d", name, dt, op, count), func(t *testing.T) {
+						es := dt.Size()
+						sends := make([][]byte, n)
+						recvs := make([][]byte, n)
+						for r := range sends {
+							sends[r] = fill(op, dt, r, n*count)
+							recvs[r] = alignedBytes(count * es)
 						}
-					}
-				})
+						want := alignedBytes(n * count * es)
+						for i := 0; i < n*count; i++ {
+							put(dt, want, i, reference(op, dt, n, i))
+						}
+						j.mustRun(t, func(ctx context.Context, r int, g *collectives.Group) error {
+							return g.ReduceScatter(ctx, sends[r], recvs[r], dt, op)
+						})
+						for r := range recvs {
+							block := want[r*count*es : (r+1)*count*es]
+							if i := firstDiff(recvs[r], block, es); i >= 0 {
+								t.Fatalf("rank %d element %d: got %v, want %v", r, i, get(dt, recvs[r], i), get(dt, block, i))
+							}
+						}
+					})
+				}
 			}
 		}
 	}
@@ -373,7 +377,7 @@ func FloatTolerance(dt reduce.DType, n int, absSum float64) float64 {
 // within FloatTolerance of the exact one.
 func testRandomFloats(t *testing.T, ts []transport.Transport) {
 	n := len(ts)
-	for name, j := range algoJobs(ts, collectives.AllReduce, "ring", "rd", "rabenseifner", "tree") {
+	for name, j := range algoJobs(ts, collectives.AllReduce, "ring", "rd", "rabenseifner", "tree", "pairwise") {
 		for _, dt := range []reduce.DType{reduce.Float32, reduce.Float64, reduce.Float16, reduce.BFloat16} {
 			for _, op := range []reduce.Op{reduce.Sum, reduce.Max, reduce.Min, reduce.Prod} {
 				t.Run(fmt.Sprintf("%s/%v/%v", name, dt, op), func(t *testing.T) {
