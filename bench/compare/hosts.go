@@ -79,6 +79,10 @@ func rshScript(hosts, ns []string) string {
 		fmt.Fprintf(&b, "%s) ns=%s ;;\n", h, ns[i])
 	}
 	b.WriteString("*) echo \"rsh: no namespace for host $host\" >&2; exit 255 ;;\nesac\n")
+	// A host of its own has a /tmp of its own: Open MPI keeps its
+	// session directory there under the hostname, which every namespace
+	// shares, so hosts sharing one /tmp remove each other's files.
+	b.WriteString("export TMPDIR=\"${0%/*}/tmp-$ns\"; mkdir -p \"$TMPDIR\"\n")
 	b.WriteString("exec ip netns exec \"$ns\" sh -c \"$*\"\n")
 	return b.String()
 }
