@@ -12,11 +12,13 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/gocoll/gocoll/bench/internal/report"
@@ -49,6 +51,12 @@ type options struct {
 	membw           bool
 	save, plot      string
 	timeout         time.Duration
+	// -hosts mode: hosts network-namespace hosts of perHost ranks each,
+	// links shaped to rate (rateBps bits/s); nil cl on one host.
+	hosts, perHost int
+	rate           string
+	rateBps        float64
+	cl             *cluster
 }
 
 func main() {
@@ -87,6 +95,9 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.save, "save", "", "directory to keep every run's result in, as collbench JSON (collbench plot draws them)")
 	fs.StringVar(&o.plot, "plot", "", "draw every side's median with its min-max band into this PNG")
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "bound on each side's run in a round; a run cut off counts as a failed round")
+	fs.IntVar(&o.hosts, "hosts", 0, "run across this many network-namespace hosts (needs root) joined by links shaped to -rate; 0: all ranks on this host")
+	fs.IntVar(&o.perHost, "ranks-per-host", 1, "with -hosts: ranks on each host (-n is then hosts × ranks-per-host)")
+	fs.StringVar(&o.rate, "rate", "1gbit", "with -hosts: each host's link rate in each direction, as tc's tbf takes it (1gbit, 4gbit, 500mbit)")
 	if err := fs.Parse(args); err != nil {
 		return o, fmt.Errorf("%w: %w", errUsage, err)
 	}
@@ -118,6 +129,30 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.path != "tcp" && o.path != "shm" {
 		return o, fmt.Errorf("-mpi %q: want tcp or shm: %w", o.path, errUsage)
+	}
+	if o.hosts < 0 || o.hosts == 1 || o.perHost < 1 {
+		return o, fmt.Errorf("-hosts %d, -ranks-per-host %d: want 0 (one host) or at least 2 hosts, at least 1 rank each: %w", o.hosts, o.perHost, errUsage)
+	}
+	if o.hosts > 0 {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if set["n"] && o.n != o.hosts*o.perHost {
+			return o, fmt.Errorf("-n %d with -hosts %d -ranks-per-host %d: -n must be their product or left out: %w", o.n, o.hosts, o.perHost, errUsage)
+		}
+		if o.hosts > 250 {
+			return o, fmt.Errorf("-hosts %d: at most 250 (one /24): %w", o.hosts, errUsage)
+		}
+		if o.path != "tcp" || o.transport == "shm" {
+			return o, fmt.Errorf("-hosts: the hosts share no memory: want -transport and -mpi tcp: %w", errUsage)
+		}
+		if o.ours != "" || o.theirs != "" {
+			return o, fmt.Errorf("-hosts launches every side itself: -ours and -theirs do not apply: %w", errUsage)
+		}
+		o.n = o.hosts * o.perHost
+		var err error
+		if o.rateBps, err = parseRate(o.rate); err != nil {
+			return o, err
+		}
 	}
 	for _, p := range strings.Split(*peers, ",") {
 		if p = strings.TrimSpace(p); p == "" {
@@ -186,6 +221,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(work)
+	if o.hosts > 0 {
+		// Ctrl-C or a kill must not leave namespaces and ranks behind:
+		// the signal cancels ctx, the running side is killed, and the
+		// deferred close removes the namespaces with all inside them.
+		var stop context.CancelFunc
+		ctx, stop = signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+		defer stop()
+		fmt.Fprintf(stderr, "compare: building %d namespace hosts, links shaped to %s\n", o.hosts, o.rate)
+		if o.cl, err = newCluster(ctx, o.hosts, o.rateBps, o.rate, work); err != nil {
+			return err
+		}
+		defer o.cl.close()
+	}
 	if o.save != "" {
 		if err := os.MkdirAll(o.save, 0o755); err != nil {
 			return err
@@ -308,10 +356,17 @@ func gocollSide(ctx context.Context, o options, work string, stderr io.Writer) (
 	if o.ours != "" {
 		s.about = "collbench launched by -ours"
 	}
+	if o.cl != nil {
+		s.about = fmt.Sprintf("collbench under grun -H %s --rsh (ip netns exec) --bind-to none, transport %s", o.cl.hostList(o.perHost), o.transport)
+	}
 	s.run = func(ctx context.Context, _ int) (report.Result, error) {
 		var out []byte
 		var err error
-		if o.ours == "" {
+		if o.cl != nil {
+			name, args := o.cl.inLauncher(o.grun, append([]string{"-H", o.cl.hostList(o.perHost), "--rsh", o.cl.rsh,
+				"--bind-to", "none", o.collbench}, flags...)...)
+			out, err = command(ctx, o.timeout, []string{"GOCOLL_IFACE="}, name, args...)
+		} else if o.ours == "" {
 			out, err = command(ctx, o.timeout, nil, o.grun, append([]string{"-n", strconv.Itoa(o.n), o.collbench}, flags...)...)
 		} else {
 			line := fill(o.ours, map[string]string{"np": strconv.Itoa(o.n), "collbench": o.collbench, "grun": o.grun})
@@ -363,6 +418,22 @@ func ompiSide(ctx context.Context, o options, work string) (side, error) {
 		args = append([]string{"--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo", "--mca", "pml", "ob1"}, args...)
 		about = "mpirun.openmpi --mca btl self,tcp --mca btl_tcp_if_include lo --mca pml ob1"
 	}
+	if o.cl != nil {
+		// Every rank on its own host, reached through the rsh agent
+		// (no tree spawn: only the launcher namespace has the script's
+		// view of the hosts), TCP on the namespaces' subnet for both the
+		// runtime and the data. Unbound: each host's one core 0 would be
+		// every host's core 0 here.
+		hf := filepath.Join(work, "hostfile")
+		if err := o.cl.hostfile(hf, o.perHost); err != nil {
+			return side{}, err
+		}
+		args = []string{"--hostfile", hf, "-np", strconv.Itoa(o.n), "--bind-to", "none",
+			"--mca", "plm_rsh_agent", o.cl.rsh, "--mca", "plm_rsh_no_tree_spawn", "1",
+			"--mca", "btl", "self,tcp", "--mca", "pml", "ob1",
+			"--mca", "btl_tcp_if_include", o.cl.subnet, "--mca", "oob_tcp_if_include", o.cl.subnet}
+		about = "mpirun.openmpi --hostfile (" + o.cl.hostList(o.perHost) + ") --bind-to none --mca plm_rsh_agent (ip netns exec) --mca btl self,tcp --mca pml ob1 --mca btl_tcp_if_include " + o.cl.subnet + " --mca oob_tcp_if_include " + o.cl.subnet
+	}
 	if v := firstLine(ctx, "mpirun.openmpi", "--version"); v != "" {
 		about += "; " + v
 	}
@@ -377,6 +448,9 @@ func ompiSide(ctx context.Context, o options, work string) (side, error) {
 		if o.theirs != "" {
 			line := fill(o.theirs, map[string]string{"np": strconv.Itoa(o.n), "exe": shellQuote(exe), "min": tail[1], "max": tail[2], "iters": tail[3]})
 			out, err = command(ctx, o.timeout, env, "bash", "-c", line)
+		} else if o.cl != nil {
+			name, a := o.cl.inLauncher("mpirun.openmpi", append(args, tail...)...)
+			out, err = command(ctx, o.timeout, env, name, a...)
 		} else {
 			out, err = command(ctx, o.timeout, env, "mpirun.openmpi", append(args, tail...)...)
 		}
@@ -410,14 +484,30 @@ func mpichSide(ctx context.Context, o options, work string) (side, error) {
 	// up to 2 ranks) and grun does whenever they fit: bind MPICH's too,
 	// or its ranks, which poll without yielding, wander between cores.
 	args := []string{"-n", strconv.Itoa(o.n)}
-	if o.n <= runtime.NumCPU() {
+	if o.cl != nil {
+		// Hydra's proxies started through the rsh agent in each host's
+		// namespace, calling back to mpiexec at the bridge's address; UCX
+		// held to TCP on each host's eth0; unbound, as the other sides.
+		env = []string{"MPIR_CVAR_NOLOCAL=1", "UCX_TLS=self,tcp", "UCX_NET_DEVICES=eth0"}
+		args = []string{"-launcher", "rsh", "-launcher-exec", o.cl.rsh, "-localhost", o.cl.launchIP,
+			"-hosts", o.cl.hostList(o.perHost), "-n", strconv.Itoa(o.n)}
+		about = "mpiexec.mpich -launcher rsh -launcher-exec (ip netns exec) -hosts " + o.cl.hostList(o.perHost) +
+			" with MPIR_CVAR_NOLOCAL=1 UCX_TLS=self,tcp UCX_NET_DEVICES=eth0, unbound"
+		if v := firstLine(ctx, "mpichversion"); v != "" {
+			about += "; " + strings.Join(strings.Fields(v), " ")
+		}
+	} else if o.n <= runtime.NumCPU() {
 		args = append(args, "-bind-to", "core")
 		about += ", -bind-to core"
 	}
 	s := side{name: "mpich", label: "MPICH " + o.path, about: about}
 	s.run = func(ctx context.Context, _ int) (report.Result, error) {
-		out, err := command(ctx, o.timeout, env, "mpiexec.mpich", append(args, exe,
-			strconv.FormatInt(o.min, 10), strconv.FormatInt(o.max, 10), strconv.Itoa(o.iters))...)
+		name, a := "mpiexec.mpich", append(args, exe,
+			strconv.FormatInt(o.min, 10), strconv.FormatInt(o.max, 10), strconv.Itoa(o.iters))
+		if o.cl != nil {
+			name, a = o.cl.inLauncher(name, a...)
+		}
+		out, err := command(ctx, o.timeout, env, name, a...)
 		if err != nil {
 			return report.Result{}, err
 		}
@@ -466,6 +556,10 @@ func glooSide(ctx context.Context, o options, work string) (side, error) {
 	// (reduce-scatter, then allgather); this gloo has no shared-memory
 	// transport, so on one host it always runs over loopback TCP.
 	s := side{name: "gloo", label: "gloo tcp", about: fmt.Sprintf("torch %s ProcessGroupGloo (ring allreduce) over TCP on lo, %s", ver, py)}
+	if o.cl != nil {
+		s.about = fmt.Sprintf("torch %s ProcessGroupGloo (ring allreduce), rank r in host r/%d's namespace, MASTER_ADDR=%s (TCPStore) GLOO_SOCKET_IFNAME=eth0, %s",
+			ver, o.perHost, o.cl.hosts[0], py)
+	}
 	s.run = func(ctx context.Context, round int) (report.Result, error) {
 		store := filepath.Join(work, fmt.Sprintf("store-%d", round))
 		ctx, cancel := context.WithTimeout(ctx, o.timeout)
@@ -474,9 +568,19 @@ func glooSide(ctx context.Context, o options, work string) (side, error) {
 		errs := make([]error, o.n)
 		var out0 bytes.Buffer
 		for r := 0; r < o.n; r++ {
-			cmd := exec.CommandContext(ctx, py, script, strconv.Itoa(r), strconv.Itoa(o.n), store,
-				strconv.FormatInt(o.min, 10), strconv.FormatInt(o.max, 10), strconv.Itoa(o.iters))
-			cmd.Env = append(os.Environ(), "GLOO_SOCKET_IFNAME=lo", "OMP_NUM_THREADS=1")
+			name, args := py, []string{script, strconv.Itoa(r), strconv.Itoa(o.n), store,
+				strconv.FormatInt(o.min, 10), strconv.FormatInt(o.max, 10), strconv.Itoa(o.iters)}
+			env := []string{"GLOO_SOCKET_IFNAME=lo", "OMP_NUM_THREADS=1"}
+			if o.cl != nil {
+				// As torchrun's env:// does it: rank 0's host serves the
+				// store, every rank is told where; a new port per round.
+				args[3] = "env://"
+				name, args = "ip", append([]string{"netns", "exec", o.cl.ns[r/o.perHost], py}, args...)
+				env = []string{"GLOO_SOCKET_IFNAME=eth0", "OMP_NUM_THREADS=1", "MASTER_ADDR=" + o.cl.hosts[0],
+					"MASTER_PORT=" + strconv.Itoa(29500+round)}
+			}
+			cmd := exec.CommandContext(ctx, name, args...)
+			cmd.Env = append(os.Environ(), env...)
 			var stderr bytes.Buffer
 			cmd.Stderr = &stderr
 			if r == 0 {

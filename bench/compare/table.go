@@ -26,6 +26,10 @@ func printTables(w io.Writer, o options, sides []side, res []report.Result, memb
 		order = "first side rotated from round to round"
 	}
 	fmt.Fprintf(w, "# %d round(s), each running every side once, %s\n", o.repeat, order)
+	if o.hosts > 0 {
+		fmt.Fprintf(w, "# across %d network-namespace hosts × %d rank(s), each host's link shaped by tbf to %s each way: line rate %.4f GB/s\n",
+			o.hosts, o.perHost, o.rate, o.rateBps/8/1e9)
+	}
 	for _, s := range sides {
 		fmt.Fprintf(w, "# %-7s %s\n", s.name+":", s.about)
 		for _, f := range s.failed {
@@ -75,6 +79,9 @@ func printTables(w io.Writer, o options, sides []side, res []report.Result, memb
 			fmt.Fprintf(w, "  %*s", width[i], cells[j][i])
 		}
 		fmt.Fprintln(w)
+	}
+	if o.rateBps > 0 {
+		printLineRate(w, o, sides, sizes, bySize)
 	}
 	if len(sides) < 2 {
 		return
@@ -135,5 +142,52 @@ func printTables(w io.Writer, o options, sides []side, res []report.Result, memb
 		}
 		fmt.Fprintf(w, "# gocoll vs %s: time ratio %.3f (geometric mean over %d sizes); gocoll faster at %d of them\n",
 			sides[i].name, math.Exp(logSum[i]/float64(count[i])), count[i], faster[i])
+	}
+}
+
+// busbwSpread is a row's busbw at its median, fastest and slowest time.
+func busbwSpread(r report.Row) (med, lo, hi float64) {
+	med, lo, hi = r.BusBW, r.BusBW, r.BusBW
+	if r.TimeMaxUS > 0 {
+		lo = r.BusBW * r.TimeUS / r.TimeMaxUS
+	}
+	if r.TimeMinUS > 0 {
+		hi = r.BusBW * r.TimeUS / r.TimeMinUS
+	}
+	return med, lo, hi
+}
+
+// printLineRate writes busbw median [min-max] per side and the median's
+// fraction of the shaped line rate: the physical limit a ring approaches.
+func printLineRate(w io.Writer, o options, sides []side, sizes []int64, bySize []map[int64]report.Row) {
+	line := o.rateBps / 8 / 1e9
+	fmt.Fprintf(w, "\n# busbw in GB/s: median [min-max] over %d round(s), and the median as a fraction of the line rate (%.4f GB/s)\n", o.repeat, line)
+	cells := make([][]string, len(sizes))
+	width := make([]int, len(sides))
+	for i, s := range sides {
+		width[i] = len(s.name)
+	}
+	for j, size := range sizes {
+		cells[j] = make([]string, len(sides))
+		for i := range sides {
+			c := "-"
+			if row, ok := bySize[i][size]; ok {
+				med, lo, hi := busbwSpread(row)
+				c = fmt.Sprintf("%.4f [%.4f-%.4f] %5.1f%%", med, lo, hi, 100*med/line)
+			}
+			cells[j][i], width[i] = c, max(width[i], len(c))
+		}
+	}
+	fmt.Fprintf(w, "%10s", "size(B)")
+	for i, s := range sides {
+		fmt.Fprintf(w, "  %*s", width[i], s.name)
+	}
+	fmt.Fprintln(w)
+	for j, size := range sizes {
+		fmt.Fprintf(w, "%10d", size)
+		for i := range sides {
+			fmt.Fprintf(w, "  %*s", width[i], cells[j][i])
+		}
+		fmt.Fprintln(w)
 	}
 }

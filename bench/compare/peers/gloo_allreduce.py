@@ -4,8 +4,10 @@ compare starts them all and reads rank 0's output.
 
 usage: gloo_allreduce.py RANK SIZE STOREFILE MINBYTES MAXBYTES ITERS
 
-The ranks meet through a torch FileStore at STOREFILE (no port to pick); gloo
-then connects its pairs over TCP on GLOO_SOCKET_IFNAME (compare sets lo).
+The ranks meet through a torch FileStore at STOREFILE (no port to pick), or,
+with STOREFILE env://, through a TCPStore at MASTER_ADDR:MASTER_PORT served by
+rank 0, as torchrun's ranks do (compare -hosts); gloo then connects its pairs
+over TCP on GLOO_SOCKET_IFNAME (compare sets lo, or eth0 across hosts).
 Rank 0 prints one line per size: bytes, elements, the slowest rank's mean time
 per call in microseconds, wrong elements summed over ranks. As in a training
 script, each timed call is a plain synchronous all_reduce from Python.
@@ -34,7 +36,12 @@ def main(argv):
         return 2
     rank, size = int(argv[0]), int(argv[1])
     lo, hi, fixed = int(argv[3]), int(argv[4]), int(argv[5])
-    dist.init_process_group("gloo", store=dist.FileStore(argv[2], size), rank=rank, world_size=size)
+    if argv[2] == "env://":
+        import os
+        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), size, rank == 0)
+    else:
+        store = dist.FileStore(argv[2], size)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=size)
     pattern = (torch.arange(hi // 4) % 7 + 1).to(torch.float32)
     buf = torch.zeros(hi // 4, dtype=torch.float32)
     for _ in range(100):
