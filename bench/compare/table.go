@@ -52,34 +52,9 @@ func printTables(w io.Writer, o options, sides []side, res []report.Result, memb
 	for _, row := range res[0].Rows {
 		sizes = append(sizes, row.Size)
 	}
-	// Cells first, so each column is as wide as its widest.
-	cells := make([][]string, len(sizes))
-	width := make([]int, len(sides))
-	for i, s := range sides {
-		width[i] = len(s.name)
-	}
-	for j, size := range sizes {
-		cells[j] = make([]string, len(sides))
-		for i := range sides {
-			c := "-"
-			if row, ok := bySize[i][size]; ok {
-				c = fmt.Sprintf("%.2f [%.2f-%.2f]", row.TimeUS, row.TimeMinUS, row.TimeMaxUS)
-			}
-			cells[j][i], width[i] = c, max(width[i], len(c))
-		}
-	}
-	fmt.Fprintf(w, "%10s", "size(B)")
-	for i, s := range sides {
-		fmt.Fprintf(w, "  %*s", width[i], s.name)
-	}
-	fmt.Fprintln(w)
-	for j, size := range sizes {
-		fmt.Fprintf(w, "%10d", size)
-		for i := range sides {
-			fmt.Fprintf(w, "  %*s", width[i], cells[j][i])
-		}
-		fmt.Fprintln(w)
-	}
+	printGrid(w, sides, sizes, bySize, func(row report.Row) string {
+		return fmt.Sprintf("%.2f [%.2f-%.2f]", row.TimeUS, row.TimeMinUS, row.TimeMaxUS)
+	})
 	if o.rateBps > 0 {
 		printLineRate(w, o, sides, sizes, bySize)
 	}
@@ -162,6 +137,16 @@ func busbwSpread(r report.Row) (med, lo, hi float64) {
 func printLineRate(w io.Writer, o options, sides []side, sizes []int64, bySize []map[int64]report.Row) {
 	line := o.rateBps / 8 / 1e9
 	fmt.Fprintf(w, "\n# busbw in GB/s: median [min-max] over %d round(s), and the median as a fraction of the line rate (%.4f GB/s)\n", o.repeat, line)
+	printGrid(w, sides, sizes, bySize, func(row report.Row) string {
+		med, lo, hi := busbwSpread(row)
+		return fmt.Sprintf("%.4f [%.4f-%.4f] %5.1f%%", med, lo, hi, 100*med/line)
+	})
+}
+
+// printGrid writes a row per size and a column per side, each cell
+// cell's text for that side's row ("-" where it has none), every column
+// as wide as its widest cell.
+func printGrid(w io.Writer, sides []side, sizes []int64, bySize []map[int64]report.Row, cell func(report.Row) string) {
 	cells := make([][]string, len(sizes))
 	width := make([]int, len(sides))
 	for i, s := range sides {
@@ -172,8 +157,7 @@ func printLineRate(w io.Writer, o options, sides []side, sizes []int64, bySize [
 		for i := range sides {
 			c := "-"
 			if row, ok := bySize[i][size]; ok {
-				med, lo, hi := busbwSpread(row)
-				c = fmt.Sprintf("%.4f [%.4f-%.4f] %5.1f%%", med, lo, hi, 100*med/line)
+				c = cell(row)
 			}
 			cells[j][i], width[i] = c, max(width[i], len(c))
 		}
