@@ -19,13 +19,7 @@ func (g *Group) AllReduce(ctx context.Context, buf []byte, dt reduce.DType, op r
 	if !whole {
 		return lenError("allreduce", buf, dt)
 	}
-	wide := g.wideFor(dt, op)
-	var algo Algo
-	if wide {
-		algo = g.chooseWide(AllReduce, len(buf))
-	} else {
-		algo = g.choose(AllReduce, len(buf))
-	}
+	algo, wide := g.chooseReduction(AllReduce, dt, op, len(buf))
 	c := g.newCall(ctx, spec{what: tag(AllReduce, algo, dt, op), count: uint64(count)})
 	if algo != Local && wide {
 		// Float32 partial results, Avg's division included (wide.go).

@@ -137,6 +137,15 @@ func (g *Group) chooseWide(kind Kind, bytes int) Algo {
 	return a
 }
 
+// chooseReduction is choose for a reduction of bytes of dt under op, and
+// whether it takes the float32 path (wideFor; then chooseWide's choice).
+func (g *Group) chooseReduction(kind Kind, dt reduce.DType, op reduce.Op, bytes int) (Algo, bool) {
+	if g.wideFor(dt, op) {
+		return g.chooseWide(kind, bytes), true
+	}
+	return g.choose(kind, bytes), false
+}
+
 // pick is choose's decision: the forced algorithm if there is one, else
 // the selection table of the collective (allReduceChoice for allreduce).
 func (g *Group) pick(kind Kind, bytes int) Algo {

@@ -21,13 +21,7 @@ func (g *Group) ReduceScatter(ctx context.Context, send, recv []byte, dt reduce.
 	if len(send) != n*len(recv) {
 		return fmt.Errorf("reducescatter: send buffer of %d bytes, want %d ranks x %d bytes = %d", len(send), n, len(recv), n*len(recv))
 	}
-	wide := g.wideFor(dt, op)
-	var algo Algo
-	if wide {
-		algo = g.chooseWide(ReduceScatter, len(send))
-	} else {
-		algo = g.choose(ReduceScatter, len(send))
-	}
+	algo, wide := g.chooseReduction(ReduceScatter, dt, op, len(send))
 	c := g.newCall(ctx, spec{what: tag(ReduceScatter, algo, dt, op), count: uint64(count)})
 	block := func(b []byte, i int) []byte { return b[i*len(recv) : (i+1)*len(recv)] }
 	if algo == Local {
@@ -94,13 +88,7 @@ func (g *Group) ReduceScatterV(ctx context.Context, send, recv []byte, counts []
 	if len(recv) != counts[r]*es {
 		return invalid("reducescatterv: receive buffer of %d elements, but counts[%d] = %d", len(recv)/es, r, counts[r])
 	}
-	wide := g.wideFor(dt, op)
-	var algo Algo
-	if wide {
-		algo = g.chooseWide(ReduceScatterV, len(send))
-	} else {
-		algo = g.choose(ReduceScatterV, len(send))
-	}
+	algo, wide := g.chooseReduction(ReduceScatterV, dt, op, len(send))
 	c := g.newCall(ctx, spec{what: tag(ReduceScatterV, algo, dt, op), count: uint64(total(counts)), extra: countsSum(counts)})
 	block := func(b []byte, q int) []byte { return b[offs[q]:offs[q+1]] }
 	big := 0
