@@ -115,25 +115,13 @@ func TestCompareHosts(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("-hosts builds network namespaces, which needs root (CI runs as root)")
 	}
-	var peers []string
 	// MPICH is left out here: across namespace hosts its ranks
 	// sometimes never finish starting (1 run in 5 on this machine, one
 	// rank spinning, the other asleep, until -timeout), and CI must not
 	// depend on that. `compare -hosts` still runs it; bench/README.md
 	// says so.
 	t.Log("comparing without mpich: it hangs now and then across namespace hosts")
-	for _, p := range []struct{ name, tool string }{{"ompi", "mpicc.openmpi"}} {
-		if _, err := exec.LookPath(p.tool); err == nil {
-			peers = append(peers, p.name)
-		} else {
-			t.Logf("%s not installed (.ci/run installs it): comparing without %s", p.tool, p.name)
-		}
-	}
-	if _, err := findPython(context.Background(), ""); err == nil {
-		peers = append(peers, "gloo")
-	} else {
-		t.Logf("%v: comparing without gloo", err)
-	}
+	peers := installedPeers(t, "ompi", "gloo")
 	dir := t.TempDir()
 	args := []string{"-hosts", "2", "-rate", "1gbit", "-min", "8", "-max", "16", "-iters", "5", "-repeat", "1",
 		"-membw=false", "-peers", strings.Join(peers, ","), "-save", dir, "-timeout", "3m"}

@@ -112,24 +112,33 @@ func TestShellQuote(t *testing.T) {
 	}
 }
 
+// installedPeers is those of names (ompi, mpich, gloo) installed here,
+// logging the others.
+func installedPeers(t *testing.T, names ...string) []string {
+	t.Helper()
+	tools := map[string]string{"ompi": "mpicc.openmpi", "mpich": "mpicc.mpich"}
+	peers := []string{}
+	for _, name := range names {
+		if name == "gloo" {
+			if _, err := findPython(context.Background(), ""); err != nil {
+				t.Logf("%v: comparing without gloo", err)
+				continue
+			}
+		} else if _, err := exec.LookPath(tools[name]); err != nil {
+			t.Logf("%s not installed (.ci/run installs it): comparing without %s", tools[name], name)
+			continue
+		}
+		peers = append(peers, name)
+	}
+	return peers
+}
+
 // TestCompare runs the whole comparison for real, briefly: every peer
 // installed on this machine (.ci/run installs all three), two rounds so
 // the order rotates, tiny sizes and few calls.
 func TestCompare(t *testing.T) {
 	testmode.SkipIfQuick(t)
-	peers := []string{}
-	for _, p := range []struct{ name, tool string }{{"ompi", "mpicc.openmpi"}, {"mpich", "mpicc.mpich"}} {
-		if _, err := exec.LookPath(p.tool); err == nil {
-			peers = append(peers, p.name)
-		} else {
-			t.Logf("%s not installed (.ci/run installs it): comparing without %s", p.tool, p.name)
-		}
-	}
-	if _, err := findPython(context.Background(), ""); err == nil {
-		peers = append(peers, "gloo")
-	} else {
-		t.Logf("%v: comparing without gloo", err)
-	}
+	peers := installedPeers(t, "ompi", "mpich", "gloo")
 	dir := t.TempDir()
 	png := filepath.Join(dir, "c.png")
 	args := []string{"-n", "2", "-min", "8", "-max", "64", "-iters", "5", "-repeat", "2", "-membw=false",
