@@ -10,13 +10,20 @@
 //	./scale -grun ./grun -n 8,16,32,64          # processes started by grun
 //	./scale -local -n 64,128,256                 # goroutine ranks in one process (comm.NewLocal)
 //	./scale -local -n 1024 -cpuprofile cpu.out   # and where that process spends its time
+//	./scale -local -procs 4 -n 2048,4096         # goroutine ranks spread over 4 processes
+//
+// A process holds both ends of every link and store connection among its
+// own ranks, about 18 descriptors a rank at 1024, and a process may not
+// open more than its hard RLIMIT_NOFILE (20 000 in some sandboxes, which
+// root cannot raise there). -procs spreads the goroutine ranks over
+// several processes, contiguous blocks of ranks each, against one store
+// in this process, so each gets a limit of its own.
 //
 // It prints a table, a row per rank count. A job that fails (descriptors
 // run out, Init times out) gets a row saying so, and the sweep goes on.
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -56,6 +63,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	counts := fs.String("n", "8,16,32,64", "rank counts, comma-separated")
 	grun := fs.String("grun", "grun", "the grun to start process ranks with")
 	local := fs.Bool("local", false, "goroutine ranks in this process (comm.NewLocal) instead of processes")
+	procs := fs.Int("procs", 1, "with -local: spread the goroutine ranks over this many processes, each with its own descriptor limit")
+	block := fs.String("block", "", "internal: run ranks `first:count` of a job of -n ranks whose store is -addr")
+	addr := fs.String("addr", "", "internal: the store of a -block process")
 	transport := fs.String("transport", "tcp", "GOCOLL_TRANSPORT of the ranks")
 	child := fs.Bool("child", false, "internal: be one rank of a process job")
 	timeout := fs.Duration("timeout", 5*time.Minute, "bound of each job")
@@ -67,6 +77,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if *child {
 		return childRank(*transport, stdout)
+	}
+	if *block != "" {
+		return blockRanks(*block, *counts, *addr, *transport, *timeout, stdout, stderr)
+	}
+	if *procs < 1 || (*procs > 1 && !*local) {
+		fmt.Fprintf(stderr, "scale: -procs %d: want at least 1, and more than 1 only with -local\n", *procs)
+		return 2
 	}
 	var ns []int
 	for _, f := range strings.Split(*counts, ",") {
@@ -91,6 +108,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	mode := "processes (grun)"
 	if *local {
 		mode = "goroutines in one process (comm.NewLocal)"
+		if *procs > 1 {
+			mode = fmt.Sprintf("goroutines in %d processes (comm.New), one store", *procs)
+		}
 	}
 	fmt.Fprintf(stdout, "scale: %s, GOCOLL_TRANSPORT=%s, %s\n", mode, *transport, time.Now().UTC().Format(time.RFC3339))
 	fmt.Fprintf(stdout, "%7s %12s %14s %10s %10s %12s %12s %12s\n", "ranks", "init(max)", "1st ar(max)", "fds(med)", "fds(max)", "rss KiB(med)", "store reqs", "wall")
@@ -98,9 +118,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		start := time.Now()
 		var ss []sample
 		var err error
-		if *local {
+		switch {
+		case *local && *procs > 1:
+			ss, err = spreadJob(n, *procs, *transport, *timeout)
+		case *local:
 			ss, err = localJob(n, *transport, *timeout)
-		} else {
+		default:
 			ss, err = processJob(*grun, n, *transport, *timeout)
 		}
 		wall := time.Since(start)
@@ -181,16 +204,7 @@ func processJob(grun string, n int, transport string, timeout time.Duration) ([]
 	cmd := exec.CommandContext(ctx, grun, "-n", strconv.Itoa(n), "--bind-to", "none", self, "-child", "-transport", transport)
 	cmd.Env = append(os.Environ(), "GOCOLL_TRANSPORT="+transport)
 	out, err := cmd.CombinedOutput()
-	var ss []sample
-	sc := bufio.NewScanner(strings.NewReader(string(out)))
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "scale-sample "); ok {
-			var s sample
-			if json.Unmarshal([]byte(rest), &s) == nil {
-				ss = append(ss, s)
-			}
-		}
-	}
+	ss := readSamples(strings.NewReader(string(out)))
 	if err != nil || len(ss) != n {
 		return nil, fmt.Errorf("%d of %d ranks reported (%v): %s", len(ss), n, err, lastLines(string(out), 3))
 	}
