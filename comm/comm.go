@@ -386,6 +386,18 @@ func readSettings(opts []Option) (settings, error) {
 	for _, o := range opts {
 		o(&s)
 	}
+	if v := strings.TrimSpace(os.Getenv("GOCOLL_SPIN")); v != "" {
+		d, err := parseSpin(v)
+		if err != nil {
+			return s, err
+		}
+		// Options given in code keep their own budget.
+		for _, spin := range []*time.Duration{&s.tcp.Spin, &s.shm.Spin, &s.rdma.Spin} {
+			if *spin == 0 {
+				*spin = d
+			}
+		}
+	}
 	switch v := strings.ToLower(strings.TrimSpace(os.Getenv("GOCOLL_TCP_CONNECT"))); v {
 	case "", "lazy":
 	case "warm":
@@ -575,4 +587,22 @@ func (c *Communicator) shutdown() error {
 		errs = append(errs, c.server.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// parseSpin reads GOCOLL_SPIN: how long a waiting call busy-polls before
+// it sleeps, on every transport. 0 means not at all, which the
+// transports' options spell as a negative budget (zero there picks
+// their default).
+func parseSpin(v string) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	if v == "0" {
+		d, err = 0, nil
+	}
+	if err != nil || d < 0 || d > time.Second {
+		return 0, fmt.Errorf("GOCOLL_SPIN=%q: want a duration from 0 to 1s, such as 0, 20us or 1ms: %w", v, ErrInvalid)
+	}
+	if d == 0 {
+		return -1, nil
+	}
+	return d, nil
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/gocoll/gocoll/bootstrap"
+	"github.com/gocoll/gocoll/internal/mesh"
 	"github.com/gocoll/gocoll/transport"
 	"github.com/gocoll/gocoll/transport/rdma"
 	"github.com/gocoll/gocoll/transport/shm"
@@ -332,7 +333,7 @@ func (c *Communicator) connectTransport(ctx context.Context, store *bootstrap.Cl
 	s.rdma.Crowded = s.rdma.Crowded || crowded
 	s.shm.Crowded = s.shm.Crowded || crowded
 	c.log.Info("crowding judged", "crowded", crowded, "ranks_on_machine", j.ranksHere, "cpus_they_share", j.cpusHere,
-		"this_rank_cpus", runtime.NumCPU())
+		"this_rank_cpus", runtime.NumCPU(), "spin", mesh.Spin(s.tcp.Spin, s.tcp.Crowded))
 	// The network between hosts: RDMA when every rank has a usable device.
 	network := "rdma"
 	if noRDMA != "" {

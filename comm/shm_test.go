@@ -133,3 +133,24 @@ func TestSHMNeedsOneHost(t *testing.T) {
 		t.Fatalf("err = %v, want ErrInvalid naming the other host", err)
 	}
 }
+
+// TestSpinEnv: GOCOLL_SPIN sets every transport's busy-poll budget, 0
+// turning it off, and the info log says what a rank chose; jobs run the
+// same either way.
+func TestSpinEnv(t *testing.T) {
+	for _, tc := range []struct{ env, transport, says string }{
+		{"0", "shm", "spin=0s"},
+		{"0", "tcp", "spin=0s"},
+		{"50us", "tcp", "spin=50µs"},
+		{"", "tcp", "spin="},
+	} {
+		t.Run(tc.transport+"/"+tc.env, func(t *testing.T) {
+			t.Setenv("GOCOLL_SPIN", tc.env)
+			cs, logs := newLocalLogged(t, 3, comm.WithTransport(tc.transport))
+			runAllReduce(t, cs, 100_003)
+			if !strings.Contains(logs.String(), tc.says) {
+				t.Errorf("log does not say %s:\n%s", tc.says, logs.String())
+			}
+		})
+	}
+}
