@@ -122,6 +122,8 @@ func TestCompareHosts(t *testing.T) {
 	// says so.
 	t.Log("comparing without mpich: it hangs now and then across namespace hosts")
 	peers := installedPeers(t, "ompi", "gloo")
+	// Remote ranks get the caller's GOCOLL_* through grun -x.
+	t.Setenv("GOCOLL_TIMEOUT", "150s")
 	dir := t.TempDir()
 	args := []string{"-hosts", "2", "-rate", "1gbit", "-min", "8", "-max", "16", "-iters", "5", "-repeat", "1",
 		"-membw=false", "-peers", strings.Join(peers, ","), "-save", dir, "-timeout", "3m"}
@@ -145,6 +147,9 @@ func TestCompareHosts(t *testing.T) {
 				t.Errorf("%s: row %+v", name, row)
 			}
 		}
+	}
+	if !strings.Contains(out.String(), "grun -x GOCOLL_TIMEOUT=150s -H ") {
+		t.Errorf("the header does not show GOCOLL_TIMEOUT passed to the ranks:\n%s", out.String())
 	}
 	if !strings.Contains(out.String(), "line rate 0.1250 GB/s") {
 		t.Errorf("no line rate in\n%s", out.String())

@@ -15,6 +15,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -356,15 +357,24 @@ func gocollSide(ctx context.Context, o options, work string, stderr io.Writer) (
 	if o.ours != "" {
 		s.about = "collbench launched by -ours"
 	}
+	// Ranks on remote hosts get only what grun -x exports, as mpirun's
+	// get only its -x: pass the caller's GOCOLL_* on, as a local run
+	// inherits them.
+	var exports []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "GOCOLL_") && !strings.HasPrefix(kv, "GOCOLL_IFACE=") {
+			exports = append(exports, "-x", kv)
+		}
+	}
 	if o.cl != nil {
-		s.about = fmt.Sprintf("collbench under grun -H %s --rsh (ip netns exec) --bind-to none, transport %s", o.cl.hostList(o.perHost), o.transport)
+		s.about = fmt.Sprintf("collbench under grun %s-H %s --rsh (ip netns exec) --bind-to none, transport %s", strings.Join(slices.Concat(exports, []string{""}), " "), o.cl.hostList(o.perHost), o.transport)
 	}
 	s.run = func(ctx context.Context, _ int) (report.Result, error) {
 		var out []byte
 		var err error
 		if o.cl != nil {
-			name, args := o.cl.inLauncher(o.grun, append([]string{"-H", o.cl.hostList(o.perHost), "--rsh", o.cl.rsh,
-				"--bind-to", "none", o.collbench}, flags...)...)
+			name, args := o.cl.inLauncher(o.grun, slices.Concat(exports, []string{"-H", o.cl.hostList(o.perHost), "--rsh", o.cl.rsh,
+				"--bind-to", "none", o.collbench}, flags)...)
 			out, err = command(ctx, o.timeout, []string{"GOCOLL_IFACE="}, name, args...)
 		} else if o.ours == "" {
 			out, err = command(ctx, o.timeout, nil, o.grun, append([]string{"-n", strconv.Itoa(o.n), o.collbench}, flags...)...)
