@@ -112,7 +112,7 @@ func TestPeerKilled(t *testing.T) {
 				errs[r] = err
 				return
 			}
-			defer store.Close()
+			t.Cleanup(func() { store.Close() }) // links are made through it
 			ts[r], errs[r] = shm.Connect(ctx, store, r, 3, token, shm.Options{Spin: 50 * time.Microsecond})
 		}()
 	}
@@ -186,10 +186,11 @@ func TestPeerKilled(t *testing.T) {
 	}
 }
 
-// TestAbortLooksLost checks that a peer's Abort is a loss, and its Close
-// an orderly goodbye that is not.
+// TestAbortLooksLost checks that a linked peer's Abort is a loss, and
+// its Close an orderly goodbye that is not. (A peer never linked learns
+// of neither: see TestCloseUnlinked.)
 func TestAbortLooksLost(t *testing.T) {
-	ts := mesh(t, 3, shm.Options{})
+	ts := mesh(t, 3, shm.Options{Eager: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	ts[2].Close()
