@@ -29,6 +29,11 @@ import (
 // and the lower rank declines the other before any ring is made, so
 // exactly one pair of rings per pair of ranks exists.
 
+// dialGrace is mesh.Links' Grace: how long a rank that needs a higher
+// rank waits for it to dial first. A variable so that a test can make
+// both ends of a pair dial at once.
+var dialGrace = mesh.DialGrace
+
 // listen opens this rank's abstract socket, publishes its name once and
 // starts admitting peers. An abstract socket has no file to clean up and,
 // like the memfds, vanishes with the process: a peer that died refuses

@@ -97,6 +97,7 @@ func Connect(ctx context.Context, store Store, rank, size int, token []byte, opt
 		Linked:      t.linked,
 		Unreachable: t.unreachable,
 		Discard:     func(p *peer) { p.release() },
+		Grace:       dialGrace,
 		DeclineWait: opts.HandshakeTimeout,
 	})
 	t.refs.Store(1)
