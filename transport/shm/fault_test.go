@@ -64,6 +64,30 @@ func child() error {
 	return fmt.Errorf("recv returned: %v", err)
 }
 
+// startChild starts a rendezvous store and the child rank 2 of a job of
+// 3 (see child) in the given mode; both end with the test.
+func startChild(t *testing.T, ctx context.Context, mode string, token []byte) (*bootstrap.Server, *exec.Cmd, *bufio.Reader) {
+	t.Helper()
+	srv, err := bootstrap.Listen("127.0.0.1:0", token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "GOCOLL_SHM_CHILD="+mode, "GOCOLL_SHM_RANK=2", "GOCOLL_SHM_SIZE=3",
+		"GOCOLL_SHM_TOKEN="+string(token), "GOCOLL_SHM_STORE="+srv.Addr())
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return srv, cmd, bufio.NewReader(out)
+}
+
 func shmEntries(t *testing.T) []string {
 	t.Helper()
 	ents, err := os.ReadDir("/dev/shm")
@@ -85,26 +109,9 @@ func shmEntries(t *testing.T) []string {
 func TestPeerKilled(t *testing.T) {
 	before := shmEntries(t)
 	token := []byte("fault-token")
-	srv, err := bootstrap.Listen("127.0.0.1:0", token)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "GOCOLL_SHM_CHILD=1", "GOCOLL_SHM_RANK=2", "GOCOLL_SHM_SIZE=3",
-		"GOCOLL_SHM_TOKEN="+string(token), "GOCOLL_SHM_STORE="+srv.Addr())
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
+	srv, cmd, out := startChild(t, ctx, "1", token)
 
 	ts := make([]*shm.Transport, 2)
 	errs := make([]error, 2)
@@ -129,8 +136,7 @@ func TestPeerKilled(t *testing.T) {
 		}
 		defer ts[r].Close()
 	}
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil || line != "ready\n" {
+	if line, err := out.ReadString('\n'); err != nil || line != "ready\n" {
 		t.Fatalf("child said %q, %v", line, err)
 	}
 

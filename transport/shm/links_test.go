@@ -3,11 +3,9 @@
 package shm_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"runtime"
 	"strings"
 	"sync"
@@ -137,25 +135,9 @@ func TestThirdRankWait(t *testing.T) {
 // fires, instead of waiting for a rank that will never answer.
 func TestDeadBeforeContact(t *testing.T) {
 	token := []byte("fault-token")
-	srv, err := bootstrap.Listen("127.0.0.1:0", token)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "GOCOLL_SHM_CHILD=quiet", "GOCOLL_SHM_RANK=2", "GOCOLL_SHM_SIZE=3",
-		"GOCOLL_SHM_TOKEN="+string(token), "GOCOLL_SHM_STORE="+srv.Addr())
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
+	srv, cmd, out := startChild(t, ctx, "quiet", token)
 	ts := make([]*shm.Transport, 2)
 	for r := range ts {
 		store, err := bootstrap.Dial(ctx, srv.Addr(), token)
@@ -168,7 +150,7 @@ func TestDeadBeforeContact(t *testing.T) {
 		}
 		defer ts[r].Close()
 	}
-	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "ready\n" {
+	if line, err := out.ReadString('\n'); err != nil || line != "ready\n" {
 		t.Fatalf("child said %q, %v", line, err)
 	}
 	cmd.Process.Kill()
@@ -181,7 +163,7 @@ func TestDeadBeforeContact(t *testing.T) {
 		}
 	}
 	start := time.Now()
-	_, err = ts[0].Recv(ctx, 2)
+	_, err := ts[0].Recv(ctx, 2)
 	lost("recv from", err)
 	t.Logf("recv failed after %v: %v", time.Since(start), err)
 	lost("send to", ts[1].Send(ctx, 2, []byte("x")))
