@@ -27,6 +27,23 @@ func openFDs(t *testing.T) int {
 	return len(ents)
 }
 
+// settledFDs counts this process's descriptors once the count has held
+// for a moment, so that connections an earlier test's cleanup is still
+// closing do not blur a count of the ones a test opens.
+func settledFDs(t *testing.T) int {
+	t.Helper()
+	n := openFDs(t)
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+		m := openFDs(t)
+		if m == n {
+			break
+		}
+		n = m
+	}
+	return n
+}
+
 // ringMaps counts this process's mappings of rings.
 func ringMaps(t *testing.T) int {
 	t.Helper()
@@ -69,7 +86,7 @@ func TestLinksOnlyPartners(t *testing.T) {
 			t.Fatalf("rank %d has %d links after Connect, want none", r, n)
 		}
 	}
-	fds, maps := openFDs(t), ringMaps(t)
+	fds, maps := settledFDs(t), ringMaps(t)
 	pairs := [][2]int{{0, 1}, {2, 3}, {0, 3}}
 	for _, p := range pairs {
 		if err := exchange(ctx, ts, p[0], p[1]); err != nil {
