@@ -202,9 +202,9 @@ const DefaultTimeout = 10 * time.Minute
 
 // Init joins the job described by the launcher's environment (grun,
 // torchrun-style, Open MPI or Slurm; see bootstrap.FromEnv) and connects to
-// the other ranks: to every one (shared memory, RDMA, TCP with
-// GOCOLL_TCP_CONNECT=eager), or over TCP by default to the partners of a
-// first allreduce, the rest as calls need them. It returns once every rank
+// the other ranks: to every one (RDMA, TCP with GOCOLL_TCP_CONNECT=eager),
+// or over TCP and shared memory by default to the partners of a first
+// allreduce, the rest as calls need them. It returns once every rank
 // has joined and that allreduce has run among them all. A rank a
 // launcher started leaves, from Init on, if that launcher exits
 // (ErrLauncherGone). In an elastic job that runs already, the process is
@@ -324,7 +324,11 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 			return fail("", err)
 		}
 	}
-	if cfg.Size > 1 && cfg.Addr != "" && strings.Contains(c.tname, "tcp") && !s.tcp.Eager {
+	// Links made on demand (TCP's unless eager, shared memory's unless
+	// eager) leave a rank with no link to most peers: the store's word
+	// of a departure is then how it learns of theirs.
+	onDemand := strings.Contains(c.tname, "tcp") && !s.tcp.Eager || strings.Contains(c.tname, "shm") && !s.shm.Eager
+	if cfg.Size > 1 && cfg.Addr != "" && onDemand {
 		c.leavers = make(chan error, 1) // answerReports watches
 	}
 	go c.watch()

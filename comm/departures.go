@@ -48,7 +48,7 @@ func departures(ds []bootstrap.Departure) string {
 
 // tellLeavers passes on to the watchdog (on c.leavers) the first rank
 // of ds, the store's departures, other than this one, and reports
-// whether there was one. With TCP links made on demand, a rank holds
+// whether there was one. With links made on demand (TCP, shm), a rank holds
 // links to few peers: the death of one it has no link to would otherwise
 // reach it only through a chain of ranks that gave up one after another,
 // or when it next needed that rank. Asking the store keeps the job

@@ -1,10 +1,26 @@
 // Package shm is the transport over shared memory, for ranks on one host.
 //
-// Every ordered pair of ranks (s, r) shares one ring: a memfd that the
-// receiver r creates, seals at its size and passes to s over a Unix socket
-// (SCM_RIGHTS), and that both map. Nothing is ever named in the file
-// system, so a rank that crashes, at any moment, leaves no segment behind
-// in /dev/shm: the memory goes when the last process mapping it exits.
+// Every ordered pair of linked ranks (s, r) shares one ring: a memfd that
+// the receiver r creates, seals at its size and passes to s over a Unix
+// socket (SCM_RIGHTS), and that both map. Nothing is ever named in the
+// file system, so a rank that crashes, at any moment, leaves no segment
+// behind in /dev/shm: the memory goes when the last process mapping it
+// exits.
+//
+// Pairs are linked on demand. Connect only listens on an abstract Unix
+// socket and publishes its name in the store; the first Send or Recv that
+// needs peer r reads r's name, dials, and the two ends swap rings. Either
+// end may dial first (waiting for the other could deadlock a rank whose
+// Send goes to a peer busy receiving from a third rank); when both dial
+// at once the higher rank's connection wins, decided before any ring is
+// made (internal/mesh.Links has the rules). So a rank maps rings, 2 x
+// Slots x SlotSize bytes per peer, and holds a socket only for the
+// partners its algorithms use: O(log n) for a job that runs allreduce.
+// A peer that died before any contact refuses the dial: the call fails
+// with ErrPeerLost naming it, and Lost fires. Options.Eager links every
+// pair at Connect instead, as the transport did before (no environment
+// variable sets it: GOCOLL_TCP_CONNECT is TCP's, and a shared-memory link
+// costs a Unix-socket handshake, not a round trip across a network).
 //
 // A ring is the slab of the transport contract: Slots slots of SlotSize
 // bytes, each behind a small header with its sequence number, plus a head
@@ -24,11 +40,14 @@
 // host with more ranks than cores (8 on 2) does not burn its cores, while
 // two ranks that each own a core pay no system call per message.
 //
-// The Unix socket of each pair stays open for the life of the transport,
-// carrying nothing but a goodbye byte at Close. A goroutine per peer reads
-// it: when the peer process dies, the kernel closes its end and the read
-// returns, so the loss is noticed within microseconds whatever the waiting
-// calls are doing; the reader then wakes every futex involving that peer.
+// The Unix socket of each linked pair stays open for the life of the
+// transport, carrying nothing but a goodbye byte at Close (or an abort
+// notice); peers never linked hear of neither, and learn that this rank
+// left as any rank does, through the store (comm's departure watch) or a
+// refused dial. A goroutine per linked peer reads it: when the peer
+// process dies, the kernel closes its end and the read returns, so the
+// loss is noticed within microseconds whatever the waiting calls are
+// doing; the reader then wakes every futex involving that peer.
 // Goodbye then end of stream is an orderly close (ErrPeerClosed), end of
 // stream alone is a lost peer (ErrPeerLost), which is also how Abort
 // looks from the other side.

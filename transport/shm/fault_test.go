@@ -36,7 +36,8 @@ func TestMain(m *testing.M) {
 
 // child connects as the rank the environment names, sends one message to
 // rank 1, says "ready", and waits on its ring for a message from rank 0
-// that never comes, until it is killed.
+// that never comes, until it is killed. With GOCOLL_SHM_CHILD=quiet it
+// says "ready" at once and talks to nobody.
 func child() error {
 	rank, _ := strconv.Atoi(os.Getenv("GOCOLL_SHM_RANK"))
 	size, _ := strconv.Atoi(os.Getenv("GOCOLL_SHM_SIZE"))
@@ -50,12 +51,41 @@ func child() error {
 	if err != nil {
 		return err
 	}
+	if os.Getenv("GOCOLL_SHM_CHILD") == "quiet" {
+		// A rank that dies before anyone contacted it.
+		fmt.Println("ready")
+		select {}
+	}
 	if err := tr.Send(ctx, 1, []byte("sent before dying")); err != nil {
 		return err
 	}
 	fmt.Println("ready")
 	_, err = tr.Recv(ctx, 0)
 	return fmt.Errorf("recv returned: %v", err)
+}
+
+// startChild starts a rendezvous store and the child rank 2 of a job of
+// 3 (see child) in the given mode; both end with the test.
+func startChild(t *testing.T, ctx context.Context, mode string, token []byte) (*bootstrap.Server, *exec.Cmd, *bufio.Reader) {
+	t.Helper()
+	srv, err := bootstrap.Listen("127.0.0.1:0", token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "GOCOLL_SHM_CHILD="+mode, "GOCOLL_SHM_RANK=2", "GOCOLL_SHM_SIZE=3",
+		"GOCOLL_SHM_TOKEN="+string(token), "GOCOLL_SHM_STORE="+srv.Addr())
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return srv, cmd, bufio.NewReader(out)
 }
 
 func shmEntries(t *testing.T) []string {
@@ -79,26 +109,9 @@ func shmEntries(t *testing.T) []string {
 func TestPeerKilled(t *testing.T) {
 	before := shmEntries(t)
 	token := []byte("fault-token")
-	srv, err := bootstrap.Listen("127.0.0.1:0", token)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "GOCOLL_SHM_CHILD=1", "GOCOLL_SHM_RANK=2", "GOCOLL_SHM_SIZE=3",
-		"GOCOLL_SHM_TOKEN="+string(token), "GOCOLL_SHM_STORE="+srv.Addr())
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
+	srv, cmd, out := startChild(t, ctx, "1", token)
 
 	ts := make([]*shm.Transport, 2)
 	errs := make([]error, 2)
@@ -112,7 +125,7 @@ func TestPeerKilled(t *testing.T) {
 				errs[r] = err
 				return
 			}
-			defer store.Close()
+			t.Cleanup(func() { store.Close() }) // links are made through it
 			ts[r], errs[r] = shm.Connect(ctx, store, r, 3, token, shm.Options{Spin: 50 * time.Microsecond})
 		}()
 	}
@@ -123,8 +136,7 @@ func TestPeerKilled(t *testing.T) {
 		}
 		defer ts[r].Close()
 	}
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil || line != "ready\n" {
+	if line, err := out.ReadString('\n'); err != nil || line != "ready\n" {
 		t.Fatalf("child said %q, %v", line, err)
 	}
 
@@ -186,10 +198,11 @@ func TestPeerKilled(t *testing.T) {
 	}
 }
 
-// TestAbortLooksLost checks that a peer's Abort is a loss, and its Close
-// an orderly goodbye that is not.
+// TestAbortLooksLost checks that a linked peer's Abort is a loss, and
+// its Close an orderly goodbye that is not. (A peer never linked learns
+// of neither: see TestCloseUnlinked.)
 func TestAbortLooksLost(t *testing.T) {
-	ts := mesh(t, 3, shm.Options{})
+	ts := mesh(t, 3, shm.Options{Eager: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	ts[2].Close()

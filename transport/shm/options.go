@@ -37,6 +37,14 @@ type Options struct {
 	// cores, 8-byte allreduce: 22-46 us yielding every 256 polls, 7-15 us
 	// every 4.
 	Crowded bool
+	// Eager makes Connect link every pair of ranks before it returns: a
+	// pair of rings (2 x Slots x SlotSize bytes of shared memory) and a
+	// socket for every peer, as the transport did before links were made
+	// on demand. By default (false) a rank links to a peer the first time
+	// a Send or Recv needs it, so that a job whose algorithms talk to
+	// O(log n) partners holds O(log n) rings and descriptors per rank.
+	// Tests and benchmarks use it to compare; comm leaves it off.
+	Eager bool
 	// JobRanks is the job rank of each rank of this mesh, when it joins
 	// only one host's ranks of a larger job (see NewHybrid): the texts a
 	// peer's goodbye reaches others in name it by its job rank, as every

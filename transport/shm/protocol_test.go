@@ -37,7 +37,7 @@ func pair(t *testing.T) [2]*Transport {
 				return
 			}
 			defer store.Close()
-			ts[r], errs[r] = Connect(ctx, store, r, 2, token, Options{Slots: 2, SlotSize: 4 << 10})
+			ts[r], errs[r] = Connect(ctx, store, r, 2, token, Options{Slots: 2, SlotSize: 4 << 10, Eager: true})
 		}()
 	}
 	wg.Wait()
@@ -71,8 +71,8 @@ func TestCorruptRing(t *testing.T) {
 		{"more releases than sends", func(out *ring) {}, func(ts [2]*Transport) error {
 			// Rank 0 (receiver of this ring) claims releases it never had:
 			// rank 1, the sender, must refuse to believe it.
-			ts[1].peers[0].out.head.Store(5)
-			ts[1].peers[0].headSeen = 0
+			ts[1].lookup(0).out.head.Store(5)
+			ts[1].lookup(0).headSeen = 0
 			for i := 0; i < 3; i++ {
 				if err := ts[1].Send(ctx, 0, []byte("x")); err != nil {
 					return err
@@ -84,7 +84,7 @@ func TestCorruptRing(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			ts := pair(t)
-			tc.corrupt(ts[1].peers[0].out)
+			tc.corrupt(ts[1].lookup(0).out)
 			err := tc.victim(ts)
 			if !errors.Is(err, transport.ErrPeerLost) || !errors.Is(err, errProtocol) {
 				t.Fatalf("got %v, want ErrPeerLost for a protocol violation", err)
@@ -153,7 +153,7 @@ func TestSequenceWrap(t *testing.T) {
 	defer cancel()
 	ts := pair(t)
 	start := uint64(1)<<32 - 5
-	tx, rx := ts[1].peers[0], ts[0].peers[1]
+	tx, rx := ts[1].lookup(0), ts[0].lookup(1)
 	r := tx.out
 	// Put the ring where it would be after start messages, all released:
 	// each slot holds the last message a lap before.

@@ -4,13 +4,10 @@ package shm
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"io"
 	"net"
 	"os"
 	"runtime"
@@ -21,7 +18,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gocoll/gocoll/internal/auth"
 	"github.com/gocoll/gocoll/internal/logging"
 	"github.com/gocoll/gocoll/internal/mesh"
 	"github.com/gocoll/gocoll/internal/safetext"
@@ -33,7 +29,11 @@ import (
 type Transport struct {
 	rank, size int
 	opts       Options
-	peers      []*peer
+	links      *mesh.Links[peer]
+	store      Store
+	token      []byte
+	ln         *net.UnixListener
+	addrGets   atomic.Int64
 
 	closing   atomic.Bool
 	closed    chan struct{}
@@ -70,8 +70,11 @@ type peer struct {
 	err      error // set before dead is closed
 }
 
-// Connect builds this rank's mesh to all size-1 peers, which must all run
-// on this host.
+// Connect makes this rank reachable by its size-1 peers, which must all
+// run on this host: it listens, publishes where, and returns. Links come
+// as calls first need them (see links.go), or all at once here with
+// Options.Eager. The store must stay open as long as the transport:
+// a first contact reads the peer's address from it.
 func Connect(ctx context.Context, store Store, rank, size int, token []byte, opts Options) (*Transport, error) {
 	if err := opts.fill(); err != nil {
 		return nil, err
@@ -83,10 +86,20 @@ func Connect(ctx context.Context, store Store, rank, size int, token []byte, opt
 		rank:   rank,
 		size:   size,
 		opts:   opts,
-		peers:  make([]*peer, size),
+		store:  store,
+		token:  token,
 		closed: make(chan struct{}),
 		lost:   make(chan struct{}),
 	}
+	t.links = mesh.NewLinks(rank, size, mesh.LinkConfig[peer]{
+		Dial:        t.dial,
+		Transient:   transient,
+		Linked:      t.linked,
+		Unreachable: t.unreachable,
+		Discard:     func(p *peer) { p.release() },
+		Grace:       dialGrace,
+		DeclineWait: opts.HandshakeTimeout,
+	})
 	t.refs.Store(1)
 	if size == 1 {
 		return t, nil
@@ -94,17 +107,11 @@ func Connect(ctx context.Context, store Store, rank, size int, token []byte, opt
 	if store == nil {
 		return nil, fmt.Errorf("shm: a job of %d ranks needs a rendezvous store", size)
 	}
-	if err := t.connect(ctx, store, token); err != nil {
+	if err := t.listen(ctx); err != nil {
 		t.Abort(err)
 		return nil, err
 	}
-	for _, p := range t.peers {
-		if p != nil {
-			t.readers.Add(1)
-			go p.watch()
-		}
-	}
-	logging.L().Debug("shm mesh connected", "rank", rank, "size", size, "slots", opts.Slots, "slot_size", opts.SlotSize)
+	logging.L().Debug("shm transport listening", "rank", rank, "size", size, "eager", opts.Eager, "slots", opts.Slots, "slot_size", opts.SlotSize)
 	return t, nil
 }
 
@@ -156,7 +163,7 @@ func (t *Transport) check(h hello, want int) error {
 		return fmt.Errorf("peer says the job has %d ranks, this rank says %d", h.size, mine.size)
 	case want >= 0 && int(h.rank) != want:
 		return fmt.Errorf("expected rank %d, peer says it is rank %d", want, h.rank)
-	case want < 0 && (int(h.rank) <= t.rank || int(h.rank) >= t.size):
+	case want < 0 && (int(h.rank) == t.rank || int(h.rank) >= t.size):
 		return fmt.Errorf("rank %d may not dial rank %d", h.rank, t.rank)
 	case h.slots != mine.slots || h.slotSize != mine.slotSize:
 		return fmt.Errorf("peer uses %d slots of %d bytes, this rank %d of %d (every rank must use the same transport options)",
@@ -167,151 +174,6 @@ func (t *Transport) check(h hello, want int) error {
 
 func (t *Transport) key(r int) string {
 	return t.opts.Namespace + "shm/addr/" + strconv.Itoa(r)
-}
-
-func (t *Transport) connect(ctx context.Context, store Store, token []byte) error {
-	// An abstract socket has no file to clean up, and, like the memfds,
-	// vanishes with the process.
-	var nonce [12]byte
-	if _, err := rand.Read(nonce[:]); err != nil {
-		return fmt.Errorf("shm: socket name: %w", err)
-	}
-	name := "@gocoll-shm-" + hex.EncodeToString(nonce[:])
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: name, Net: "unix"})
-	if err != nil {
-		return fmt.Errorf("shm: listen on %s: %w", name, err)
-	}
-	defer ln.Close()
-	if err := store.Put(ctx, t.key(t.rank), []byte(name)); err != nil {
-		return fmt.Errorf("shm: publish address: %w", err)
-	}
-
-	peers, err := mesh.Build(ctx, "shm", t.rank, t.size,
-		func(ctx context.Context, r int) (*peer, error) { return t.dial(ctx, store, token, r) },
-		func(ctx context.Context, deliver func(*peer, error)) { t.acceptLoop(ctx, ln, token, deliver) },
-		func() { ln.Close() },
-		func(p *peer) int { return p.rank },
-		func(p *peer) { p.release() })
-	for r, p := range peers {
-		if p != nil {
-			t.peers[r] = p
-		}
-	}
-	return err
-}
-
-func (t *Transport) dial(ctx context.Context, store Store, token []byte, r int) (*peer, error) {
-	addr, err := store.Get(ctx, t.key(r))
-	if err != nil {
-		return nil, fmt.Errorf("shm: address of rank %d: %w", r, err)
-	}
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "unix", string(addr))
-	if err != nil {
-		return nil, &transport.PeerError{Peer: r, Op: "connect", Err: fmt.Errorf("%w (is rank %d on this host?)", err, r)}
-	}
-	p, err := t.handshake(ctx, c.(*net.UnixConn), token, true, r)
-	if err != nil {
-		c.Close()
-		return nil, &transport.PeerError{Peer: r, Op: "connect", Err: err}
-	}
-	return p, nil
-}
-
-// acceptLoop accepts until the listener closes; strangers are refused,
-// counted and logged, and do not hold up the ranks behind them.
-func (t *Transport) acceptLoop(ctx context.Context, ln *net.UnixListener, token []byte, deliver func(*peer, error)) {
-	var hs sync.WaitGroup
-	defer hs.Wait()
-	var mu sync.Mutex
-	seen := make(map[int]bool)
-	for {
-		c, err := ln.AcceptUnix()
-		if err != nil {
-			if ctx.Err() == nil {
-				deliver(nil, fmt.Errorf("shm: accept: %w", err))
-			}
-			return
-		}
-		hs.Add(1)
-		go func() {
-			defer hs.Done()
-			p, err := t.handshake(ctx, c, token, false, -1)
-			if err == nil {
-				mu.Lock()
-				dup := seen[p.rank]
-				seen[p.rank] = true
-				mu.Unlock()
-				if dup {
-					p.release()
-					err = fmt.Errorf("rank %d connected twice", p.rank)
-				}
-			}
-			if err != nil {
-				c.Close()
-				if ctx.Err() == nil {
-					t.refused.Add(1)
-					logging.L().Warn("shm: refused a connection", "rank", t.rank, "err", err)
-				}
-				return
-			}
-			deliver(p, nil)
-		}()
-	}
-}
-
-// handshake authenticates the peer, checks it is part of this job with
-// the same options, and swaps rings: each side creates the ring it
-// receives on and passes its descriptor to the other.
-func (t *Transport) handshake(ctx context.Context, c *net.UnixConn, token []byte, dialer bool, want int) (*peer, error) {
-	deadline := time.Now().Add(t.opts.HandshakeTimeout)
-	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
-		deadline = dl
-	}
-	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
-	if err := auth.Handshake(c, token, auth.Mesh, dialer, deadline); err != nil {
-		return nil, err
-	}
-	c.SetDeadline(deadline)
-	if _, err := c.Write(t.hello().marshal()); err != nil {
-		return nil, fmt.Errorf("send hello: %w", err)
-	}
-	buf := make([]byte, helloLen)
-	if _, err := io.ReadFull(c, buf); err != nil {
-		return nil, fmt.Errorf("read hello: %w", err)
-	}
-	h, err := parseHello(buf)
-	if err != nil {
-		return nil, err
-	}
-	if err := t.check(h, want); err != nil {
-		return nil, err
-	}
-	p := &peer{t: t, rank: int(h.rank), pid: int(h.pid), conn: c, dead: make(chan struct{})}
-	fd, in, err := createRing(t.opts.Slots, t.opts.SlotSize)
-	if err != nil {
-		return nil, err
-	}
-	p.in = in
-	_, _, err = c.WriteMsgUnix([]byte{'R'}, unix.UnixRights(fd), nil)
-	unix.Close(fd)
-	if err != nil {
-		p.release()
-		return nil, fmt.Errorf("pass the ring: %w", err)
-	}
-	out, err := t.receiveRing(c)
-	if err != nil {
-		p.release()
-		return nil, err
-	}
-	p.out = out
-	if !stop() && ctx.Err() != nil {
-		p.release()
-		return nil, ctx.Err()
-	}
-	c.SetDeadline(time.Time{})
-	return p, nil
 }
 
 func (t *Transport) receiveRing(c *net.UnixConn) (*ring, error) {
@@ -340,8 +202,8 @@ func (t *Transport) receiveRing(c *net.UnixConn) (*ring, error) {
 	return openRing(fds[0], t.opts.Slots, t.opts.SlotSize)
 }
 
-// release unmaps a peer's rings and closes its socket; for peers that
-// never joined the mesh.
+// release unmaps a peer's rings and closes its socket; for links made
+// after Close began.
 func (p *peer) release() {
 	p.in.unmap()
 	p.out.unmap()
@@ -507,7 +369,8 @@ func (t *Transport) Size() int { return t.size }
 // MaxMessage implements transport.Transport.
 func (t *Transport) MaxMessage() int { return t.opts.SlotSize }
 
-// Refused counts connections turned away during Connect.
+// Refused counts connections turned away: strangers, and peers that
+// failed the handshake.
 func (t *Transport) Refused() int { return int(t.refused.Load()) }
 
 // enter takes a reference for a call, and reports false once the
@@ -533,23 +396,16 @@ func (t *Transport) lastExit() { t.unmapOnce.Do(t.unmap) }
 func (t *Transport) unmap() {
 	// The readers may still wake futexes on a dying peer's rings.
 	t.readers.Wait()
-	for _, p := range t.peers {
-		if p != nil {
-			p.in.unmap()
-			p.out.unmap()
-		}
-	}
+	t.links.Each(func(_ int, p *peer) {
+		p.in.unmap()
+		p.out.unmap()
+	})
 }
 
-// lookup is peer r, or nil if r is not a peer: the slot of this rank is
-// nil, and so is every slot of a one-rank transport. Every message's path
-// asks it, so it is kept small enough to inline.
-func (t *Transport) lookup(r int) *peer {
-	if uint(r) < uint(len(t.peers)) {
-		return t.peers[r]
-	}
-	return nil
-}
+// lookup is the link to r, or nil if r is not linked (yet) or not a
+// peer. Every message's path asks it, so it is kept small enough to
+// inline.
+func (t *Transport) lookup(r int) *peer { return t.links.Get(r) }
 
 // notPeer is the error for a rank that is not a peer, out of line: the
 // message paths call lookup and only come here on failure.
@@ -576,7 +432,10 @@ func (t *Transport) SendParts(ctx context.Context, to int, head, body []byte, wa
 func (t *Transport) send(ctx context.Context, to int, head, body []byte, wait bool) (bool, error) {
 	p := t.lookup(to)
 	if p == nil {
-		return false, t.notPeer(to, "send to")
+		var err error
+		if p, err = t.link(ctx, to, "send to"); err != nil {
+			return false, err
+		}
 	}
 	n := len(head) + len(body)
 	if n > t.opts.SlotSize {
@@ -643,7 +502,7 @@ func (t *Transport) put(ctx context.Context, p *peer, head, body []byte, wait bo
 func (t *Transport) HasCredit(to int) bool {
 	p := t.lookup(to)
 	if p == nil || p.failed() != nil {
-		return true // Send says what went wrong
+		return true // Send links the peer, or says what went wrong
 	}
 	seq := p.sendSeq
 	if seq-p.headSeen < p.out.slots {
@@ -659,7 +518,10 @@ func (t *Transport) HasCredit(to int) bool {
 func (t *Transport) Recv(ctx context.Context, from int) (transport.Message, error) {
 	p := t.lookup(from)
 	if p == nil {
-		return transport.Message{}, t.notPeer(from, "recv from")
+		var err error
+		if p, err = t.link(ctx, from, "recv from"); err != nil {
+			return transport.Message{}, err
+		}
 	}
 	if !t.enter() {
 		t.exit()
@@ -783,12 +645,15 @@ func (t *Transport) stopped(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// Close implements transport.Transport: it says goodbye to every peer,
-// wakes every pending call with ErrClosed and releases the rings once the
-// last call has left and the last message is released. Messages already
-// sent are in the receivers' memory, so nothing in flight is lost.
+// Close implements transport.Transport: it says goodbye to every linked
+// peer (the others learn of it through the store, as a dial refused),
+// stops links in the making and waits for them, wakes every pending call
+// with ErrClosed and releases the rings once the last call has left and
+// the last message is released. Messages already sent are in the
+// receivers' memory, so nothing in flight is lost.
 func (t *Transport) Close() error {
 	t.shutdown([]byte{ctlBye})
+	t.links.Wait()
 	return nil
 }
 
@@ -815,10 +680,12 @@ func (t *Transport) shutdown(last []byte) {
 	t.closeOnce.Do(func() {
 		t.closing.Store(true)
 		close(t.closed)
-		for _, p := range t.peers {
-			if p == nil {
-				continue
-			}
+		// No link forms after this: the set Each sees is final.
+		t.links.Shut()
+		if t.ln != nil {
+			t.ln.Close()
+		}
+		t.links.Each(func(_ int, p *peer) {
 			if last != nil {
 				p.conn.SetWriteDeadline(time.Now().Add(time.Second))
 				p.conn.Write(last)
@@ -830,7 +697,7 @@ func (t *Transport) shutdown(last []byte) {
 				close(p.dead)
 			})
 			p.wakeAll()
-		}
+		})
 		t.exit()
 	})
 }

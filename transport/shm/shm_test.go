@@ -44,7 +44,9 @@ func mesh(t testing.TB, n int, opts shm.Options) []*shm.Transport {
 				errs[r] = err
 				return
 			}
-			defer store.Close()
+			// Links are made on demand, through the store: it lives as
+			// long as the transports.
+			t.Cleanup(func() { store.Close() })
 			ts[r], errs[r] = shm.Connect(ctx, store, r, n, token, opts)
 		}(r)
 	}

@@ -30,6 +30,12 @@ import (
 // lower rank declines the other, a decision each end takes under linkMu
 // against what it is doing itself, so that exactly one connection per
 // pair survives.
+//
+// internal/mesh.Links holds the same rules for shm. tcp keeps this copy
+// because registering a link here also hands it to the engine's poll
+// list (joining, wake) and its eager connect, warm links and loss list
+// read these fields; moving it onto mesh.Links is a change of its own,
+// to be checked against the engine's tests and benchmarks.
 
 // dialGrace is how long a rank that needs a link to a higher rank waits
 // for that rank to dial before it dials itself. Most first contacts are

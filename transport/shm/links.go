@@ -1,0 +1,301 @@
+//go:build linux
+
+package shm
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gocoll/gocoll/internal/auth"
+	"github.com/gocoll/gocoll/internal/logging"
+	"github.com/gocoll/gocoll/internal/mesh"
+	"github.com/gocoll/gocoll/transport"
+)
+
+// Links are made on demand, by the rules of mesh.Links: the first Send or
+// Recv that needs a peer dials it (link), and every rank accepts, for as
+// long as its transport is open, whoever dials it (admit). Either end may
+// dial first; when both do at once, the higher rank's connection wins
+// and the lower rank declines the other before any ring is made, so
+// exactly one pair of rings per pair of ranks exists.
+
+// dialGrace is mesh.Links' Grace: how long a rank that needs a higher
+// rank waits for it to dial first. A variable so that a test can make
+// both ends of a pair dial at once.
+var dialGrace = mesh.DialGrace
+
+// listen opens this rank's abstract socket, publishes its name once and
+// starts admitting peers. An abstract socket has no file to clean up and,
+// like the memfds, vanishes with the process: a peer that died refuses
+// the dial, which is how a rank never contacted is found lost.
+func (t *Transport) listen(ctx context.Context) error {
+	var nonce [12]byte
+	if _, err := rand.Read(nonce[:]); err != nil {
+		return fmt.Errorf("shm: socket name: %w", err)
+	}
+	name := "@gocoll-shm-" + hex.EncodeToString(nonce[:])
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: name, Net: "unix"})
+	if err != nil {
+		return fmt.Errorf("shm: listen on %s: %w", name, err)
+	}
+	t.ln = ln
+	if !t.links.Go(func() { t.acceptLoop(ln) }) {
+		ln.Close()
+		return fmt.Errorf("shm: listen: %w", transport.ErrClosed)
+	}
+	if err := t.store.Put(ctx, t.key(t.rank), []byte(name)); err != nil {
+		return fmt.Errorf("shm: publish address: %w", err)
+	}
+	if !t.opts.Eager {
+		return nil
+	}
+	if r, err := t.links.All(ctx); err != nil {
+		if r >= 0 {
+			err = &transport.PeerError{Peer: r, Op: "connect to", Err: err}
+		}
+		return fmt.Errorf("shm: building the mesh: %w", err)
+	}
+	// The door shuts once the mesh is built: no descriptor kept for it.
+	ln.Close()
+	return nil
+}
+
+// link returns peer r, linking it first if need be. A peer that cannot be
+// reached (it died, gave up, or is not on this host) is lost: the error
+// wraps ErrPeerLost and names it. Out of line: only a first contact
+// comes here.
+//
+//go:noinline
+func (t *Transport) link(ctx context.Context, r int, op string) (*peer, error) {
+	if r < 0 || r >= t.size || r == t.rank {
+		return nil, t.notPeer(r, op)
+	}
+	if t.closing.Load() {
+		return nil, &transport.PeerError{Peer: r, Op: op, Err: transport.ErrClosed}
+	}
+	p, err := t.links.Link(ctx, r)
+	if errors.Is(err, mesh.ErrShut) {
+		err = transport.ErrClosed
+	}
+	if err != nil {
+		return nil, &transport.PeerError{Peer: r, Op: op, Err: err}
+	}
+	return p, nil
+}
+
+// dial reaches r and shakes hands; declined means r's own dial to us wins.
+func (t *Transport) dial(ctx context.Context, r int) (*peer, bool, error) {
+	t.addrGets.Add(1)
+	addr, err := t.store.Get(ctx, t.key(r))
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: address of rank %d: %w", transport.ErrPeerLost, r, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, t.opts.HandshakeTimeout)
+	defer cancel()
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", string(addr))
+	if err != nil {
+		if errors.Is(err, syscall.EAGAIN) {
+			// The peer's accept queue is full (a crowd dialing it at
+			// once): not a loss, the calls that wait dial again.
+			return nil, false, err
+		}
+		// The socket lives as long as the peer's transport: a refusal
+		// means the peer is gone (died, gave up or closed).
+		return nil, false, fmt.Errorf("%w: %w (is rank %d on this host?)", transport.ErrPeerLost, err, r)
+	}
+	uc := c.(*net.UnixConn)
+	p, declined, err := t.handshake(ctx, uc, r)
+	if err != nil || declined {
+		uc.Close()
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: %w", transport.ErrPeerLost, err)
+	}
+	return p, declined, nil
+}
+
+// transient says a failed dial may be tried again: the handshake timed
+// out (a host overloaded by its ranks), or the peer's accept queue was
+// full. A dead peer refuses the connection instead.
+func transient(err error) bool {
+	var ne net.Error
+	return errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, syscall.EAGAIN) || errors.As(err, &ne) && ne.Timeout()
+}
+
+// acceptLoop admits whoever dials, until the listener closes. Each
+// handshake runs on its own, so a stranger that stalls cannot hold up the
+// ranks behind it.
+func (t *Transport) acceptLoop(ln *net.UnixListener) {
+	life := t.links.Life()
+	for {
+		c, err := ln.AcceptUnix()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) || life.Err() != nil {
+				return
+			}
+			// Transient (descriptors ran out): back off, keep serving.
+			logging.L().Warn("shm: accept", "rank", t.rank, "err", err)
+			select {
+			case <-time.After(10 * time.Millisecond):
+			case <-life.Done():
+				return
+			}
+			continue
+		}
+		if !t.links.Go(func() { t.admit(c) }) {
+			c.Close()
+			return
+		}
+	}
+}
+
+// admit runs the accepting end of one connection; strangers are refused,
+// counted and logged.
+func (t *Transport) admit(c *net.UnixConn) {
+	ctx, cancel := context.WithTimeout(t.links.Life(), t.opts.HandshakeTimeout)
+	defer cancel()
+	p, _, err := t.handshake(ctx, c, -1)
+	if err != nil {
+		c.Close()
+		if t.links.Life().Err() == nil {
+			t.refused.Add(1)
+			logging.L().Warn("shm: refused a connection", "rank", t.rank, "err", err)
+		}
+	}
+	if p == nil && err == nil {
+		c.Close() // declined: the pair is linked, or our own dial wins
+	}
+}
+
+// The one byte the accepting end answers after the hellos.
+const (
+	verdictDecline = 'N'
+	verdictAccept  = 'Y'
+)
+
+// handshake authenticates the peer, checks it is part of this job with
+// the same options, settles which connection of the pair to keep, and
+// swaps rings: each side creates the ring it receives on and passes its
+// descriptor to the other. want is the rank dialed, or -1 on the
+// accepting end, which registers the peer itself (mesh.Links.Admitted);
+// the dialing end's link is registered by mesh.Links. declined means the
+// connection is not kept and no ring was made.
+func (t *Transport) handshake(ctx context.Context, c *net.UnixConn, want int) (p *peer, declined bool, err error) {
+	deadline := time.Now().Add(t.opts.HandshakeTimeout)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+		deadline = dl
+	}
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	dialer := want >= 0
+	if err := auth.Handshake(c, t.token, auth.Mesh, dialer, deadline); err != nil {
+		return nil, false, err
+	}
+	c.SetDeadline(deadline)
+	if _, err := c.Write(t.hello().marshal()); err != nil {
+		return nil, false, fmt.Errorf("send hello: %w", err)
+	}
+	buf := make([]byte, helloLen)
+	if _, err := io.ReadFull(c, buf); err != nil {
+		return nil, false, fmt.Errorf("read hello: %w", err)
+	}
+	h, err := parseHello(buf)
+	if err != nil {
+		return nil, false, err
+	}
+	if err := t.check(h, want); err != nil {
+		return nil, false, err
+	}
+	r := int(h.rank)
+	var v [1]byte
+	if dialer {
+		if _, err := io.ReadFull(c, v[:]); err != nil {
+			return nil, false, fmt.Errorf("read verdict: %w", err)
+		}
+		switch v[0] {
+		case verdictDecline:
+			return nil, true, nil
+		case verdictAccept:
+		default:
+			return nil, false, fmt.Errorf("verdict %#x: %w", v[0], errProtocol)
+		}
+	} else {
+		v[0] = verdictDecline
+		admitted := t.links.Admit(r)
+		if admitted {
+			v[0] = verdictAccept
+			// Whatever happens below, the admission ends here.
+			defer func() { t.links.Admitted(r, p) }()
+		}
+		if _, err := c.Write(v[:]); err != nil {
+			return nil, false, fmt.Errorf("send verdict: %w", err)
+		}
+		if !admitted {
+			return nil, true, nil
+		}
+	}
+	p = &peer{t: t, rank: r, pid: int(h.pid), conn: c, dead: make(chan struct{})}
+	fd, in, err := createRing(t.opts.Slots, t.opts.SlotSize)
+	if err != nil {
+		return nil, false, err
+	}
+	p.in = in
+	_, _, err = c.WriteMsgUnix([]byte{'R'}, unix.UnixRights(fd), nil)
+	unix.Close(fd)
+	if err != nil {
+		p.in.unmap()
+		return nil, false, fmt.Errorf("pass the ring: %w", err)
+	}
+	out, err := t.receiveRing(c)
+	if err != nil {
+		p.in.unmap()
+		return nil, false, err
+	}
+	p.out = out
+	if !stop() && ctx.Err() != nil {
+		p.in.unmap()
+		p.out.unmap()
+		return nil, false, ctx.Err()
+	}
+	c.SetDeadline(time.Time{})
+	return p, false, nil
+}
+
+// linked starts watching p, now the link to its rank. Called by
+// mesh.Links under its lock, never after the transport began to close:
+// the rings are unmapped only once every watcher ended.
+func (t *Transport) linked(_ int, p *peer) {
+	t.readers.Add(1)
+	go p.watch()
+}
+
+// unreachable records r, never linked, as lost: its dial failed.
+func (t *Transport) unreachable(r int, err error) {
+	if t.closing.Load() {
+		return
+	}
+	t.lostOnce.Do(func() {
+		t.lostErr = &transport.PeerError{Peer: r, Op: "connect to", Err: err}
+		close(t.lost)
+	})
+}
+
+// Links is how many peers this rank is linked to now: one pair of rings
+// and one socket each.
+func (t *Transport) Links() int { return t.links.Linked() }
+
+// AddressLookups is how many peer addresses this rank has fetched from
+// the store: one per peer it dialed.
+func (t *Transport) AddressLookups() int { return int(t.addrGets.Load()) }
