@@ -180,8 +180,11 @@ func blockRanks(spec, size, addr, transport string, timeout time.Duration, stdou
 		ss[i].FDs, ss[i].RSS = fds, rss
 	}
 	ss[0].Reqs = bootstrap.Requests() - reqs0
-	// Every rank of the job measured before any closes.
-	if err := each(func(i int) error { return cs[i].Barrier(ctx) }); err != nil {
+	// Every rank of the job measured before any closes: an allreduce, as
+	// the first was, over the links that one made; Barrier's
+	// dissemination partners would be new links, and so descriptors the
+	// process may not have.
+	if err := each(func(i int) error { return comm.AllReduce(ctx, cs[i], []float32{0}, comm.Sum) }); err != nil {
 		fmt.Fprintln(stderr, "scale:", firstError(errs))
 		return 1
 	}
