@@ -133,20 +133,26 @@ func blockRanks(spec, size, addr, transport string, timeout time.Duration, stdou
 	fds0, rss0, reqs0 := openFDs(), rssKiB(), bootstrap.Requests()
 	cs := make([]*comm.Communicator, count)
 	ss := make([]sample, count)
-	errs := make([]error, count)
-	var wg sync.WaitGroup
+	// The first rank to fail is the cause; the rest fail because it
+	// cancelled them.
+	var (
+		cause error
+		once  sync.Once
+		wg    sync.WaitGroup
+	)
 	each := func(f func(i int) error) error {
 		for i := range count {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if errs[i] = f(i); errs[i] != nil {
+				if err := f(i); err != nil {
+					once.Do(func() { cause = err })
 					cancel()
 				}
 			}()
 		}
 		wg.Wait()
-		return errors.Join(errs...)
+		return cause
 	}
 	defer each(func(i int) error {
 		if cs[i] != nil {
@@ -172,7 +178,7 @@ func blockRanks(spec, size, addr, transport string, timeout time.Duration, stdou
 		})
 	}
 	if err != nil {
-		fmt.Fprintln(stderr, "scale:", firstError(errs))
+		fmt.Fprintln(stderr, "scale:", cause)
 		return 1
 	}
 	fds, rss := (openFDs()-fds0)/count, (rssKiB()-rss0)/int64(count)
@@ -185,7 +191,7 @@ func blockRanks(spec, size, addr, transport string, timeout time.Duration, stdou
 	// dissemination partners would be new links, and so descriptors the
 	// process may not have.
 	if err := each(func(i int) error { return comm.AllReduce(ctx, cs[i], []float32{0}, comm.Sum) }); err != nil {
-		fmt.Fprintln(stderr, "scale:", firstError(errs))
+		fmt.Fprintln(stderr, "scale:", cause)
 		return 1
 	}
 	for _, s := range ss {
@@ -200,22 +206,4 @@ func parseBlock(spec string) (first, count int, ok bool) {
 	first, err1 := strconv.Atoi(a)
 	count, err2 := strconv.Atoi(b)
 	return first, count, found && err1 == nil && err2 == nil && first >= 0 && count >= 1
-}
-
-// firstError is the error that made the others give up: one that is not
-// just the cancellation it caused.
-func firstError(errs []error) error {
-	var first error
-	for _, err := range errs {
-		if err == nil {
-			continue
-		}
-		if !errors.Is(err, context.Canceled) {
-			return err
-		}
-		if first == nil {
-			first = err
-		}
-	}
-	return first
 }
