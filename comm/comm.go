@@ -75,8 +75,9 @@ type Communicator struct {
 	t     transport.Transport
 	g     *collectives.Group
 	store *bootstrap.Client
-	// linkStore is the TCP transport's own store connection, for the
-	// addresses of the peers it links to as calls need them.
+	// linkStore is the network transports' own store connection (TCP's
+	// and RDMA's), for the addresses of the peers they link to as calls
+	// need them.
 	linkStore *bootstrap.Client
 	// calls is the store where a stalled collective publishes what it
 	// called (stall.go): the job's, shared by its sub-communicators;
@@ -203,8 +204,9 @@ const DefaultTimeout = 10 * time.Minute
 // Init joins the job described by the launcher's environment (grun,
 // torchrun-style, Open MPI or Slurm; see bootstrap.FromEnv) and connects to
 // the other ranks: to every one (shared memory, RDMA, TCP with
-// GOCOLL_TCP_CONNECT=eager), or over TCP by default to the partners of a
-// first allreduce, the rest as calls need them. It returns once every rank
+// GOCOLL_TCP_CONNECT=eager, RDMA with GOCOLL_RDMA_CONNECT=eager), or
+// over TCP by default to the partners of a first allreduce, the rest, and
+// RDMA's queue pairs, as calls need them. It returns once every rank
 // has joined and that allreduce has run among them all. A rank a
 // launcher started leaves, from Init on, if that launcher exits
 // (ErrLauncherGone). In an elastic job that runs already, the process is
@@ -324,7 +326,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 			return fail("", err)
 		}
 	}
-	if cfg.Size > 1 && cfg.Addr != "" && strings.Contains(c.tname, "tcp") && !s.tcp.Eager {
+	if cfg.Size > 1 && cfg.Addr != "" && (strings.Contains(c.tname, "tcp") && !s.tcp.Eager || strings.Contains(c.tname, "rdma") && !s.rdma.Eager) {
 		c.leavers = make(chan error, 1) // answerReports watches
 	}
 	go c.watch()
@@ -394,6 +396,13 @@ func readSettings(opts []Option) (settings, error) {
 		s.tcp.Eager = true
 	default:
 		return s, fmt.Errorf("GOCOLL_TCP_CONNECT=%q: want warm, lazy or eager: %w", v, ErrInvalid)
+	}
+	switch v := strings.ToLower(strings.TrimSpace(os.Getenv("GOCOLL_RDMA_CONNECT"))); v {
+	case "", "lazy":
+	case "eager":
+		s.rdma.Eager = true
+	default:
+		return s, fmt.Errorf("GOCOLL_RDMA_CONNECT=%q: want lazy or eager: %w", v, ErrInvalid)
 	}
 	if !s.stallSet {
 		s.stall = DefaultStall
