@@ -400,6 +400,19 @@ func (t *Transport) link(ctx context.Context, r int, op string) (*peer, error) {
 	}
 }
 
+// linkLater brings up the queue pair to r in the background, for a call
+// that must not wait; one such goroutine per peer at a time.
+func (t *Transport) linkLater(r int) {
+	p, err := t.makePeer(r)
+	if err != nil || p.isUp() || p.failed() != nil || !p.linking.CompareAndSwap(false, true) {
+		return // a call that waits will say what failed
+	}
+	go func() {
+		defer p.linking.Store(false)
+		t.link(t.life, r, "send to")
+	}()
+}
+
 // endAttempt records the end of one attempt on p (out or in), with err if
 // it failed for a reason that makes p lost. The last attempt to end
 // forgets a and wakes the calls waiting on it.

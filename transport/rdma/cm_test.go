@@ -366,3 +366,28 @@ func TestCloseUnlinked(t *testing.T) {
 		t.Fatalf("Close took %v", d)
 	}
 }
+
+// TestAbortAfterFirstContact: a queue pair made on demand carries an
+// abort's cause like one made at Connect.
+func TestAbortAfterFirstContact(t *testing.T) {
+	if !haveDevice(t) {
+		return
+	}
+	ts := newMesh(t, 2, Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := ts[1].Send(ctx, 0, []byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	m, err := ts[0].Recv(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts[0].Release(m)
+	ts[1].(transport.Aborter).Abort(errors.New("test abort"))
+	_, err = ts[0].Recv(ctx, 1)
+	var pe *transport.PeerError
+	if !errors.Is(err, transport.ErrPeerLost) || !errors.As(err, &pe) || pe.Peer != 1 || !strings.Contains(err.Error(), "rank 1 gave up: test abort") {
+		t.Fatalf("recv from an aborted peer: %v, want ErrPeerLost naming rank 1 and the cause", err)
+	}
+}

@@ -8,14 +8,14 @@
 // completion queue with a completion channel, and starts a small
 // connection manager: a TCP listener on the interface through which it
 // reaches the rendezvous store (as tcp's), whose address is its one
-// record in the store. Nothing is made per peer yet. The first call that
-// needs a peer (Send, Recv, Close's goodbye only to peers made) makes
-// this rank's one reliable-connected queue pair to it, with that peer's
-// receive slab and send staging slab, takes it to INIT with its receives
-// posted, fetches the peer's address from the store and exchanges queue
-// pair numbers, PSNs, LID/GID, MTU and the receive slab's address and
-// rkey with it over a short-lived connection authenticated with the job
-// token, as rdma_cm would over its own channel. The answering end takes
+// record in the store. Nothing is made per peer yet. The first Send or
+// Recv that needs a peer makes this rank's one reliable-connected queue
+// pair to it (credits, probes, goodbyes and aborts go only to peers with
+// one), with that peer's receive slab and send staging slab, takes it to
+// INIT with its receives posted, fetches the peer's address from the
+// store and exchanges queue pair numbers, PSNs, LID/GID, MTU and the
+// receive slab's address and rkey with it over a short-lived connection
+// authenticated with the job token, as rdma_cm would over its own channel. The answering end takes
 // its queue pair to RTR and RTS before it answers, and the dialer writes
 // only after its own are, so no write reaches a queue pair not yet
 // receiving (such a write is dropped and counts against the retries).

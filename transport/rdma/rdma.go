@@ -88,6 +88,9 @@ type peer struct {
 	remote peerInfo
 	upOnce sync.Once
 	up     chan struct{}
+	// linking is set while a goroutine of linkLater's brings the queue
+	// pair up.
+	linking atomic.Bool
 
 	// Inbound, under t.progress.
 	recvSeq  int
@@ -429,13 +432,14 @@ func (t *Transport) Send(ctx context.Context, to int, b []byte) error {
 // one; it may still wait for this rank's own device (the staging slot's
 // last write, a send queue entry), never for the peer.
 func (t *Transport) SendParts(ctx context.Context, to int, head, body []byte, wait bool) (bool, error) {
-	if !wait {
-		// Making a queue pair waits for the peer: the caller sends the
-		// usual way instead (see transport.PartSender).
-		if to >= 0 && to < t.size {
-			if p := t.peers[to].Load(); p == nil || !p.isUp() {
-				return false, nil
-			}
+	if !wait && to >= 0 && to < t.size && to != t.rank && t.life != nil && t.life.Err() == nil {
+		if p := t.peers[to].Load(); p == nil || !p.isUp() {
+			// Bringing a queue pair up waits for the peer, which this
+			// call must not: it starts that in the background, and the
+			// caller retries or sends the usual way (see
+			// transport.PartSender).
+			t.linkLater(to)
+			return false, nil
 		}
 	}
 	p, err := t.sendPeer(ctx, to, head, body)

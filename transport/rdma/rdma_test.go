@@ -465,12 +465,15 @@ func TestPeerClosed(t *testing.T) {
 	}
 }
 
-// TestAbort: the peers of a rank that aborts learn at once.
+// TestAbort: the peers of a rank that aborts learn at once. The queue
+// pairs are made eagerly: rank 1 never talks to rank 2, and the abort
+// notice goes only to peers with a queue pair (without one, a rank
+// learns of the abort from the store, which comm watches).
 func TestAbort(t *testing.T) {
 	if !haveDevice(t) {
 		return
 	}
-	ts := newMesh(t, 3, Options{})
+	ts := newMesh(t, 3, Options{Eager: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	start := time.Now()
