@@ -306,7 +306,7 @@ func (t *Transport) mine() *info {
 		namespace: nsHash(t.opts.Namespace), lid: h.lid, mtu: h.mtu, linkLayer: h.linkLayer, gid: h.gid}
 }
 
-// ready takes p's queue pair to RTR and RTS with the peer's numbers, the
+// connectTo takes p's queue pair to RTR and RTS with the peer's numbers, the
 // first time; later exchanges must carry the same numbers.
 func (p *peer) connectTo(theirs *info) error {
 	p.cm.Lock()
