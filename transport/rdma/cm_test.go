@@ -85,9 +85,10 @@ func TestEager(t *testing.T) {
 		t.Fatalf("queue pairs after an eager Connect: %v, want 3 per rank", got)
 	}
 	for r := range 4 {
-		for _, p := range ts[r].(*Transport).list {
-			if !p.isUp() {
-				t.Errorf("rank %d: queue pair to rank %d not up after an eager Connect", r, p.rank)
+		tr := ts[r].(*Transport)
+		for q := range tr.peers {
+			if p := tr.peers[q].Load(); q != r && (p == nil || !p.isUp()) {
+				t.Errorf("rank %d: queue pair to rank %d not up after an eager Connect", r, q)
 			}
 		}
 	}
