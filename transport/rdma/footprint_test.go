@@ -48,35 +48,41 @@ func fdKinds() map[string]int {
 	return m
 }
 
-// queuePairs counts this process's RC queue pairs as the kernel lists
-// them (rdma-core's `rdma` tool), or -1 without the tool.
-func queuePairs() int {
-	out, err := exec.Command("rdma", "resource", "show", "qp").Output()
+// resources reads the device's resource counts from the kernel
+// (rdma-core's `rdma resource show`: "0: rxe0: pd 1 cq 1 qp 1 ... mr 0
+// ..."), summed over devices, or nil without the tool.
+func resources() map[string]int {
+	out, err := exec.Command("rdma", "resource", "show").Output()
 	if err != nil {
-		return -1
+		return nil
 	}
-	n, pid := 0, "pid "+strconv.Itoa(os.Getpid())+" "
+	m := map[string]int{}
 	for _, l := range strings.Split(string(out), "\n") {
-		if strings.Contains(l, " type RC ") && strings.Contains(l+" ", pid) {
-			n++
+		f := strings.Fields(l)
+		for i := 2; i+1 < len(f); i += 2 {
+			if n, err := strconv.Atoi(f[i+1]); err == nil {
+				m[f[i]] += n
+			}
 		}
 	}
-	return n
+	return m
 }
 
 // TestAllReduceFootprint runs an allreduce-only job of 8 in-process
 // ranks, small and large, and reports what the ranks hold: queue pairs
-// (counted by the kernel) and descriptors, per rank. The ranks use the
-// partners of recursive doubling and of the large-message algorithm, far
-// fewer than the 7 peers each; descriptors do not grow with either.
+// and memory registrations (counted by the kernel) and descriptors, per
+// rank; the descriptors include the test's store connections, two per
+// rank, client and server. The ranks use the partners of recursive
+// doubling and of the large-message algorithm, fewer than the 7 peers
+// each; descriptors grow with neither.
 func TestAllReduceFootprint(t *testing.T) {
 	if !haveDevice(t) {
 		return
 	}
 	const n = 8
-	fds0, kinds0 := openFDs(t), fdKinds()
+	fds0, kinds0, res0 := openFDs(t), fdKinds(), resources()
 	ts := newMesh(t, n, Options{})
-	fds1, qps1 := openFDs(t), queuePairs()
+	fds1, res1 := openFDs(t), resources()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	sizes := []int{1 << 10, 4 << 20}
@@ -99,12 +105,14 @@ func TestAllReduceFootprint(t *testing.T) {
 				t.Fatalf("allreduce of %d bytes, rank %d: %v", size, r, err)
 			}
 		}
-		fds, qps := openFDs(t), queuePairs()
-		t.Logf("after an allreduce of %d bytes: %.2f queue pairs per rank, %.2f descriptors per rank (%.2f after Connect, %d queue pairs then)",
-			size, float64(qps)/n, float64(fds-fds0)/n, float64(fds1-fds0)/n, qps1)
+		fds, res := openFDs(t), resources()
+		t.Logf("after an allreduce of %d bytes: per rank %.2f queue pairs and %.2f memory registrations (after Connect: %.2f and %.2f), %.2f descriptors (%.2f after Connect)",
+			size, float64(res["qp"]-res0["qp"])/n, float64(res["mr"]-res0["mr"])/n,
+			float64(res1["qp"]-res0["qp"])/n, float64(res1["mr"]-res0["mr"])/n,
+			float64(fds-fds0)/n, float64(fds1-fds0)/n)
 		t.Logf("descriptors by kind: before Connect %v, now %v", kinds0, fdKinds())
-		if qps > 0 && qps >= n*(n-1) {
-			t.Errorf("%d queue pairs for %d ranks: every rank made one to every peer", qps, n)
+		if res != nil && res["qp"]-res0["qp"] >= n*(n-1) {
+			t.Errorf("%d queue pairs for %d ranks: every rank made one to every peer", res["qp"]-res0["qp"], n)
 		}
 	}
 }

@@ -1017,12 +1017,14 @@ func (p *peer) protocolError(format string, args ...any) {
 }
 
 // fail marks the peer unusable with cause err (the first cause wins) and
-// wakes everyone waiting on it.
+// wakes everyone waiting on it. The loss is recorded first: a call woken
+// by it, on another goroutine than the one failing p (the connection
+// manager's), must find it announced.
 func (p *peer) fail(err error) {
 	p.failOnce.Do(func() {
 		p.err = err
-		close(p.dead)
 		p.t.noteLoss(p)
+		close(p.dead)
 	})
 }
 
