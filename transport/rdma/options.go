@@ -20,7 +20,8 @@ type Store interface {
 }
 
 // Options tune the mesh. The zero value picks the defaults. Every rank of
-// a job must use the same Slots and SlotSize (Connect checks).
+// a job must use the same Slots and SlotSize (each exchange of queue pair
+// numbers checks).
 type Options struct {
 	// Device is the verbs device to use, e.g. "mlx5_0" or "rxe0" (comm
 	// reads GOCOLL_IB_DEV). Empty: the first device with an active port.

@@ -804,10 +804,10 @@ func (t *Transport) returnCredits() {
 	}
 }
 
-// probe sends every peer an empty RDMA write, once per ProbeInterval:
-// it touches no memory and raises no completion at the peer, but a dead
-// peer acknowledges nothing, and the queue pair fails with
-// IBV_WC_RETRY_EXC_ERR once the retries run out.
+// probe sends every peer whose queue pair is up an empty RDMA write, once
+// per ProbeInterval: it touches no memory and raises no completion at the
+// peer, but a dead peer acknowledges nothing, and the queue pair fails
+// with IBV_WC_RETRY_EXC_ERR once the retries run out.
 func (t *Transport) probe() {
 	if time.Since(t.lastProbe) < t.opts.ProbeInterval {
 		return
@@ -1071,20 +1071,21 @@ func (p *peer) error(op string) error {
 }
 
 // Close implements transport.Transport. It wakes every pending call with
-// ErrClosed, says goodbye to every peer, and polls on until each peer has
-// said goodbye too and ours are acknowledged (at most CloseLinger), so
-// that no peer's write meets a queue pair already gone; then it releases
-// everything.
+// ErrClosed, stops making queue pairs, says goodbye to every peer it has
+// one with, and polls on until each such peer has said goodbye too and
+// ours are acknowledged (at most CloseLinger), so that no peer's write
+// meets a queue pair already gone; then it releases everything.
 func (t *Transport) Close() error {
 	t.shut(ctlBye, t.opts.CloseLinger, nil)
 	return nil
 }
 
-// Abort implements transport.Aborter: it tells every peer that this rank
-// aborted, so their pending and later calls fail with ErrPeerLost naming
-// it, and tears the mesh down without waiting for anyone's goodbye. A
-// peer the message does not reach learns when its next write or probe
-// goes unanswered. The notice carries cause's text (at most maxAbortText
+// Abort implements transport.Aborter: it tells every peer it has a queue
+// pair with that this rank aborted, so their pending and later calls fail
+// with ErrPeerLost naming it, and tears the mesh down without waiting for
+// anyone's goodbye. A peer the message does not reach learns when its
+// next write or probe goes unanswered; one without a queue pair, when its
+// exchange with this rank is refused (or from the store). The notice carries cause's text (at most maxAbortText
 // bytes) when the peer has a slot free for it, as it nearly always has;
 // otherwise the peer learns only that this rank aborted.
 func (t *Transport) Abort(cause error) error {
