@@ -59,6 +59,7 @@ func TestInitMistakes(t *testing.T) {
 			comm.ErrEnv, []string{"198.18.250.1 is not an address of this host", "127.0.0.1"}},
 		{"GOCOLL_ELASTIC typo", map[string]string{"RANK": "0", "WORLD_SIZE": "1", "GOCOLL_ELASTIC": "yes please"}, comm.ErrInvalid, []string{`GOCOLL_ELASTIC="yes please"`, "1 or 0"}},
 		{"GOCOLL_STALL typo", map[string]string{"RANK": "0", "WORLD_SIZE": "1", "GOCOLL_STALL": "soon"}, comm.ErrInvalid, []string{`GOCOLL_STALL="soon"`, "off"}},
+		{"GOCOLL_RDMA_CONNECT typo", map[string]string{"RANK": "0", "WORLD_SIZE": "1", "GOCOLL_RDMA_CONNECT": "warm"}, comm.ErrInvalid, []string{`GOCOLL_RDMA_CONNECT="warm"`, "lazy or eager"}},
 		{"GOCOLL_TRACE unwritable", map[string]string{"RANK": "0", "WORLD_SIZE": "1", "GOCOLL_TRACE": "/nonexistent-dir/t-%r"}, comm.ErrInvalid,
 			[]string{`GOCOLL_TRACE="/nonexistent-dir/t-%r"`, "/nonexistent-dir/t-0"}},
 		{"torchrun static rendezvous", map[string]string{"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port,
