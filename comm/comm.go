@@ -75,8 +75,9 @@ type Communicator struct {
 	t     transport.Transport
 	g     *collectives.Group
 	store *bootstrap.Client
-	// linkStore is the TCP transport's own store connection, for the
-	// addresses of the peers it links to as calls need them.
+	// linkStore is the network transports' own store connection (TCP's
+	// and RDMA's), for the addresses of the peers they link to as calls
+	// need them.
 	linkStore *bootstrap.Client
 	// calls is the store where a stalled collective publishes what it
 	// called (stall.go): the job's, shared by its sub-communicators;
@@ -202,9 +203,10 @@ const DefaultTimeout = 10 * time.Minute
 
 // Init joins the job described by the launcher's environment (grun,
 // torchrun-style, Open MPI or Slurm; see bootstrap.FromEnv) and connects to
-// the other ranks: to every one (RDMA, TCP with GOCOLL_TCP_CONNECT=eager),
-// or over TCP and shared memory by default to the partners of a first
-// allreduce, the rest as calls need them. It returns once every rank
+// the other ranks: to every one with GOCOLL_TCP_CONNECT=eager (TCP) or
+// GOCOLL_RDMA_CONNECT=eager (RDMA), or by default to the partners of a
+// first allreduce, the rest (links, shared-memory rings, RDMA queue pairs)
+// as calls need them. It returns once every rank
 // has joined and that allreduce has run among them all. A rank a
 // launcher started leaves, from Init on, if that launcher exits
 // (ErrLauncherGone). In an elastic job that runs already, the process is
@@ -324,10 +326,12 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 			return fail("", err)
 		}
 	}
-	// Links made on demand (TCP's unless eager, shared memory's unless
+	// Links made on demand (TCP's, shared memory's and RDMA's unless
 	// eager) leave a rank with no link to most peers: the store's word
 	// of a departure is then how it learns of theirs.
-	onDemand := strings.Contains(c.tname, "tcp") && !s.tcp.Eager || strings.Contains(c.tname, "shm") && !s.shm.Eager
+	onDemand := strings.Contains(c.tname, "tcp") && !s.tcp.Eager ||
+		strings.Contains(c.tname, "shm") && !s.shm.Eager ||
+		strings.Contains(c.tname, "rdma") && !s.rdma.Eager
 	if cfg.Size > 1 && cfg.Addr != "" && onDemand {
 		c.leavers = make(chan error, 1) // answerReports watches
 	}
@@ -410,6 +414,13 @@ func readSettings(opts []Option) (settings, error) {
 		s.tcp.Eager = true
 	default:
 		return s, fmt.Errorf("GOCOLL_TCP_CONNECT=%q: want warm, lazy or eager: %w", v, ErrInvalid)
+	}
+	switch v := strings.ToLower(strings.TrimSpace(os.Getenv("GOCOLL_RDMA_CONNECT"))); v {
+	case "", "lazy":
+	case "eager":
+		s.rdma.Eager = true
+	default:
+		return s, fmt.Errorf("GOCOLL_RDMA_CONNECT=%q: want lazy or eager: %w", v, ErrInvalid)
 	}
 	if !s.stallSet {
 		s.stall = DefaultStall

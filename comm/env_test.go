@@ -62,6 +62,7 @@ func TestInitMistakes(t *testing.T) {
 		{"GOCOLL_SPIN not a duration", map[string]string{"RANK": "0", "WORLD_SIZE": "1", "GOCOLL_SPIN": "fast"}, comm.ErrInvalid, []string{`GOCOLL_SPIN="fast"`, "20us"}},
 		{"GOCOLL_SPIN negative", map[string]string{"RANK": "0", "WORLD_SIZE": "1", "GOCOLL_SPIN": "-1ms"}, comm.ErrInvalid, []string{`GOCOLL_SPIN="-1ms"`, "from 0 to 1s"}},
 		{"GOCOLL_SPIN too long", map[string]string{"RANK": "0", "WORLD_SIZE": "1", "GOCOLL_SPIN": "5s"}, comm.ErrInvalid, []string{`GOCOLL_SPIN="5s"`}},
+		{"GOCOLL_RDMA_CONNECT typo", map[string]string{"RANK": "0", "WORLD_SIZE": "1", "GOCOLL_RDMA_CONNECT": "warm"}, comm.ErrInvalid, []string{`GOCOLL_RDMA_CONNECT="warm"`, "lazy or eager"}},
 		{"GOCOLL_TRACE unwritable", map[string]string{"RANK": "0", "WORLD_SIZE": "1", "GOCOLL_TRACE": "/nonexistent-dir/t-%r"}, comm.ErrInvalid,
 			[]string{`GOCOLL_TRACE="/nonexistent-dir/t-%r"`, "/nonexistent-dir/t-0"}},
 		{"torchrun static rendezvous", map[string]string{"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port,

@@ -3,6 +3,7 @@ package comm_test
 import (
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -161,29 +162,38 @@ func TestAbortRace(t *testing.T) {
 	}
 }
 
-// TestUnlinkedRankLoss: over TCP with links made on demand, rank 0 holds
-// no link to rank 3 (Init links recursive doubling's partners: 1 and 2
-// of 4). When rank 3 gives up while rank 0 waits in a collective on idle
-// ranks that are alive, no link of rank 0's can tell it; the store's
-// departures must, as a link to rank 3 would have. Eager links are the
-// reference.
+// TestUnlinkedRankLoss: over TCP with links made on demand, and over
+// RDMA with queue pairs made on demand where there is a device
+// (GOCOLL_IB_DEV, which vmtest/run sets), rank 0 holds no link to rank 3
+// (Init links recursive doubling's partners: 1 and 2 of 4). When rank 3
+// gives up while rank 0 waits in a collective on idle ranks that are
+// alive, no link of rank 0's can tell it; the store's departures must,
+// as a link to rank 3 would have. Eager links are the reference.
 func TestUnlinkedRankLoss(t *testing.T) {
-	for _, mode := range []string{"lazy", "eager"} {
-		t.Run(mode, func(t *testing.T) {
-			t.Setenv("GOCOLL_TCP_CONNECT", mode)
-			cs := local(t, 4, comm.WithTransport("tcp"))
-			reason := errors.New("out of disk")
-			time.AfterFunc(200*time.Millisecond, func() { cs[3].Abort(reason) })
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			start := time.Now()
-			err := comm.AllReduce(ctx, cs[0], make([]float32, 16), comm.Sum)
-			if !errors.Is(err, comm.ErrPeerLost) || !strings.Contains(err.Error(), "rank 3") {
-				t.Fatalf("rank 0: %v, want ErrPeerLost naming rank 3", err)
-			}
-			if d := time.Since(start); d > 5*time.Second {
-				t.Errorf("rank 0 learned after %v, want within moments", d)
-			}
-		})
+	transports := []string{"tcp"}
+	if os.Getenv("GOCOLL_IB_DEV") != "" {
+		transports = append(transports, "rdma")
+	}
+	for _, tr := range transports {
+		for _, mode := range []string{"lazy", "eager"} {
+			t.Run(tr+"/"+mode, func(t *testing.T) { unlinkedRankLoss(t, tr, mode) })
+		}
+	}
+}
+
+func unlinkedRankLoss(t *testing.T, tr, mode string) {
+	t.Setenv("GOCOLL_"+strings.ToUpper(tr)+"_CONNECT", mode)
+	cs := local(t, 4, comm.WithTransport(tr))
+	reason := errors.New("out of disk")
+	time.AfterFunc(200*time.Millisecond, func() { cs[3].Abort(reason) })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	start := time.Now()
+	err := comm.AllReduce(ctx, cs[0], make([]float32, 16), comm.Sum)
+	if !errors.Is(err, comm.ErrPeerLost) || !strings.Contains(err.Error(), "rank 3") {
+		t.Fatalf("rank 0: %v, want ErrPeerLost naming rank 3", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("rank 0 learned after %v, want within moments", d)
 	}
 }

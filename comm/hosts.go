@@ -502,18 +502,21 @@ func firstPartners(rank, n int) []int {
 // "tcp".
 func (c *Communicator) connectNetwork(ctx context.Context, store *bootstrap.Client, name string, s settings) (transport.Transport, error) {
 	cfg := c.cfg
-	if name != "rdma" {
-		// The links fetch addresses as calls need them, for the
-		// transport's life, through a store connection of their own:
-		// on the communicator's, a request of the watchdog's cut short
-		// by its deadline leaves the connection unusable, and a dial
-		// behind it would fail for no fault of the peer's.
+	// Both transports fetch addresses as calls need them, for the
+	// transport's life, through a store connection of their own: on the
+	// communicator's, a request of the watchdog's cut short by its
+	// deadline leaves the connection unusable, and a dial behind it would
+	// fail for no fault of the peer's. An elastic RDMA job's TCP side
+	// shares it.
+	if c.linkStore == nil && (name != "rdma" || cfg.Size > 1) {
 		links, err := bootstrap.Dial(ctx, cfg.Addr, cfg.Token)
 		if err != nil {
 			return nil, err
 		}
 		c.linkStore = links
-		return tcp.Connect(ctx, links, cfg.Rank, cfg.Size, cfg.Token, s.tcp)
+	}
+	if name != "rdma" {
+		return tcp.Connect(ctx, c.linkStore, cfg.Rank, cfg.Size, cfg.Token, s.tcp)
 	}
 	if cfg.Size == 1 {
 		// One rank opens no connection, so Connect would not find out
@@ -522,7 +525,7 @@ func (c *Communicator) connectNetwork(ctx context.Context, store *bootstrap.Clie
 			return nil, fmt.Errorf("GOCOLL_TRANSPORT=rdma: %w: %w", ErrUnsupported, err)
 		}
 	}
-	t, err := rdma.Connect(ctx, store, cfg.Rank, cfg.Size, cfg.Token, s.rdma)
+	t, err := rdma.Connect(ctx, c.linkStore, cfg.Rank, cfg.Size, cfg.Token, s.rdma)
 	if errors.Is(err, rdma.ErrUnavailable) {
 		return nil, fmt.Errorf("GOCOLL_TRANSPORT=rdma: %w: %w", ErrUnsupported, err)
 	}

@@ -32,6 +32,9 @@ const (
 	Store Service = 1 // the rendezvous key/value store
 	Mesh  Service = 2 // a data connection between two ranks
 	Join  Service = 3 // grun --join asking a running grun for a seat
+	// QueuePair is two ranks exchanging the numbers of an RDMA queue
+	// pair, the connection manager of transport/rdma.
+	QueuePair Service = 4
 )
 
 func (s Service) String() string {
@@ -42,6 +45,8 @@ func (s Service) String() string {
 		return "mesh"
 	case Join:
 		return "join"
+	case QueuePair:
+		return "queue pair"
 	}
 	return fmt.Sprintf("service(%d)", uint16(s))
 }

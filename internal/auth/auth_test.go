@@ -366,6 +366,7 @@ func TestServiceString(t *testing.T) {
 	}{
 		{Store, "store"},
 		{Mesh, "mesh"},
+		{QueuePair, "queue pair"},
 		{Service(9), "service(9)"},
 	}
 	for _, tt := range tests {

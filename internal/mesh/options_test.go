@@ -1,6 +1,7 @@
 package mesh
 
 import (
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -53,5 +54,27 @@ func TestRingsFill(t *testing.T) {
 		case c.wantErr != "" && (err == nil || !strings.HasPrefix(err.Error(), c.wantErr)):
 			t.Errorf("Fill(%d, %d) = %v, want an error starting %q", c.slots, c.size, err, c.wantErr)
 		}
+	}
+}
+
+func TestListenHost(t *testing.T) {
+	if got := ListenHost("10.1.2.3", nil); got != "10.1.2.3" {
+		t.Errorf("explicit host: %q", got)
+	}
+	if got := ListenHost("", struct{}{}); got != "127.0.0.1" {
+		t.Errorf("no store address: %q, want loopback", got)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got := ListenHost("", c); got != "127.0.0.1" {
+		t.Errorf("store reached over loopback: %q", got)
 	}
 }

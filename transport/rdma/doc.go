@@ -1,26 +1,56 @@
 // Package rdma is the transport over InfiniBand and RoCE through rdma-core's
 // libibverbs: the one a job uses when its hosts have RDMA NICs.
 //
-// # Data path
+// # Queue pairs on demand
 //
 // At Connect each rank opens one device port (Options.Device, else the
 // first device with an active port), allocates a protection domain, one
-// completion queue with a completion channel, and one reliable-connected
-// queue pair per peer. Queue pair numbers, PSNs, LIDs/GIDs and the address
-// and rkey of the receive slab each peer may write are exchanged through
-// the rendezvous store, as NCCL and Gloo do (no rdma_cm); every queue pair
-// then goes RESET→INIT→RTR→RTS, and no rank writes before every peer's
-// queue pairs are ready (a second round through the store), since a write
-// to a queue pair not yet receiving is dropped and counts against the
-// retries.
+// completion queue with a completion channel, and starts a small
+// connection manager: a TCP listener on the interface through which it
+// reaches the rendezvous store (as tcp's), whose address is its one
+// record in the store. Nothing is made per peer yet. The first Send or
+// Recv that needs a peer makes this rank's one reliable-connected queue
+// pair to it (credits, probes, goodbyes and aborts go only to peers with
+// one), with that peer's receive slab and send staging slab, takes it to
+// INIT with its receives posted, fetches the peer's address from the
+// store and exchanges queue pair numbers, PSNs, LID/GID, MTU and the
+// receive slab's address and rkey with it over a short-lived connection
+// authenticated with the job token, as rdma_cm would over its own channel. The answering end takes
+// its queue pair to RTR and RTS before it answers, and the dialer writes
+// only after its own are, so no write reaches a queue pair not yet
+// receiving (such a write is dropped and counts against the retries).
+// Every rank answers in the background, without a call of its user's:
+// waiting for the other end to need the pair too could deadlock a rank
+// whose Send goes to a peer busy receiving from a third rank, itself
+// waiting on the first. When both ends dial at once, one queue pair per
+// end still results (a rank makes at most one per peer, and every
+// exchange with that peer carries its numbers), and the higher rank's
+// connection is the one answered, as in tcp. cm.go has the details.
+//
+// So a job's store traffic is one record per rank and one lookup per
+// pair that talks, not n records of n entries each; and a rank's queue
+// pairs, registered memory and completion traffic grow with the partners
+// its algorithms use (O(log n) for recursive doubling, 2 for a ring), not
+// with n. Its descriptors do not grow at all: the exchange's connection
+// is closed once the pair is up, leaving the listener, the device's and
+// the completion channel's, and an eventfd. The completion queue cannot
+// grow in place, so it is sized at Connect for every peer that can ever
+// connect, up to what the device allows; a device that caps it lower
+// lets a rank make queue pairs to as many peers as fit, and a further
+// one fails with ErrInvalid saying so. Options.Eager makes every queue
+// pair at Connect instead (comm: GOCOLL_RDMA_CONNECT=eager), so that a
+// job either starts fully connected or fails at start.
+//
+// # Data path
 //
 // Receive slabs and send staging slabs are mmapped off the Go heap (the
 // NIC writes there behind the garbage collector's back; huge pages when
-// the system has them reserved, else transparent huge pages), registered
-// once, and cut into Options.Slots slots of Options.SlotSize bytes per
-// peer. A Send is one RDMA WRITE_WITH_IMM into the peer's next slot; its
-// 32-bit immediate carries the length (25 bits, hence slots of at most 16
-// MiB) and credits going back (7 bits; see below). Slots fill in order,
+// the system has them reserved, else transparent huge pages, for slabs of
+// 2 MiB and more), registered once, and cut into Options.Slots slots of
+// Options.SlotSize bytes. A Send is one RDMA WRITE_WITH_IMM into the
+// peer's next slot; its 32-bit immediate carries the length (25 bits,
+// hence slots of at most 16 MiB) and credits going back (7 bits; see
+// below). Slots fill in order,
 // so which one a write filled goes without saying. Messages up to the
 // inline size (256 bytes by default, as far as the device grants) are
 // written inline from the caller's buffer; larger ones are copied into
@@ -52,7 +82,8 @@
 // # Zero-copy sends
 //
 // Register (transport.Registrar; comm.Register for programs) registers a
-// caller's buffer with the device, as NCCL's ncclCommRegister does. A
+// caller's buffer with the device's protection domain, which every queue
+// pair shares, those made later too, as NCCL's ncclCommRegister does. A
 // message whose body lies inside a registered buffer and is at least
 // Options.ZeroCopyMin long (64 KiB by default) is then one write of two
 // gather elements: the header, if any, copied to the staging slot, and
@@ -88,9 +119,14 @@
 // engine sends every silent peer an empty RDMA write once per
 // Options.ProbeInterval; a dead peer is then noticed within about
 // ProbeInterval + (RetryCount+1) × 4.096 µs × 2^Timeout (1.5 s by default).
-// Close sends each peer a goodbye (ErrPeerClosed on its side) and waits
-// for theirs; Abort sends an abort (ErrPeerLost on theirs) and waits for
-// nothing. The abort's cause travels with it, written into the slot the
+// A peer this rank has no queue pair with is lost when a call needs it
+// and the exchange fails: its connection manager refuses the connection
+// (it died, gave up or closed), or the store fails the lookup of its
+// address; the error wraps ErrPeerLost and names it. A rank that needs
+// no call to such a peer learns of its death from the store, which sees
+// every rank's departure (comm watches it). Close sends each peer with a
+// queue pair a goodbye (ErrPeerClosed on its side) and waits for theirs;
+// Abort sends an abort (ErrPeerLost on theirs) and waits for nothing. The abort's cause travels with it, written into the slot the
 // peer reads next when one is free, so the peer's error says why this rank
 // gave up.
 //
@@ -116,7 +152,9 @@
 // missing (ErrNoLibrary), no device (ErrNoDevice), the named device does
 // not exist (ErrDeviceNotFound, listing those that do), no active port
 // (ErrPortNotActive), an empty GID (ErrBadGID), or RLIMIT_MEMLOCK below
-// what the slabs need (ErrMemlock, saying the limit and how to raise it).
+// what the slabs need (ErrMemlock, saying the limit and how to raise it;
+// Connect checks room for one peer's slabs, or every peer's when eager,
+// and each new queue pair for its own).
 // Probe checks the first four without building anything.
 //
 // # Fork safety

@@ -20,7 +20,8 @@ type Store interface {
 }
 
 // Options tune the mesh. The zero value picks the defaults. Every rank of
-// a job must use the same Slots and SlotSize (Connect checks).
+// a job must use the same Slots and SlotSize (each exchange of queue pair
+// numbers checks).
 type Options struct {
 	// Device is the verbs device to use, e.g. "mlx5_0" or "rxe0" (comm
 	// reads GOCOLL_IB_DEV). Empty: the first device with an active port.
@@ -81,6 +82,20 @@ type Options struct {
 	ProbeInterval time.Duration
 	// CloseLinger bounds how long Close waits for peers to say goodbye.
 	CloseLinger time.Duration
+	// Eager makes Connect bring up a queue pair to every peer before it
+	// returns, so that a job either starts fully connected or fails at
+	// start (comm: GOCOLL_RDMA_CONNECT=eager). By default a rank makes
+	// the queue pair to a peer, and its slabs, the first time a call
+	// needs that peer, so that its memory and queue pairs grow with the
+	// partners its algorithms use, not with the job's size.
+	Eager bool
+	// ListenHost is the address the connection manager listens on for
+	// peers exchanging queue pair numbers. Default: the local address of
+	// this rank's connection to the store, as for tcp.
+	ListenHost string
+	// HandshakeTimeout bounds one exchange of queue pair numbers with a
+	// peer (default 10 s).
+	HandshakeTimeout time.Duration
 }
 
 const (
@@ -153,6 +168,9 @@ func (o *Options) fill() error {
 	}
 	if o.CloseLinger <= 0 {
 		o.CloseLinger = 2 * time.Second
+	}
+	if o.HandshakeTimeout <= 0 {
+		o.HandshakeTimeout = mesh.DefaultHandshake
 	}
 	return nil
 }
@@ -354,16 +372,15 @@ func memlockError(need, limit uint64, unlimited, capIPCLock bool) error {
 		"or use fewer or smaller slots", ErrMemlock, limit>>10, (need+1023)>>10)
 }
 
-// info is what a rank publishes through the store for the others: its
-// port's address and, for each peer, the queue pair that peer must
-// connect to and the receive slab it may write.
+// info is what a rank tells a peer when they connect (see cm.go): its
+// port's address and the queue pair and receive slab meant for that peer.
 type info struct {
 	rank, size, slots, slotSize uint32
 	namespace                   uint64
 	lid                         uint16
 	mtu, linkLayer              uint8
 	gid                         [16]byte
-	peers                       []peerInfo // indexed by rank
+	qp                          peerInfo
 }
 
 type peerInfo struct {
@@ -373,9 +390,10 @@ type peerInfo struct {
 }
 
 const (
-	infoMagic   = "GCRD"
+	infoMagic   = "GCR2"
 	infoHdrLen  = 4 + 4*4 + 8 + 2 + 1 + 1 + 16
 	peerInfoLen = 4 + 4 + 8 + 4
+	infoLen     = infoHdrLen + peerInfoLen
 )
 
 func nsHash(ns string) uint64 {
@@ -385,7 +403,7 @@ func nsHash(ns string) uint64 {
 }
 
 func (in *info) marshal() []byte {
-	b := make([]byte, infoHdrLen+peerInfoLen*len(in.peers))
+	b := make([]byte, infoLen)
 	copy(b, infoMagic)
 	le := binary.LittleEndian
 	le.PutUint32(b[4:], in.rank)
@@ -397,18 +415,16 @@ func (in *info) marshal() []byte {
 	b[30] = in.mtu
 	b[31] = in.linkLayer
 	copy(b[32:48], in.gid[:])
-	for i, p := range in.peers {
-		o := infoHdrLen + i*peerInfoLen
-		le.PutUint32(b[o:], p.qpn)
-		le.PutUint32(b[o+4:], p.psn)
-		le.PutUint64(b[o+8:], p.addr)
-		le.PutUint32(b[o+16:], p.rkey)
-	}
+	o := infoHdrLen
+	le.PutUint32(b[o:], in.qp.qpn)
+	le.PutUint32(b[o+4:], in.qp.psn)
+	le.PutUint64(b[o+8:], in.qp.addr)
+	le.PutUint32(b[o+16:], in.qp.rkey)
 	return b
 }
 
 func parseInfo(b []byte) (*info, error) {
-	if len(b) < infoHdrLen || string(b[:4]) != infoMagic || (len(b)-infoHdrLen)%peerInfoLen != 0 {
+	if len(b) != infoLen || string(b[:4]) != infoMagic {
 		return nil, fmt.Errorf("malformed queue pair record of %d bytes: %w", len(b), errProtocol)
 	}
 	le := binary.LittleEndian
@@ -417,25 +433,21 @@ func parseInfo(b []byte) (*info, error) {
 		namespace: le.Uint64(b[20:]), lid: le.Uint16(b[28:]), mtu: b[30], linkLayer: b[31],
 	}
 	copy(in.gid[:], b[32:48])
-	n := (len(b) - infoHdrLen) / peerInfoLen
-	if n != int(in.size) {
-		return nil, fmt.Errorf("queue pair record lists %d ranks for a job of %d: %w", n, in.size, errProtocol)
-	}
-	in.peers = make([]peerInfo, n)
-	for i := range in.peers {
-		o := infoHdrLen + i*peerInfoLen
-		in.peers[i] = peerInfo{qpn: le.Uint32(b[o:]), psn: le.Uint32(b[o+4:]), addr: le.Uint64(b[o+8:]), rkey: le.Uint32(b[o+16:])}
-	}
+	o := infoHdrLen
+	in.qp = peerInfo{qpn: le.Uint32(b[o:]), psn: le.Uint32(b[o+4:]), addr: le.Uint64(b[o+8:]), rkey: le.Uint32(b[o+16:])}
 	return in, nil
 }
 
-// check validates a peer's record against this rank's.
+// check validates a peer's record against this rank's. want is the rank
+// expected, or -1 when any other rank of the job may be calling.
 func (in *info) check(mine *info, want int) error {
 	switch {
 	case in.namespace != mine.namespace:
 		return fmt.Errorf("record belongs to another communicator: %w", ErrMismatch)
-	case int(in.rank) != want:
-		return fmt.Errorf("record of rank %d published under rank %d: %w", in.rank, want, ErrMismatch)
+	case want >= 0 && int(in.rank) != want:
+		return fmt.Errorf("expected rank %d, the peer says it is rank %d: %w", want, in.rank, ErrMismatch)
+	case want < 0 && (in.rank == mine.rank || in.rank >= mine.size):
+		return fmt.Errorf("rank %d may not connect to rank %d of %d: %w", in.rank, mine.rank, mine.size, ErrMismatch)
 	case in.size != mine.size:
 		return fmt.Errorf("rank %d says the job has %d ranks, this rank says %d: %w", want, in.size, mine.size, ErrMismatch)
 	case in.slots != mine.slots || in.slotSize != mine.slotSize:

@@ -113,33 +113,46 @@ func TestMemlock(t *testing.T) {
 
 func TestInfo(t *testing.T) {
 	in := &info{rank: 1, size: 3, slots: 4, slotSize: 1 << 19, namespace: nsHash("c1"), lid: 7, mtu: 3, linkLayer: 2,
-		peers: []peerInfo{{qpn: 17, psn: 0xabcdef, addr: 1 << 40, rkey: 99}, {}, {qpn: 18, psn: 1, addr: 5, rkey: 6}}}
+		qp: peerInfo{qpn: 17, psn: 0xabcdef, addr: 1 << 40, rkey: 99}}
 	in.gid[0], in.gid[15] = 0xfe, 1
 	got, err := parseInfo(in.marshal())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.rank != 1 || got.size != 3 || got.gid != in.gid || got.lid != 7 || got.mtu != 3 || got.peers[2] != in.peers[2] || got.peers[0] != in.peers[0] {
+	if *got != *in {
 		t.Fatalf("round trip: %+v", got)
 	}
-	if err := got.check(in, 1); err != nil {
+	mine := *in
+	mine.rank = 0
+	if err := got.check(&mine, 1); err != nil {
 		t.Fatal(err)
 	}
-	if err := got.check(in, 2); !errors.Is(err, ErrMismatch) {
-		t.Errorf("record under the wrong rank: %v", err)
+	if err := got.check(&mine, -1); err != nil {
+		t.Fatalf("any rank may call: %v", err)
 	}
-	other := *in
+	if err := got.check(&mine, 2); !errors.Is(err, ErrMismatch) {
+		t.Errorf("record of the wrong rank: %v", err)
+	}
+	if err := got.check(in, -1); !errors.Is(err, ErrMismatch) {
+		t.Errorf("a record claiming this rank's own number: %v", err)
+	}
+	big := *got
+	big.rank = 3
+	if err := big.check(&mine, -1); !errors.Is(err, ErrMismatch) {
+		t.Errorf("a rank past the job's size: %v", err)
+	}
+	other := mine
 	other.slots = 8
 	if err := got.check(&other, 1); !errors.Is(err, ErrMismatch) || !strings.Contains(err.Error(), "same transport options") {
 		t.Errorf("slot mismatch: %v", err)
 	}
-	other = *in
+	other = mine
 	other.namespace = nsHash("c2")
 	if err := got.check(&other, 1); !errors.Is(err, ErrMismatch) {
 		t.Errorf("namespace mismatch: %v", err)
 	}
 	b := in.marshal()
-	for _, bad := range [][]byte{nil, b[:10], b[:len(b)-1], append([]byte("XXXX"), b[4:]...), b[:infoHdrLen+peerInfoLen]} {
+	for _, bad := range [][]byte{nil, b[:10], b[:len(b)-1], append([]byte("XXXX"), b[4:]...), append(b, 0)} {
 		if _, err := parseInfo(bad); !errors.Is(err, errProtocol) {
 			t.Errorf("%d bytes: %v", len(bad), err)
 		}

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -31,12 +30,13 @@ type Transport struct {
 	rank, size int
 	opts       Options
 	h          *hca
-	peers      []*peer // indexed by rank; nil at our own
-	list       []*peer
+	// peers holds, by rank, the peers this rank has made a queue pair
+	// with (cm.go); nil for the others and at our own rank.
+	peers []atomic.Pointer[peer]
+	// list is the peers the progress engine looks after: those of peers
+	// adopted so far (see adopt), under progress.
+	list []*peer
 
-	recvMem, sendMem []byte // mmapped slabs: all peers' slots, back to back
-	recvMR, sendMR   unsafe.Pointer
-	sendLKey         uint32
 	sqDepth, rqDepth int
 	sigEvery         uint64
 	// wakefd is the eventfd that interrupts a sleeping engine. wakeMu
@@ -58,6 +58,7 @@ type Transport struct {
 	lost     chan struct{}
 	lostErr  error
 
+	links    // the connection manager (cm.go)
 	registry // caller memory for zero-copy sends
 }
 
@@ -73,6 +74,23 @@ type peer struct {
 	slab       []byte // our receive slots for this peer
 	stage      []byte // our send staging slots for this peer
 	joined     []byte // a head and body joined for an inline write, under smu
+	// The slabs' mappings and registrations, released by destroy.
+	slabMem, stageMem []byte
+	slabMR, stageMR   unsafe.Pointer
+	rkey, sendLKey    uint32
+
+	// Bringing the queue pair up (cm.go). cm serializes the exchanges
+	// that may reach this peer at once (our dial, its dial, a retry);
+	// rtr and remote are under it. up closes once this rank knows that
+	// both ends' queue pairs receive: only then may it write.
+	cm     sync.Mutex
+	rtr    bool
+	remote peerInfo
+	upOnce sync.Once
+	up     chan struct{}
+	// linking is set while a goroutine of linkLater's brings the queue
+	// pair up.
+	linking atomic.Bool
 
 	// Inbound, under t.progress.
 	recvSeq  int
@@ -123,10 +141,12 @@ func Probe(opts Options) (string, error) {
 	return h.name + " port " + strconv.Itoa(h.port), nil
 }
 
-// Connect builds this rank's mesh: one RC queue pair to each of the
-// size-1 peers, connected through the rendezvous store. The token is not
-// used: the store is authenticated with it, so every record read from it
-// comes from a member of the job.
+// Connect joins the job as rank of size: it opens the device, publishes
+// the address of its connection manager in store, and returns. A queue
+// pair to a peer is made the first time a call needs that peer (see
+// cm.go), which needs store until Close; with Options.Eager, every queue
+// pair is up before Connect returns. token authenticates the exchanges
+// of queue pair numbers between ranks.
 func Connect(ctx context.Context, store Store, rank, size int, token []byte, opts Options) (*Transport, error) {
 	if err := opts.fill(); err != nil {
 		return nil, err
@@ -138,7 +158,7 @@ func Connect(ctx context.Context, store Store, rank, size int, token []byte, opt
 		rank:     rank,
 		size:     size,
 		opts:     opts,
-		peers:    make([]*peer, size),
+		peers:    make([]atomic.Pointer[peer], size),
 		progress: make(chan struct{}, 1),
 		closed:   make(chan struct{}),
 		lost:     make(chan struct{}),
@@ -151,12 +171,12 @@ func Connect(ctx context.Context, store Store, rank, size int, token []byte, opt
 	if store == nil {
 		return nil, fmt.Errorf("rdma: a job of %d ranks needs a rendezvous store: %w", size, ErrInvalid)
 	}
-	if err := t.connect(ctx, store); err != nil {
-		t.destroy()
+	if err := t.connect(ctx, store, token); err != nil {
+		t.Abort(err)
 		return nil, fmt.Errorf("rdma: rank %d: %w", rank, err)
 	}
-	logging.L().Debug("rdma mesh connected", "rank", rank, "size", size, "device", t.h.name, "port", t.h.port,
-		"slots", opts.Slots, "slot_size", opts.SlotSize, "inline", t.list[0].inline)
+	logging.L().Debug("rdma transport connected", "rank", rank, "size", size, "device", t.h.name, "port", t.h.port,
+		"slots", opts.Slots, "slot_size", opts.SlotSize, "eager", opts.Eager, "queue_pairs", t.Links())
 	return t, nil
 }
 
@@ -180,6 +200,17 @@ func lockLimit() (limit uint64, unlimited, capIPCLock bool) {
 // process from sharing, and breaking, the registered pages.
 func mmapSlab(n int) ([]byte, error) {
 	const huge = 2 << 20
+	if n < huge {
+		// A small slab (few, small slots) would waste most of a huge
+		// page, for every peer.
+		size := (n + unix.Getpagesize() - 1) &^ (unix.Getpagesize() - 1)
+		mem, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+		if err != nil {
+			return nil, fmt.Errorf("mmap of %d bytes: %w", size, err)
+		}
+		unix.Madvise(mem, unix.MADV_DONTFORK)
+		return mem, nil
+	}
 	size := (n + huge - 1) &^ (huge - 1)
 	mem, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_HUGETLB)
 	if err != nil {
@@ -197,7 +228,10 @@ func (t *Transport) key(kind string, r int) string {
 	return t.opts.Namespace + "rdma/" + kind + "/" + strconv.Itoa(r)
 }
 
-func (t *Transport) connect(ctx context.Context, store Store) error {
+// connect opens the device and sets up what every queue pair shares: the
+// completion queue, its channel and the engine's eventfd; then it starts
+// the connection manager (cm.go).
+func (t *Transport) connect(ctx context.Context, store Store, token []byte) error {
 	o := t.opts
 	h, err := openHCA(o)
 	if err != nil {
@@ -205,10 +239,15 @@ func (t *Transport) connect(ctx context.Context, store Store) error {
 	}
 	t.h = h
 	npeers := t.size - 1
-	slab := o.Slots * o.SlotSize
-	need := uint64(2 * npeers * slab)
-	if lim, unl, capOK := lockLimit(); memlockError(need, lim, unl, capOK) != nil {
-		return memlockError(need, lim, unl, capOK)
+	// A lazy rank registers one peer's slabs at a time; an eager one all
+	// of them at once. Either way a limit too low for what it will need
+	// first fails here, with the advice, rather than in the first call.
+	first := 1
+	if o.Eager {
+		first = npeers
+	}
+	if err := t.memlockCheck(first); err != nil {
+		return err
 	}
 	// Per direction at most Slots data writes, Slots credit messages and
 	// a goodbye are outstanding (see the package doc), plus room for
@@ -219,132 +258,57 @@ func (t *Transport) connect(ctx context.Context, store Store) error {
 	if t.sqDepth > h.maxQPWR {
 		return fmt.Errorf("%w: %d slots need %d work requests per queue pair, %s allows %d", ErrInvalid, o.Slots, t.sqDepth, h.name, h.maxQPWR)
 	}
-	cqe := npeers*(t.sqDepth+t.rqDepth) + 16
+	// The one completion queue must hold every completion of every queue
+	// pair that can ever exist here, since nothing can grow it in place;
+	// where the device caps it below that, this rank can link to as many
+	// peers as fit (maxPeers), and a link past that fails.
+	per := t.sqDepth + t.rqDepth
+	cqe := npeers*per + 16
 	if h.maxCQE > 0 && cqe > h.maxCQE {
-		return fmt.Errorf("%w: %d ranks with %d slots need a completion queue of %d entries, %s allows %d", ErrInvalid, t.size, o.Slots, cqe, h.name, h.maxCQE)
+		cqe = h.maxCQE
+	}
+	t.maxPeers = min(npeers, (cqe-16)/per)
+	if t.maxPeers < 1 || o.Eager && t.maxPeers < npeers {
+		return fmt.Errorf("%w: %d ranks with %d slots need a completion queue of %d entries, %s allows %d",
+			ErrInvalid, t.size, o.Slots, npeers*per+16, h.name, h.maxCQE)
 	}
 	if err := h.setup(cqe); err != nil {
 		return err
-	}
-	if t.recvMem, err = mmapSlab(npeers * slab); err != nil {
-		return err
-	}
-	if t.sendMem, err = mmapSlab(npeers * slab); err != nil {
-		return err
-	}
-	var recvLKey, recvRKey uint32
-	if t.recvMR, recvLKey, recvRKey, err = h.regMR(t.recvMem, true); err != nil {
-		return err
-	}
-	_ = recvLKey
-	if t.sendMR, t.sendLKey, _, err = h.regMR(t.sendMem, false); err != nil {
-		return err
-	}
-
-	mine := &info{rank: uint32(t.rank), size: uint32(t.size), slots: uint32(o.Slots), slotSize: uint32(o.SlotSize),
-		namespace: nsHash(o.Namespace), lid: h.lid, mtu: h.mtu, linkLayer: h.linkLayer, gid: h.gid,
-		peers: make([]peerInfo, t.size)}
-	i := 0
-	for r := 0; r < t.size; r++ {
-		if r == t.rank {
-			continue
-		}
-		p := &peer{
-			t:        t,
-			rank:     r,
-			psn:      rand.Uint32() & 0xffffff,
-			slab:     t.recvMem[i*slab : (i+1)*slab : (i+1)*slab],
-			stage:    t.sendMem[i*slab : (i+1)*slab : (i+1)*slab],
-			ready:    make(chan transport.Message, o.Slots),
-			recvNote: make(chan struct{}, 1),
-			sendNote: make(chan struct{}, 1),
-			cr:       credits{avail: o.Slots, slots: o.Slots},
-			stageWR:  make([]uint64, o.Slots),
-			dead:     make(chan struct{}),
-		}
-		i++
-		t.peers[r] = p
-		t.list = append(t.list, p)
-		if p.qp, p.qpn, p.inline, p.sges, err = h.createQP(t.sqDepth, t.rqDepth, o.MaxInline); err != nil {
-			return err
-		}
-		p.inline = min(p.inline, o.MaxInline)
-		p.joined = make([]byte, p.inline)
-		if err := h.qpInit(p.qp); err != nil {
-			return err
-		}
-		// Receives are posted before the peer can possibly write.
-		if err := h.postRecvs(p.qp, wrID(wrRecv, r, 0), t.rqDepth); err != nil {
-			return fmt.Errorf("%w: %v", ErrVerbs, err)
-		}
-		mine.peers[r] = peerInfo{qpn: p.qpn, psn: p.psn, addr: uint64(uintptr(unsafe.Pointer(&p.slab[0]))), rkey: recvRKey}
-	}
-	if err := store.Put(ctx, t.key("qp", t.rank), mine.marshal()); err != nil {
-		return fmt.Errorf("publish queue pairs: %w", err)
-	}
-	for _, p := range t.list {
-		b, err := store.Get(ctx, t.key("qp", p.rank))
-		if err != nil {
-			return &transport.PeerError{Peer: p.rank, Op: "connect", Err: fmt.Errorf("queue pair record: %w", err)}
-		}
-		theirs, err := parseInfo(b)
-		if err == nil {
-			err = theirs.check(mine, p.rank)
-		}
-		if err != nil {
-			return &transport.PeerError{Peer: p.rank, Op: "connect", Err: err}
-		}
-		pi := theirs.peers[t.rank]
-		p.remoteAddr, p.remoteRKey = pi.addr, pi.rkey
-		if err := h.qpRTR(p.qp, min(h.mtu, theirs.mtu), pi.qpn, pi.psn, theirs.gid, theirs.lid, o.GIDIndex); err != nil {
-			return &transport.PeerError{Peer: p.rank, Op: "connect", Err: err}
-		}
-		if err := h.qpRTS(p.qp, p.psn, o); err != nil {
-			return &transport.PeerError{Peer: p.rank, Op: "connect", Err: err}
-		}
-	}
-	// A write reaching a queue pair not yet ready to receive is dropped
-	// and retried; after every retry the sender's queue pair fails. So
-	// nobody writes before every peer's queue pairs are ready.
-	if err := store.Put(ctx, t.key("ready", t.rank), []byte{1}); err != nil {
-		return fmt.Errorf("publish readiness: %w", err)
-	}
-	for _, p := range t.list {
-		if _, err := store.Get(ctx, t.key("ready", p.rank)); err != nil {
-			return &transport.PeerError{Peer: p.rank, Op: "connect", Err: fmt.Errorf("waiting for its queue pairs: %w", err)}
-		}
 	}
 	fd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
 	if err != nil {
 		return fmt.Errorf("eventfd: %w", err)
 	}
 	t.wakefd = fd
-	return nil
+	return t.startLinks(ctx, store, token)
 }
 
-// destroy releases everything, whatever state connect reached.
+// memlockCheck says whether n peers' slabs fit under RLIMIT_MEMLOCK.
+func (t *Transport) memlockCheck(n int) error {
+	need := uint64(2 * n * t.opts.Slots * t.opts.SlotSize)
+	lim, unl, capOK := lockLimit()
+	return memlockError(need, lim, unl, capOK)
+}
+
+// destroy releases everything, whatever state connect reached. The
+// connection manager has stopped (see stopLinks): no queue pair is being
+// made or brought up.
 func (t *Transport) destroy() {
-	for _, p := range t.list {
+	t.makeMu.Lock()
+	defer t.makeMu.Unlock()
+	for r := range t.peers {
+		p := t.peers[r].Load()
+		if p == nil {
+			continue
+		}
 		p.smu.Lock()
 		p.gone = true
-		if p.qp != nil {
-			t.h.destroyQP(p.qp)
-			p.qp = nil
-		}
 		p.smu.Unlock()
+		p.release()
 	}
 	if t.h != nil {
 		t.dropRegions()
-		t.h.deregMR(t.recvMR)
-		t.h.deregMR(t.sendMR)
-		t.recvMR, t.sendMR = nil, nil
 		t.h.close()
-	}
-	for _, m := range []*[]byte{&t.recvMem, &t.sendMem} {
-		if *m != nil {
-			unix.Munmap(*m)
-			*m = nil
-		}
 	}
 	t.wakeMu.Lock()
 	if t.wakefd >= 0 {
@@ -352,6 +316,24 @@ func (t *Transport) destroy() {
 		t.wakefd = -1
 	}
 	t.wakeMu.Unlock()
+}
+
+// release destroys p's queue pair and its slabs, whatever of them exist.
+func (p *peer) release() {
+	h := p.t.h
+	if p.qp != nil {
+		h.destroyQP(p.qp)
+		p.qp = nil
+	}
+	h.deregMR(p.slabMR)
+	h.deregMR(p.stageMR)
+	p.slabMR, p.stageMR = nil, nil
+	for _, m := range []*[]byte{&p.slabMem, &p.stageMem} {
+		if *m != nil {
+			unix.Munmap(*m)
+			*m = nil
+		}
+	}
 }
 
 // Rank implements transport.Transport.
@@ -371,7 +353,9 @@ func (t *Transport) Device() string {
 	return t.h.name + " port " + strconv.Itoa(t.h.port)
 }
 
-func (t *Transport) peer(r int, op string) (*peer, error) {
+// peer returns peer r once its queue pair is up (or it failed), making
+// the queue pair first if there is none yet (see link).
+func (t *Transport) peer(ctx context.Context, r int, op string) (*peer, error) {
 	if r < 0 || r >= t.size || r == t.rank {
 		return nil, fmt.Errorf("rdma: %s: rank %d is not a peer of rank %d in a job of %d: %w", op, r, t.rank, t.size, ErrInvalid)
 	}
@@ -380,12 +364,15 @@ func (t *Transport) peer(r int, op string) (*peer, error) {
 		return nil, &transport.PeerError{Peer: r, Op: op, Err: transport.ErrClosed}
 	default:
 	}
-	return t.peers[r], nil
+	if p := t.peers[r].Load(); p != nil && (p.isUp() || p.failed() != nil) {
+		return p, nil
+	}
+	return t.link(ctx, r, op)
 }
 
 // Recv implements transport.Transport.
 func (t *Transport) Recv(ctx context.Context, from int) (transport.Message, error) {
-	p, err := t.peer(from, "recv from")
+	p, err := t.peer(ctx, from, "recv from")
 	if err != nil {
 		return transport.Message{}, err
 	}
@@ -445,7 +432,17 @@ func (t *Transport) Send(ctx context.Context, to int, b []byte) error {
 // one; it may still wait for this rank's own device (the staging slot's
 // last write, a send queue entry), never for the peer.
 func (t *Transport) SendParts(ctx context.Context, to int, head, body []byte, wait bool) (bool, error) {
-	p, err := t.sendPeer(to, head, body)
+	if !wait && to >= 0 && to < t.size && to != t.rank && t.life != nil && t.life.Err() == nil {
+		if p := t.peers[to].Load(); p == nil || !p.isUp() {
+			// Bringing a queue pair up waits for the peer, which this
+			// call must not: it starts that in the background, and the
+			// caller retries or sends the usual way (see
+			// transport.PartSender).
+			t.linkLater(to)
+			return false, nil
+		}
+	}
+	p, err := t.sendPeer(ctx, to, head, body)
 	if err != nil {
 		return false, err
 	}
@@ -482,15 +479,11 @@ func (t *Transport) SendParts(ctx context.Context, to int, head, body []byte, wa
 }
 
 // sendPeer checks a send of head and body to rank to.
-func (t *Transport) sendPeer(to int, head, body []byte) (*peer, error) {
-	p, err := t.peer(to, "send to")
-	if err != nil {
-		return nil, err
-	}
+func (t *Transport) sendPeer(ctx context.Context, to int, head, body []byte) (*peer, error) {
 	if n := len(head) + len(body); n > t.opts.SlotSize {
 		return nil, fmt.Errorf("rdma: send of %d bytes to rank %d exceeds the %d-byte slot: %w", n, to, t.opts.SlotSize, ErrInvalid)
 	}
-	return p, nil
+	return t.peer(ctx, to, "send to")
 }
 
 // writeData writes head then body, as one message, into the peer's next
@@ -552,14 +545,14 @@ func (p *peer) writeData(ctx context.Context, head, body []byte) error {
 		// straight from the caller's registered memory.
 		if len(head) > 0 {
 			off := slot * t.opts.SlotSize
-			first = gather{unsafe.Pointer(&p.stage[off]), copy(p.stage[off:], head), t.sendLKey}
+			first = gather{unsafe.Pointer(&p.stage[off]), copy(p.stage[off:], head), p.sendLKey}
 		}
 		second = gather{unsafe.Pointer(&body[0]), len(body), zc.lkey}
 	default:
 		off := slot * t.opts.SlotSize
 		b := p.stage[off : off+n]
 		copy(b[copy(b, head):], body)
-		first = gather{unsafe.Pointer(&b[0]), n, t.sendLKey}
+		first = gather{unsafe.Pointer(&b[0]), n, p.sendLKey}
 	}
 	seq, err := p.postLocked(opWriteImm, !inline, inline, first, second, raddr, imm)
 	if err != nil {
@@ -600,7 +593,7 @@ func (p *peer) noticeLocked(why []byte) int {
 	// A plain write, no immediate: the control message after it says
 	// where the text is, and the queue pair's order puts the text in the
 	// slot before the peer sees that message.
-	seq, err := p.postLocked(opRDMAWrite, false, false, gather{unsafe.Pointer(&p.stage[off]), n, t.sendLKey}, gather{}, raddr, 0)
+	seq, err := p.postLocked(opRDMAWrite, false, false, gather{unsafe.Pointer(&p.stage[off]), n, p.sendLKey}, gather{}, raddr, 0)
 	if err != nil {
 		return 0
 	}
@@ -666,13 +659,14 @@ func (p *peer) postLocked(opcode int, signal, inline bool, a, b gather, raddr ui
 	return seq, nil
 }
 
-// HasCredit implements transport.CreditReporter.
+// HasCredit implements transport.CreditReporter. A peer without a queue
+// pair up yet has every slot free: Send makes the queue pair first.
 func (t *Transport) HasCredit(to int) bool {
-	if to < 0 || to >= t.size || t.peers[to] == nil {
+	if to < 0 || to >= t.size {
 		return true
 	}
-	p := t.peers[to]
-	return p.failed() != nil || p.hasCredit()
+	p := t.peers[to].Load()
+	return p == nil || !p.isUp() || p.failed() != nil || p.hasCredit()
 }
 
 // Release implements transport.Transport.
@@ -680,7 +674,7 @@ func (t *Transport) Release(m transport.Message) {
 	if m.Peer < 0 || int(m.Peer) >= t.size {
 		return
 	}
-	p := t.peers[m.Peer]
+	p := t.peers[m.Peer].Load()
 	if p == nil {
 		return
 	}
@@ -694,7 +688,7 @@ func (t *Transport) Release(m transport.Message) {
 // queue has room; otherwise they stay owed and go on a later pass.
 func (p *peer) flushCreditsLocked() {
 	c := p.pending.Load()
-	if c == 0 || p.gone || p.t.closing.Load() || p.failed() != nil || !p.roomLocked() {
+	if c == 0 || p.gone || p.t.closing.Load() || p.failed() != nil || !p.isUp() || !p.roomLocked() {
 		return
 	}
 	if _, err := p.postLocked(opSendImm, false, false, gather{}, gather{}, 0, encodeCtl(ctlCredit, int(c))); err == nil {
@@ -810,17 +804,17 @@ func (t *Transport) returnCredits() {
 	}
 }
 
-// probe sends every peer an empty RDMA write, once per ProbeInterval:
-// it touches no memory and raises no completion at the peer, but a dead
-// peer acknowledges nothing, and the queue pair fails with
-// IBV_WC_RETRY_EXC_ERR once the retries run out.
+// probe sends every peer whose queue pair is up an empty RDMA write, once
+// per ProbeInterval: it touches no memory and raises no completion at the
+// peer, but a dead peer acknowledges nothing, and the queue pair fails
+// with IBV_WC_RETRY_EXC_ERR once the retries run out.
 func (t *Transport) probe() {
 	if time.Since(t.lastProbe) < t.opts.ProbeInterval {
 		return
 	}
 	t.lastProbe = time.Now()
 	for _, p := range t.list {
-		if p.failed() != nil || !p.smu.TryLock() {
+		if p.failed() != nil || !p.isUp() || !p.smu.TryLock() {
 			continue
 		}
 		if !p.gone && !t.closing.Load() && p.roomLocked() {
@@ -868,6 +862,7 @@ func (t *Transport) wake() {
 // returned, sends completed, failures. Then it replaces the receives
 // consumed.
 func (t *Transport) pass() (int, error) {
+	t.adopt()
 	n, err := t.h.poll(t.wcs)
 	if err != nil || n == 0 {
 		return n, err
@@ -894,11 +889,14 @@ func (t *Transport) pass() (int, error) {
 
 func (t *Transport) complete(w *wc) {
 	kind, r, seq := splitWRID(w.wrID)
-	if r >= t.size || t.peers[r] == nil {
+	var p *peer
+	if r < t.size {
+		p = t.peers[r].Load()
+	}
+	if p == nil {
 		logging.L().Warn("rdma: completion for no known peer", "rank", t.rank, "wr_id", w.wrID)
 		return
 	}
-	p := t.peers[r]
 	if w.status != wcSuccess {
 		p.broken = true
 		if w.status == wcFlushErr {
@@ -921,6 +919,14 @@ func (t *Transport) complete(w *wc) {
 		notify(p.sendNote)
 	case wrRecv:
 		p.repost++
+		// The peer wrote, so its queue pair is up, and it brought it up
+		// only once ours received: a lost last word of the exchange
+		// (cm.go) does not keep this rank from answering. rts, under
+		// the lock the exchange held, also orders the exchange's writes
+		// (the peer's slab address) before the writes this allows.
+		if !p.isUp() && p.rts() {
+			p.markUp()
+		}
 		switch w.opcode {
 		case wcOpRecvImm:
 			t.arrived(p, w.imm)
@@ -1011,12 +1017,14 @@ func (p *peer) protocolError(format string, args ...any) {
 }
 
 // fail marks the peer unusable with cause err (the first cause wins) and
-// wakes everyone waiting on it.
+// wakes everyone waiting on it. The loss is recorded first: a call woken
+// by it, on another goroutine than the one failing p (the connection
+// manager's), must find it announced.
 func (p *peer) fail(err error) {
 	p.failOnce.Do(func() {
 		p.err = err
-		close(p.dead)
 		p.t.noteLoss(p)
+		close(p.dead)
 	})
 }
 
@@ -1063,20 +1071,21 @@ func (p *peer) error(op string) error {
 }
 
 // Close implements transport.Transport. It wakes every pending call with
-// ErrClosed, says goodbye to every peer, and polls on until each peer has
-// said goodbye too and ours are acknowledged (at most CloseLinger), so
-// that no peer's write meets a queue pair already gone; then it releases
-// everything.
+// ErrClosed, stops making queue pairs, says goodbye to every peer it has
+// one with, and polls on until each such peer has said goodbye too and
+// ours are acknowledged (at most CloseLinger), so that no peer's write
+// meets a queue pair already gone; then it releases everything.
 func (t *Transport) Close() error {
 	t.shut(ctlBye, t.opts.CloseLinger, nil)
 	return nil
 }
 
-// Abort implements transport.Aborter: it tells every peer that this rank
-// aborted, so their pending and later calls fail with ErrPeerLost naming
-// it, and tears the mesh down without waiting for anyone's goodbye. A
-// peer the message does not reach learns when its next write or probe
-// goes unanswered. The notice carries cause's text (at most maxAbortText
+// Abort implements transport.Aborter: it tells every peer it has a queue
+// pair with that this rank aborted, so their pending and later calls fail
+// with ErrPeerLost naming it, and tears the mesh down without waiting for
+// anyone's goodbye. A peer the message does not reach learns when its
+// next write or probe goes unanswered; one without a queue pair, when its
+// exchange with this rank is refused (or from the store). The notice carries cause's text (at most maxAbortText
 // bytes) when the peer has a slot free for it, as it nearly always has;
 // otherwise the peer learns only that this rank aborted.
 func (t *Transport) Abort(cause error) error {
@@ -1097,6 +1106,8 @@ const maxAbortText = 512
 func (t *Transport) shut(kind int, linger time.Duration, why []byte) {
 	t.closeOnce.Do(func() {
 		close(t.closed)
+		// No queue pair is made or brought up from here on.
+		t.stopLinks()
 		if t.wakefd < 0 {
 			t.destroy()
 			return
@@ -1104,6 +1115,7 @@ func (t *Transport) shut(kind int, linger time.Duration, why []byte) {
 		t.wake()
 		t.progress <- struct{}{} // the engine is ours for good
 		t.closing.Store(true)
+		t.adopt()
 		deadline := time.Now().Add(linger)
 		if l := logging.L(); l.Enabled(context.Background(), slog.LevelDebug) {
 			var sent, credits, zc int
@@ -1115,7 +1127,9 @@ func (t *Transport) shut(kind int, linger time.Duration, why []byte) {
 			l.Debug("rdma mesh closing", "rank", t.rank, "messages_sent", sent, "zero_copy", zc, "credit_messages", credits)
 		}
 		for _, p := range t.list {
-			if err := p.failed(); err != nil && !errors.Is(err, transport.ErrPeerClosed) {
+			if err := p.failed(); err != nil && !errors.Is(err, transport.ErrPeerClosed) || !p.isUp() && !p.rts() {
+				// A peer whose queue pair never left INIT here has
+				// written nothing and waits for nothing from us.
 				continue
 			}
 			p.smu.Lock()
@@ -1147,7 +1161,12 @@ func (t *Transport) shut(kind int, linger time.Duration, why []byte) {
 				if p.byeSeq != 0 && p.sqDone.Load() < p.byeSeq {
 					done = false
 				}
-				if kind == ctlBye && !p.ended && !errors.Is(p.failed(), transport.ErrPeerLost) {
+				// A peer not known to be up (the last word of its
+				// exchange had not come when the connection manager
+				// stopped) may never have learned our numbers: our
+				// goodbye is acknowledged or fails, but it may send
+				// none.
+				if kind == ctlBye && p.isUp() && !p.ended && !errors.Is(p.failed(), transport.ErrPeerLost) {
 					done = false
 				}
 			}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gocoll/gocoll/internal/auth"
 	"github.com/gocoll/gocoll/internal/logging"
+	"github.com/gocoll/gocoll/internal/mesh"
 	"github.com/gocoll/gocoll/transport"
 )
 
@@ -439,17 +440,7 @@ func (t *Transport) handshake(ctx context.Context, c *net.TCPConn, dialer bool, 
 func (t *Transport) connect(ctx context.Context, store Store, token []byte) error {
 	t.store, t.token = store, token
 	t.life, t.endLife = context.WithCancel(context.Background())
-	host := t.opts.ListenHost
-	if host == "" {
-		if la, ok := t.store.(interface{ LocalAddr() net.Addr }); ok {
-			if ta, ok := la.LocalAddr().(*net.TCPAddr); ok {
-				host = ta.IP.String()
-			}
-		}
-	}
-	if host == "" {
-		host = "127.0.0.1"
-	}
+	host := mesh.ListenHost(t.opts.ListenHost, t.store)
 	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return fmt.Errorf("tcp: listen on %s: %w", host, err)
