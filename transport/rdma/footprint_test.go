@@ -111,8 +111,16 @@ func TestAllReduceFootprint(t *testing.T) {
 			float64(res1["qp"]-res0["qp"])/n, float64(res1["mr"]-res0["mr"])/n,
 			float64(fds-fds0)/n, float64(fds1-fds0)/n)
 		t.Logf("descriptors by kind: before Connect %v, now %v", kinds0, fdKinds())
-		if res != nil && res["qp"]-res0["qp"] >= n*(n-1) {
-			t.Errorf("%d queue pairs for %d ranks: every rank made one to every peer", res["qp"]-res0["qp"], n)
+		// Both algorithms pair rank r with r^1, r^2 and r^4 (recursive
+		// doubling, and Rabenseifner's halving on 8 ranks): 3 queue
+		// pairs a rank, where the full mesh had 7.
+		for r, tr := range ts {
+			if got := tr.(*Transport).Links(); got != 3 {
+				t.Errorf("after an allreduce of %d bytes rank %d holds %d queue pairs, want 3 (r^1, r^2, r^4)", size, r, got)
+			}
+		}
+		if res != nil && res["qp"]-res0["qp"] != 3*n {
+			t.Errorf("the kernel counts %d queue pairs for %d ranks, want %d", res["qp"]-res0["qp"], n, 3*n)
 		}
 	}
 }
