@@ -148,7 +148,7 @@ func TestCompareHosts(t *testing.T) {
 			}
 		}
 	}
-	if !strings.Contains(out.String(), "grun -x GOCOLL_TIMEOUT=150s -H ") {
+	if !strings.Contains(out.String(), " -x GOCOLL_TIMEOUT=150s ") {
 		t.Errorf("the header does not show GOCOLL_TIMEOUT passed to the ranks:\n%s", out.String())
 	}
 	if !strings.Contains(out.String(), "line rate 0.1250 GB/s") {
