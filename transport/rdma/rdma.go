@@ -54,6 +54,15 @@ type Transport struct {
 	closed    chan struct{}
 	closeOnce sync.Once
 
+	// held counts the messages queued for or handed out to callers and
+	// not yet released: each is a view into a receive slab, so a slab is
+	// unmapped only once none is held (unmapSlab), or a caller still
+	// copying out of a message when Abort runs would read unmapped
+	// memory. slabMu orders destroy's unmapping with the last Release.
+	held     atomic.Int64
+	slabMu   sync.Mutex
+	deferred [][]byte // slabs left for the last Release to unmap
+
 	lostOnce sync.Once
 	lost     chan struct{}
 	lostErr  error
@@ -304,6 +313,14 @@ func (t *Transport) destroy() {
 		p.smu.Lock()
 		p.gone = true
 		p.smu.Unlock()
+		// Messages nobody took will not be released.
+		for len(p.ready) > 0 {
+			select {
+			case <-p.ready:
+				t.held.Add(-1)
+			default:
+			}
+		}
 		p.release()
 	}
 	if t.h != nil {
@@ -328,11 +345,41 @@ func (p *peer) release() {
 	h.deregMR(p.slabMR)
 	h.deregMR(p.stageMR)
 	p.slabMR, p.stageMR = nil, nil
-	for _, m := range []*[]byte{&p.slabMem, &p.stageMem} {
-		if *m != nil {
-			unix.Munmap(*m)
-			*m = nil
+	if p.slabMem != nil {
+		p.t.unmapSlab(p.slabMem)
+		p.slabMem = nil
+	}
+	if p.stageMem != nil {
+		unix.Munmap(p.stageMem)
+		p.stageMem = nil
+	}
+}
+
+// unmapSlab unmaps a receive slab, or leaves it to the last Release while
+// callers hold messages (see held).
+func (t *Transport) unmapSlab(m []byte) {
+	t.slabMu.Lock()
+	defer t.slabMu.Unlock()
+	if t.held.Load() > 0 {
+		t.deferred = append(t.deferred, m)
+		return
+	}
+	unix.Munmap(m)
+}
+
+// unhold counts a message released, and unmaps the slabs destroy left
+// once none is held.
+func (t *Transport) unhold() {
+	if t.held.Add(-1) > 0 {
+		return
+	}
+	t.slabMu.Lock()
+	defer t.slabMu.Unlock()
+	if t.held.Load() == 0 {
+		for _, m := range t.deferred {
+			unix.Munmap(m)
 		}
+		t.deferred = nil
 	}
 }
 
@@ -678,6 +725,7 @@ func (t *Transport) Release(m transport.Message) {
 	if p == nil {
 		return
 	}
+	defer t.unhold()
 	if int(p.pending.Add(1)) >= creditBatch(t.opts.Slots) && p.smu.TryLock() {
 		p.flushCreditsLocked()
 		p.smu.Unlock()
@@ -956,10 +1004,12 @@ func (t *Transport) arrived(p *peer, imm uint32) {
 		return // nobody will receive it
 	}
 	off := slot * t.opts.SlotSize
+	t.held.Add(1)
 	select {
 	case p.ready <- transport.Message{Data: p.slab[off : off+n : off+n], Peer: int32(p.rank), Slot: int32(slot)}:
 		notify(p.recvNote)
 	default:
+		t.held.Add(-1)
 		p.protocolError("peer wrote into a slot it held no credit for")
 	}
 }
