@@ -69,7 +69,9 @@ func (c *Communicator) tellLeavers(ds []bootstrap.Departure) bool {
 		// Worded as the rank's own link would have told it.
 		saw = fmt.Sprintf("that rank %d gave up: %s", others[0].Rank, why)
 	}
-	c.leavers <- fmt.Errorf("%w: %w: the rendezvous saw %s", ErrPeerLost, bootstrap.ErrRankGone, saw)
+	// departed carries the departures, so that a call this ends, even one
+	// not yet started, names the rank that left as its cause (CallError).
+	c.leavers <- departed{err: fmt.Errorf("%w: %w: the rendezvous saw %s", ErrPeerLost, bootstrap.ErrRankGone, saw), ds: others}
 	return true
 }
 
@@ -113,4 +115,25 @@ func neverArrived(cfg Config) string {
 		missing = append(missing[:8], fmt.Sprintf("and %d more", len(missing)-8))
 	}
 	return ", ranks " + strings.Join(missing, ", ") + " never arrived"
+}
+
+// goneError names the first rank the store saw leave as a call's error
+// names its cause ("rank 3 died (...)"), and is bootstrap.ErrRankGone.
+type goneError struct{ text string }
+
+func (e goneError) Error() string { return e.text }
+func (e goneError) Unwrap() error { return bootstrap.ErrRankGone }
+
+// rankGone is the departures ds as the one line Init fails with when a
+// rank leaves before every rank has connected.
+func rankGone(ds []bootstrap.Departure) error {
+	d := ds[0]
+	text := fmt.Sprintf("rank %d %s", d.Rank, strings.Replace(d.Why, "die (", "died (", 1))
+	if why, ok := strings.CutPrefix(d.Why, "give up: "); ok {
+		text = fmt.Sprintf("rank %d gave up: %s", d.Rank, why)
+	}
+	if len(ds) > 1 {
+		text += fmt.Sprintf(", then %d more", len(ds)-1)
+	}
+	return goneError{text}
 }

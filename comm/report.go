@@ -231,7 +231,7 @@ func (c *Communicator) departed(ctx context.Context, cl *bootstrap.Client, stop 
 	select {
 	case <-ready:
 	default:
-		stop(fmt.Errorf("%w: %w: the rendezvous saw %s", ErrPeerLost, bootstrap.ErrRankGone, departures(ds)))
+		stop(fmt.Errorf("%w: %w", ErrPeerLost, rankGone(ds)))
 		select {
 		case <-ready: // too late to fail New
 		case <-ctx.Done():
