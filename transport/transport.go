@@ -53,12 +53,11 @@
 //	LossNotifier    x    x    x     x          a loss anywhere fails the running call at once, not when it next reads that peer
 //	Aborter         x    x    x     x          a broken rank drops its links so peers learn at once, not after a linger
 //	CreditReporter  x    x    x     x          the mux sends only when a slot is free, reading meanwhile instead of blocking
-//	PartSender           x    x     x          header and payload go straight into the slot: one copy less per message
+//	PartSender      x    x    x     x          header and payload go straight into the slot (tcp: one writev): one copy less per message
 //	Registrar                 x     x          memory registered once is sent from without a copy into a registered buffer
 //
-// tcp has no Registrar, having nothing to register, and no PartSender yet:
-// the mux copies header and payload into one buffer before tcp's writev,
-// a copy that a SendParts writing both parts in one writev would save.
+// tcp has no Registrar, having nothing to register: its writev already
+// reads the caller's memory.
 // Hybrid forwards each to the transport that carries the peer.
 package transport
 

@@ -266,8 +266,8 @@ func asBytes[T any](s []T) []byte {
 
 // TestHybridLimit: a message to a rank on this host is held to the
 // limit every rank shares, MaxMessage, by Send and by SendParts alike,
-// and SendParts to a rank on another host, over a transport that cannot
-// take parts, sends nothing and leaves the caller to send the usual way.
+// and SendParts to a rank on another host goes as TCP sends it, head and
+// body arriving as one message.
 func TestHybridLimit(t *testing.T) {
 	ts := hybridMesh(t, []int{0, 0, 1})
 	ctx := context.Background()
@@ -279,9 +279,14 @@ func TestHybridLimit(t *testing.T) {
 	if sent, err := h.SendParts(ctx, 1, big[:1], big[1:], false); sent || err == nil || !strings.Contains(err.Error(), "exceeds") {
 		t.Errorf("SendParts of MaxMessage()+1 bytes to a local rank: sent %v, %v; want an error saying it exceeds the limit", sent, err)
 	}
-	if sent, err := h.SendParts(ctx, 2, nil, []byte{1}, true); sent || err != nil {
-		t.Errorf("SendParts to a rank on another host over TCP: sent %v, %v; want false and no error", sent, err)
+	if sent, err := h.SendParts(ctx, 2, []byte{7}, []byte{1}, true); !sent || err != nil {
+		t.Fatalf("SendParts to a rank on another host over TCP: sent %v, %v; want it sent", sent, err)
 	}
+	m, err := ts[2].Recv(ctx, 0)
+	if err != nil || !bytes.Equal(m.Data, []byte{7, 1}) {
+		t.Fatalf("rank 2 received % x, %v; want 07 01", m.Data, err)
+	}
+	ts[2].Release(m)
 }
 
 // TestHybridSpare: the ranks of an elastic job on one host (a Hybrid of

@@ -287,26 +287,55 @@ func (t *Transport) Recv(ctx context.Context, from int) (transport.Message, erro
 
 // Send implements transport.Transport.
 func (t *Transport) Send(ctx context.Context, to int, b []byte) error {
+	_, err := t.SendParts(ctx, to, nil, b, true)
+	return err
+}
+
+// SendParts implements transport.PartSender: head and body go to the
+// kernel in one writev behind the frame header, so the mux's header needs
+// no buffer joining it to the payload. A peer not linked yet is linked
+// first, wait or not: its slots are all free.
+func (t *Transport) SendParts(ctx context.Context, to int, head, body []byte, wait bool) (bool, error) {
 	p, err := t.link(ctx, to, "send to")
 	if err != nil {
-		return err
+		return false, err
 	}
-	if len(b) > t.opts.SlotSize {
-		return fmt.Errorf("tcp: send of %d bytes to rank %d exceeds the %d-byte slot", len(b), to, t.opts.SlotSize)
+	if n := len(head) + len(body); n > t.opts.SlotSize {
+		return false, fmt.Errorf("tcp: send of %d bytes to rank %d exceeds the %d-byte slot", n, to, t.opts.SlotSize)
 	}
+	retried := false
 	for {
 		select {
 		case <-p.credits:
 			slot := p.sendSeq % t.opts.Slots
 			p.sendSeq++
-			return p.writeData(ctx, slot, b)
+			return true, p.writeData(ctx, slot, head, body)
 		default:
 		}
 		if p.failed() != nil {
-			return p.error("send to")
+			return false, p.error("send to")
+		}
+		if !wait {
+			// A credit may be waiting in the socket, unread: read once
+			// without blocking, unless another goroutine is reading.
+			if retried {
+				return false, nil
+			}
+			retried = true
+			select {
+			case t.progress <- struct{}{}:
+				err := t.pass(0)
+				<-t.progress
+				if err != nil {
+					return false, err
+				}
+			default:
+				return false, nil
+			}
+			continue
 		}
 		if err := t.await(ctx, p, p.sendNote, func() bool { return len(p.credits) > 0 }); err != nil {
-			return &transport.PeerError{Peer: to, Op: "send to", Err: err}
+			return false, &transport.PeerError{Peer: to, Op: "send to", Err: err}
 		}
 	}
 }
@@ -676,10 +705,10 @@ func (p *peer) tailPending() bool {
 	return p.tailLen.Load() > 0
 }
 
-// writeData sends one data frame: header and payload, with any credit
-// frame tail still owed in front. It returns only when every byte is with
-// the kernel, so b may be reused.
-func (p *peer) writeData(ctx context.Context, slot int, b []byte) error {
+// writeData sends one data frame: header and payload (head, then body),
+// with any credit frame tail still owed in front. It returns only when
+// every byte is with the kernel, so head and body may be reused.
+func (p *peer) writeData(ctx context.Context, slot int, head, body []byte) error {
 	p.wmu.Lock()
 	defer p.unlockWrite()
 	if p.failed() != nil {
@@ -691,18 +720,23 @@ func (p *peer) writeData(ctx context.Context, slot int, b []byte) error {
 	hdr[0] = frameData
 	hdr[1] = 0
 	binary.LittleEndian.PutUint16(hdr[2:], uint16(slot))
-	binary.LittleEndian.PutUint32(hdr[4:], uint32(len(b)))
+	binary.LittleEndian.PutUint32(hdr[4:], uint32(len(head)+len(body)))
 	binary.LittleEndian.PutUint32(hdr[8:], uint32(credits))
-	var iovs [3][]byte
+	var iovs [4][]byte
 	iov := iovs[:0]
 	if len(p.tail) > 0 {
 		iov = append(iov, p.tail)
 	}
-	if len(b) <= smallSend {
-		n := copy(p.wbuf[frameHdrLen:], b)
+	switch {
+	case len(head)+len(body) <= smallSend:
+		n := copy(p.wbuf[frameHdrLen:], head)
+		n += copy(p.wbuf[frameHdrLen+n:], body)
 		iov = append(iov, p.wbuf[:frameHdrLen+n])
-	} else {
-		iov = append(iov, hdr, b)
+	case len(head) <= smallSend:
+		n := copy(p.wbuf[frameHdrLen:], head)
+		iov = append(iov, p.wbuf[:frameHdrLen+n], body)
+	default:
+		iov = append(iov, hdr, head, body)
 	}
 	tailLen := len(p.tail)
 	written := 0

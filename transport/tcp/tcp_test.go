@@ -88,3 +88,9 @@ func TestConformanceSmallSlots(t *testing.T) {
 		return mesh(t, n, tcp.Options{Slots: 2, SlotSize: 4 << 10})
 	})
 }
+
+// TestSendParts runs the PartSender checks over TCP: header and payload
+// leave in one writev, and arrive as one message.
+func TestSendParts(t *testing.T) {
+	conformance.PartSender(t, mesh(t, 2, tcp.Options{Slots: 2, SlotSize: 8 << 10}), 8<<10)
+}
