@@ -35,6 +35,34 @@ func Spin(spin time.Duration, crowded bool) time.Duration {
 	return DefaultSpin
 }
 
+// LongWaitSpin is a wait's busy-poll budget while the waits before it
+// lasted longer than the full budget (see Waits).
+const LongWaitSpin = 20 * time.Microsecond
+
+// Waits chooses each wait's busy-poll budget from how long the waits
+// before it lasted. While they have lately run longer than the full
+// budget, the bytes come at a link's pace (a shaped or distant link, a
+// peer far behind), and a rank that busy-polls through them takes from
+// the CPU the kernel needs to move them: it then spins only LongWaitSpin,
+// enough for a wait about to end. Short waits (a ping-pong of small
+// messages, a fast link) keep the full budget. The zero value is ready;
+// it is not safe for concurrent use (a transport's progress holder owns
+// it).
+type Waits struct {
+	avg time.Duration // running mean of the last waits, each weighing 1/4
+}
+
+// Spin is the budget of the next wait, given the full one.
+func (w *Waits) Spin(full time.Duration) time.Duration {
+	if w.avg > full {
+		return min(full, LongWaitSpin)
+	}
+	return full
+}
+
+// Done records how long a wait lasted, to its end.
+func (w *Waits) Done(d time.Duration) { w.avg += (d - w.avg) / 4 }
+
 // Rings bounds and defaults a transport's slot geometry: the slot count
 // and size a zero value gets, and the largest each may be.
 type Rings struct {

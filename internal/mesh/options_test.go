@@ -78,3 +78,41 @@ func TestListenHost(t *testing.T) {
 		t.Errorf("store reached over loopback: %q", got)
 	}
 }
+
+// TestWaits: the budget falls to LongWaitSpin once waits run longer than
+// it, comes back once they are short again, and is never raised above
+// the full budget nor kept below it by one stray long wait.
+func TestWaits(t *testing.T) {
+	const full = time.Millisecond
+	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
+	for _, c := range []struct {
+		name  string
+		waits []time.Duration // in order
+		want  time.Duration   // the next wait's budget
+	}{
+		{"fresh", nil, full},
+		{"short waits", []time.Duration{ms(0.01), ms(0.02), ms(0.01)}, full},
+		{"one long wait among short ones", []time.Duration{ms(0.01), ms(0.01), ms(3), ms(0.01)}, full},
+		{"link-paced waits", []time.Duration{ms(4), ms(4), ms(4.5)}, LongWaitSpin},
+		{"waits just over the budget", []time.Duration{ms(1.5), ms(1.5), ms(1.5), ms(1.5), ms(1.5)}, LongWaitSpin},
+		{"short again after long ones", []time.Duration{ms(4), ms(4), ms(4), ms(0.07), ms(0.07), ms(0.07), ms(0.07), ms(0.07), ms(0.07)}, full},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var w Waits
+			for _, d := range c.waits {
+				w.Done(d)
+			}
+			if got := w.Spin(full); got != c.want {
+				t.Errorf("after waits %v: Spin(%v) = %v, want %v", c.waits, full, got, c.want)
+			}
+		})
+	}
+	var w Waits
+	w.Done(time.Second)
+	if got := w.Spin(5 * time.Microsecond); got != 5*time.Microsecond {
+		t.Errorf("a full budget below LongWaitSpin: Spin = %v, want it kept", got)
+	}
+	if got := w.Spin(0); got != 0 {
+		t.Errorf("no spinning at all: Spin(0) = %v, want 0", got)
+	}
+}

@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gocoll/gocoll/internal/mesh"
 	"github.com/gocoll/gocoll/internal/safetext"
 	"github.com/gocoll/gocoll/transport"
 )
@@ -54,6 +55,7 @@ type Transport struct {
 	bellID    uint32
 	enrolled  int
 	ringTimer *time.Timer
+	waits     mesh.Waits // how long the waits drive served took: the progress holder's
 
 	// progress is held (a value sent in) by the one goroutine currently
 	// driving the sockets; the others wait for their message or credit, or
@@ -413,9 +415,13 @@ func (t *Transport) await(ctx context.Context, p *peer, note chan struct{}, read
 
 // drive runs the progress engine until ready() holds, p fails, ctx ends
 // or the transport closes: busy-polling for Options.Spin, then blocking in
-// poll(2) a slice at a time.
+// poll(2) a slice at a time. While the waits before it ran longer than
+// that, it spins only briefly (mesh.Waits): across namespace hosts on 2
+// cores, with links shaped to 1 Gbit/s, a 1 ms spin per wait held a
+// 2-rank allreduce to 92-94% of the line rate, and no spin to 95.5%.
 func (t *Transport) drive(ctx context.Context, p *peer, ready func() bool) error {
-	spinUntil := time.Now().Add(t.opts.Spin)
+	start := time.Now()
+	spinUntil := start.Add(t.waits.Spin(t.opts.Spin))
 	var stop func() bool
 	defer func() {
 		if stop != nil {
@@ -434,6 +440,7 @@ func (t *Transport) drive(ctx context.Context, p *peer, ready func() bool) error
 			return err
 		}
 		if ready() || p.failed() != nil {
+			t.waits.Done(time.Since(start))
 			return nil
 		}
 		if timeout == 0 && t.opts.Crowded {
