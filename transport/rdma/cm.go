@@ -478,7 +478,10 @@ func (t *Transport) dialPeer(p *peer, a *attempt) {
 const (
 	verdictDecline = 0
 	verdictAccept  = 1
-	dialerReady    = 1
+	// verdictMismatch: the dialer's record disagrees with ours (options,
+	// job size); our record follows, so that the dialer can say what.
+	verdictMismatch = 2
+	dialerReady     = 1
 )
 
 // dial exchanges numbers with p's rank as the dialing end. declined means
@@ -517,6 +520,19 @@ func (t *Transport) dial(ctx context.Context, p *peer) (declined bool, err error
 	case verdictDecline:
 		return true, nil
 	case verdictAccept:
+	case verdictMismatch:
+		b := make([]byte, infoLen)
+		if _, err := io.ReadFull(c, b); err != nil {
+			return false, fmt.Errorf("rank %d refused our queue pair record; reading why: %w", p.rank, err)
+		}
+		theirs, err := parseInfo(b)
+		if err == nil {
+			err = theirs.check(t.mine(), p.rank)
+		}
+		if err == nil {
+			err = fmt.Errorf("rank %d refused our queue pair record: %w", p.rank, ErrMismatch)
+		}
+		return false, err
 	default:
 		return false, fmt.Errorf("verdict %d: %w", v[0], errProtocol)
 	}
@@ -591,6 +607,11 @@ func (t *Transport) admit(c net.Conn) {
 	defer stop()
 	theirs, err := t.hear(c, deadline)
 	if err != nil {
+		if errors.Is(err, ErrMismatch) {
+			// An authenticated rank of the job whose options differ:
+			// tell it, with our record, so that it fails saying what.
+			c.Write(append([]byte{verdictMismatch}, t.mine().marshal()...))
+		}
 		if t.life.Err() == nil {
 			t.refused.Add(1)
 			logging.L().Warn("rdma: refused a connection", "rank", t.rank, "remote", c.RemoteAddr().String(), "err", err)

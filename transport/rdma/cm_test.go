@@ -261,6 +261,35 @@ func TestStranger(t *testing.T) {
 	}
 }
 
+// TestOptionMismatch: ranks whose slot options differ fail their first
+// exchange with ErrMismatch on both ends, the dialer's error saying what
+// differs (the answering end checks first; it used to hang up without a
+// word, leaving the dialer with "read verdict: EOF").
+func TestOptionMismatch(t *testing.T) {
+	if !haveDevice(t) {
+		return
+	}
+	ts, err := tryMeshEach(t, 2, func(r int) Options {
+		if r == 1 {
+			return Options{Slots: 4}
+		}
+		return Options{Slots: 8}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err = ts[0].Send(ctx, 1, []byte{1})
+	if !errors.Is(err, ErrMismatch) || !errors.Is(err, transport.ErrPeerLost) || !strings.Contains(err.Error(), "same transport options") {
+		t.Fatalf("send to a rank with other slot options: %v; want ErrMismatch and ErrPeerLost, saying the options must match", err)
+	}
+	t.Logf("dialer: %v", err)
+	if n := ts[1].Links(); n != 0 {
+		t.Fatalf("the answering rank made %d queue pairs for a mismatched dialer, want 0", n)
+	}
+}
+
 const silentEnv = "GOCOLL_RDMA_TEST_SILENT"
 
 // silentChild is rank 1 of a two-rank job that connects, says so on

@@ -449,12 +449,12 @@ func (in *info) check(mine *info, want int) error {
 	case want < 0 && (in.rank == mine.rank || in.rank >= mine.size):
 		return fmt.Errorf("rank %d may not connect to rank %d of %d: %w", in.rank, mine.rank, mine.size, ErrMismatch)
 	case in.size != mine.size:
-		return fmt.Errorf("rank %d says the job has %d ranks, this rank says %d: %w", want, in.size, mine.size, ErrMismatch)
+		return fmt.Errorf("rank %d says the job has %d ranks, this rank says %d: %w", in.rank, in.size, mine.size, ErrMismatch)
 	case in.slots != mine.slots || in.slotSize != mine.slotSize:
 		return fmt.Errorf("rank %d uses %d slots of %d bytes, this rank %d of %d (every rank must use the same transport options): %w",
-			want, in.slots, in.slotSize, mine.slots, mine.slotSize, ErrMismatch)
+			in.rank, in.slots, in.slotSize, mine.slots, mine.slotSize, ErrMismatch)
 	case in.linkLayer != mine.linkLayer:
-		return fmt.Errorf("rank %d is on link layer %d, this rank on %d: %w", want, in.linkLayer, mine.linkLayer, ErrMismatch)
+		return fmt.Errorf("rank %d is on link layer %d, this rank on %d: %w", in.rank, in.linkLayer, mine.linkLayer, ErrMismatch)
 	}
 	return nil
 }

@@ -56,12 +56,12 @@ func newStore(t testing.TB) (*bootstrap.Server, []byte) {
 // separate processes would, and returns the first rank's error.
 func tryMesh(t testing.TB, n int, opts Options) ([]*Transport, error) {
 	t.Helper()
-	if opts.Device == "" {
-		opts.Device = testDevice()
-	}
-	if opts.Spin == 0 {
-		opts.Crowded = opts.Crowded || n > runtime.NumCPU()
-	}
+	return tryMeshEach(t, n, func(int) Options { return opts })
+}
+
+// tryMeshEach is tryMesh with each rank's options of its own.
+func tryMeshEach(t testing.TB, n int, rankOpts func(r int) Options) ([]*Transport, error) {
+	t.Helper()
 	srv, token := newStore(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -81,6 +81,13 @@ func tryMesh(t testing.TB, n int, opts Options) ([]*Transport, error) {
 				return
 			}
 			stores[r] = store
+			opts := rankOpts(r)
+			if opts.Device == "" {
+				opts.Device = testDevice()
+			}
+			if opts.Spin == 0 {
+				opts.Crowded = opts.Crowded || n > runtime.NumCPU()
+			}
 			ts[r], errs[r] = Connect(ctx, store, r, n, token, opts)
 			if errs[r] != nil {
 				cancel() // the others would wait for this rank's records
