@@ -29,7 +29,8 @@
 // every peer, not just the one waited for, is what keeps two ranks writing
 // large frames to each other from deadlocking: inbound data always has a
 // slot, because a sender only sends with a credit. Sends go to the kernel
-// with writev straight from the caller's buffer. Credits, the receiver's
+// with writev straight from the caller's buffer, the mux's header and the
+// payload as two parts of one frame (transport.PartSender). Credits, the receiver's
 // promise that a slot is free again, ride back on data frames going the
 // other way, or in a frame of their own once half the slots wait to be
 // reported. Compared with a reader goroutine per peer, this saves two
@@ -83,7 +84,8 @@ type Options struct {
 	HandshakeTimeout time.Duration
 	// Spin is how long a waiting call busy-polls its sockets before it
 	// blocks in poll(2) (default DefaultSpin, or 20 µs when Crowded;
-	// negative: never spin).
+	// negative: never spin). While the waits have lately lasted longer
+	// than Spin, each spins at most 20 µs (mesh.Waits).
 	Spin time.Duration
 	// Crowded says the ranks of this host outnumber the CPUs they may run
 	// on together (not this process's share: a launcher that binds each
