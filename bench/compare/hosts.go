@@ -192,22 +192,63 @@ func killNamespace(ns string) {
 	}
 }
 
-// hostList is grun's and hydra's -H/-hosts value: every host with k slots.
-func (c *cluster) hostList(k int) string {
+// hostList is grun's and hydra's -H/-hosts value: host i with layout[i]
+// slots. All three launchers fill the hosts in order, so rank r runs on
+// host hostOf(layout, r) on every side.
+func (c *cluster) hostList(layout []int) string {
 	var l []string
-	for _, h := range c.hosts {
-		l = append(l, h+":"+strconv.Itoa(k))
+	for i, h := range c.hosts {
+		l = append(l, h+":"+strconv.Itoa(layout[i]))
 	}
 	return strings.Join(l, ",")
 }
 
-// hostfile writes Open MPI's hostfile: every host with k slots.
-func (c *cluster) hostfile(path string, k int) error {
+// hostfile writes Open MPI's hostfile: host i with layout[i] slots.
+func (c *cluster) hostfile(path string, layout []int) error {
 	var b strings.Builder
-	for _, h := range c.hosts {
-		fmt.Fprintf(&b, "%s slots=%d\n", h, k)
+	for i, h := range c.hosts {
+		fmt.Fprintf(&b, "%s slots=%d\n", h, layout[i])
 	}
 	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// parseLayout reads -ranks-per-host: one count, or one per host.
+func parseLayout(s string) ([]int, error) {
+	var l []int
+	for _, f := range strings.Split(s, ",") {
+		k, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || k < 1 {
+			return nil, fmt.Errorf("-ranks-per-host %q: want a count of at least 1, or one per host, comma-separated: %w", s, errUsage)
+		}
+		l = append(l, k)
+	}
+	return l, nil
+}
+
+// hostOf is the host of rank r when the hosts are filled in order.
+func hostOf(layout []int, r int) int {
+	for i, k := range layout {
+		if r < k {
+			return i
+		}
+		r -= k
+	}
+	return len(layout) - 1
+}
+
+// layoutString says how many ranks each host holds: "2" when every host
+// holds 2, else "4,1".
+func layoutString(layout []int) string {
+	var l []string
+	even := true
+	for _, k := range layout {
+		l = append(l, strconv.Itoa(k))
+		even = even && k == layout[0]
+	}
+	if even && len(l) > 0 {
+		return l[0]
+	}
+	return strings.Join(l, ",")
 }
 
 // inLauncher prefixes a command with ip netns exec into the launcher.

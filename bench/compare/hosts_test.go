@@ -35,20 +35,47 @@ func TestParseOptionsHosts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.n != 8 || o.hosts != 4 || o.perHost != 2 || o.rateBps != 4e9 || o.path != "tcp" {
+	if o.n != 8 || o.hosts != 4 || fmt.Sprint(o.layout) != "[2 2 2 2]" || o.rateBps != 4e9 || o.path != "tcp" {
 		t.Errorf("%+v", o)
+	}
+	// Uneven hosts: one count per host, -hosts implied or matching.
+	for _, args := range [][]string{{"-ranks-per-host", "4,1"}, {"-hosts", "2", "-ranks-per-host", "4, 1"}, {"-ranks-per-host", "4,1", "-n", "5"}} {
+		o, err := parseOptions(args, io.Discard)
+		if err != nil || o.n != 5 || o.hosts != 2 || fmt.Sprint(o.layout) != "[4 1]" {
+			t.Errorf("%v: %+v, %v; want 5 ranks on 2 hosts, [4 1]", args, o, err)
+		}
 	}
 	if o, err := parseOptions([]string{"-hosts", "2", "-n", "2"}, io.Discard); err != nil || o.n != 2 || o.rateBps != 1e9 {
 		t.Errorf("-hosts 2 -n 2: %+v, %v", o, err)
 	}
 	for _, args := range [][]string{
 		{"-hosts", "1"}, {"-hosts", "-2"}, {"-hosts", "2", "-ranks-per-host", "0"}, {"-hosts", "2", "-n", "3"},
+		{"-ranks-per-host", "4,0"}, {"-ranks-per-host", "4,x"}, {"-hosts", "3", "-ranks-per-host", "4,1"}, {"-ranks-per-host", "4,1", "-n", "4"},
+		{"-ranks-per-host", "4"},
 		{"-hosts", "2", "-transport", "shm"}, {"-hosts", "2", "-mpi", "shm"}, {"-hosts", "2", "-rate", "fast"},
 		{"-hosts", "2", "-ours", "{grun} {collbench}"}, {"-hosts", "251"},
 	} {
 		if _, err := parseOptions(args, io.Discard); !errors.Is(err, errUsage) {
 			t.Errorf("%v: %v, want a usage error", args, err)
 		}
+	}
+}
+
+func TestHostOf(t *testing.T) {
+	layout := []int{4, 1, 2}
+	var got []int
+	for r := range 7 {
+		got = append(got, hostOf(layout, r))
+	}
+	if fmt.Sprint(got) != "[0 0 0 0 1 2 2]" {
+		t.Errorf("hostOf(%v, 0..6) = %v", layout, got)
+	}
+	c := &cluster{hosts: []string{"198.18.0.2", "198.18.0.3", "198.18.0.4"}}
+	if got := c.hostList(layout); got != "198.18.0.2:4,198.18.0.3:1,198.18.0.4:2" {
+		t.Errorf("hostList = %q", got)
+	}
+	if got, want := layoutString(layout)+" "+layoutString([]int{2, 2}), "4,1,2 2"; got != want {
+		t.Errorf("layoutString: %q, want %q", got, want)
 	}
 }
 
@@ -83,7 +110,7 @@ func TestRshScript(t *testing.T) {
 }
 
 func TestPrintTablesLineRate(t *testing.T) {
-	o := options{n: 2, transport: "tcp", path: "tcp", repeat: 3, alternate: true, hosts: 2, perHost: 1, rate: "1gbit", rateBps: 1e9}
+	o := options{n: 2, transport: "tcp", path: "tcp", repeat: 3, alternate: true, hosts: 2, layout: []int{1, 1}, rate: "1gbit", rateBps: 1e9}
 	// 1 MiB on 2 ranks: busbw = algbw; 10486 µs is 0.1000 GB/s, 80% of 0.125.
 	row := func(med, lo, hi float64) report.Row {
 		r := withBW(report.Row{Size: 1 << 20, TimeUS: med}, 2)

@@ -52,12 +52,14 @@ type options struct {
 	membw           bool
 	save, plot      string
 	timeout         time.Duration
-	// -hosts mode: hosts network-namespace hosts of perHost ranks each,
-	// links shaped to rate (rateBps bits/s); nil cl on one host.
-	hosts, perHost int
-	rate           string
-	rateBps        float64
-	cl             *cluster
+	// -hosts mode: hosts network-namespace hosts, layout[i] ranks on
+	// host i (filled in rank order), links shaped to rate (rateBps
+	// bits/s); nil cl on one host.
+	hosts   int
+	layout  []int
+	rate    string
+	rateBps float64
+	cl      *cluster
 }
 
 func main() {
@@ -97,7 +99,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.plot, "plot", "", "draw every side's median with its min-max band into this PNG")
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "bound on each side's run in a round; a run cut off counts as a failed round")
 	fs.IntVar(&o.hosts, "hosts", 0, "run across this many network-namespace hosts (needs root) joined by links shaped to -rate; 0: all ranks on this host")
-	fs.IntVar(&o.perHost, "ranks-per-host", 1, "with -hosts: ranks on each host (-n is then hosts × ranks-per-host)")
+	perHost := fs.String("ranks-per-host", "1", "with -hosts: ranks on each host: one number for every host, or one per host, comma-separated (4,1: four on the first host, one on the second; -hosts may then be left out); -n is their sum")
 	fs.StringVar(&o.rate, "rate", "1gbit", "with -hosts: each host's link rate in each direction, as tc's tbf takes it (1gbit, 4gbit, 500mbit)")
 	if err := fs.Parse(args); err != nil {
 		return o, fmt.Errorf("%w: %w", errUsage, err)
@@ -131,14 +133,33 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	if o.path != "tcp" && o.path != "shm" {
 		return o, fmt.Errorf("-mpi %q: want tcp or shm: %w", o.path, errUsage)
 	}
-	if o.hosts < 0 || o.hosts == 1 || o.perHost < 1 {
-		return o, fmt.Errorf("-hosts %d, -ranks-per-host %d: want 0 (one host) or at least 2 hosts, at least 1 rank each: %w", o.hosts, o.perHost, errUsage)
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if o.layout, err = parseLayout(*perHost); err != nil {
+		return o, err
+	}
+	if len(o.layout) > 1 {
+		if set["hosts"] && o.hosts != len(o.layout) {
+			return o, fmt.Errorf("-hosts %d with -ranks-per-host %s: one number per host, or one for all: %w", o.hosts, *perHost, errUsage)
+		}
+		o.hosts = len(o.layout)
+	}
+	if set["ranks-per-host"] && o.hosts == 0 {
+		return o, fmt.Errorf("-ranks-per-host %s: one count for every host needs -hosts: %w", *perHost, errUsage)
+	}
+	if o.hosts < 0 || o.hosts == 1 {
+		return o, fmt.Errorf("-hosts %d: want 0 (one host) or at least 2 hosts: %w", o.hosts, errUsage)
 	}
 	if o.hosts > 0 {
-		set := map[string]bool{}
-		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		if set["n"] && o.n != o.hosts*o.perHost {
-			return o, fmt.Errorf("-n %d with -hosts %d -ranks-per-host %d: -n must be their product or left out: %w", o.n, o.hosts, o.perHost, errUsage)
+		for len(o.layout) < o.hosts {
+			o.layout = append(o.layout, o.layout[0])
+		}
+		sum := 0
+		for _, k := range o.layout {
+			sum += k
+		}
+		if set["n"] && o.n != sum {
+			return o, fmt.Errorf("-n %d with -hosts %d -ranks-per-host %s: -n must be the number of ranks they make (%d) or left out: %w", o.n, o.hosts, *perHost, sum, errUsage)
 		}
 		if o.hosts > 250 {
 			return o, fmt.Errorf("-hosts %d: at most 250 (one /24): %w", o.hosts, errUsage)
@@ -149,7 +170,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		if o.ours != "" || o.theirs != "" {
 			return o, fmt.Errorf("-hosts launches every side itself: -ours and -theirs do not apply: %w", errUsage)
 		}
-		o.n = o.hosts * o.perHost
+		o.n = sum
 		var err error
 		if o.rateBps, err = parseRate(o.rate); err != nil {
 			return o, err
@@ -367,13 +388,13 @@ func gocollSide(ctx context.Context, o options, work string, stderr io.Writer) (
 		}
 	}
 	if o.cl != nil {
-		s.about = fmt.Sprintf("collbench under grun %s-H %s --rsh (ip netns exec) --bind-to none, transport %s", strings.Join(slices.Concat(exports, []string{""}), " "), o.cl.hostList(o.perHost), o.transport)
+		s.about = fmt.Sprintf("collbench under grun %s-H %s --rsh (ip netns exec) --bind-to none, transport %s", strings.Join(slices.Concat(exports, []string{""}), " "), o.cl.hostList(o.layout), o.transport)
 	}
 	s.run = func(ctx context.Context, _ int) (report.Result, error) {
 		var out []byte
 		var err error
 		if o.cl != nil {
-			name, args := o.cl.inLauncher(o.grun, slices.Concat(exports, []string{"-H", o.cl.hostList(o.perHost), "--rsh", o.cl.rsh,
+			name, args := o.cl.inLauncher(o.grun, slices.Concat(exports, []string{"-H", o.cl.hostList(o.layout), "--rsh", o.cl.rsh,
 				"--bind-to", "none", o.collbench}, flags)...)
 			out, err = command(ctx, o.timeout, []string{"GOCOLL_IFACE="}, name, args...)
 		} else if o.ours == "" {
@@ -435,14 +456,14 @@ func ompiSide(ctx context.Context, o options, work string) (side, error) {
 		// runtime and the data. Unbound: each host's one core 0 would be
 		// every host's core 0 here.
 		hf := filepath.Join(work, "hostfile")
-		if err := o.cl.hostfile(hf, o.perHost); err != nil {
+		if err := o.cl.hostfile(hf, o.layout); err != nil {
 			return side{}, err
 		}
 		args = []string{"--hostfile", hf, "-np", strconv.Itoa(o.n), "--bind-to", "none",
 			"--mca", "plm_rsh_agent", o.cl.rsh, "--mca", "plm_rsh_no_tree_spawn", "1",
 			"--mca", "btl", "self,tcp", "--mca", "pml", "ob1",
 			"--mca", "btl_tcp_if_include", o.cl.subnet, "--mca", "oob_tcp_if_include", o.cl.subnet}
-		about = "mpirun.openmpi --hostfile (" + o.cl.hostList(o.perHost) + ") --bind-to none --mca plm_rsh_agent (ip netns exec) --mca btl self,tcp --mca pml ob1 --mca btl_tcp_if_include " + o.cl.subnet + " --mca oob_tcp_if_include " + o.cl.subnet
+		about = "mpirun.openmpi --hostfile (" + o.cl.hostList(o.layout) + ") --bind-to none --mca plm_rsh_agent (ip netns exec) --mca btl self,tcp --mca pml ob1 --mca btl_tcp_if_include " + o.cl.subnet + " --mca oob_tcp_if_include " + o.cl.subnet
 	}
 	if v := firstLine(ctx, "mpirun.openmpi", "--version"); v != "" {
 		about += "; " + v
@@ -500,8 +521,8 @@ func mpichSide(ctx context.Context, o options, work string) (side, error) {
 		// held to TCP on each host's eth0; unbound, as the other sides.
 		env = []string{"MPIR_CVAR_NOLOCAL=1", "UCX_TLS=self,tcp", "UCX_NET_DEVICES=eth0"}
 		args = []string{"-launcher", "rsh", "-launcher-exec", o.cl.rsh, "-localhost", o.cl.launchIP,
-			"-hosts", o.cl.hostList(o.perHost), "-n", strconv.Itoa(o.n)}
-		about = "mpiexec.mpich -launcher rsh -launcher-exec (ip netns exec) -hosts " + o.cl.hostList(o.perHost) +
+			"-hosts", o.cl.hostList(o.layout), "-n", strconv.Itoa(o.n)}
+		about = "mpiexec.mpich -launcher rsh -launcher-exec (ip netns exec) -hosts " + o.cl.hostList(o.layout) +
 			" with MPIR_CVAR_NOLOCAL=1 UCX_TLS=self,tcp UCX_NET_DEVICES=eth0, unbound"
 		if v := firstLine(ctx, "mpichversion"); v != "" {
 			about += "; " + strings.Join(strings.Fields(v), " ")
@@ -567,8 +588,8 @@ func glooSide(ctx context.Context, o options, work string) (side, error) {
 	// transport, so on one host it always runs over loopback TCP.
 	s := side{name: "gloo", label: "gloo tcp", about: fmt.Sprintf("torch %s ProcessGroupGloo (ring allreduce) over TCP on lo, %s", ver, py)}
 	if o.cl != nil {
-		s.about = fmt.Sprintf("torch %s ProcessGroupGloo (ring allreduce), rank r in host r/%d's namespace, MASTER_ADDR=%s (TCPStore) GLOO_SOCKET_IFNAME=eth0, %s",
-			ver, o.perHost, o.cl.hosts[0], py)
+		s.about = fmt.Sprintf("torch %s ProcessGroupGloo (ring allreduce), ranks in the hosts' namespaces in rank order (%s per host), MASTER_ADDR=%s (TCPStore) GLOO_SOCKET_IFNAME=eth0, %s",
+			ver, layoutString(o.layout), o.cl.hosts[0], py)
 	}
 	s.run = func(ctx context.Context, round int) (report.Result, error) {
 		store := filepath.Join(work, fmt.Sprintf("store-%d", round))
@@ -585,7 +606,7 @@ func glooSide(ctx context.Context, o options, work string) (side, error) {
 				// As torchrun's env:// does it: rank 0's host serves the
 				// store, every rank is told where; a new port per round.
 				args[3] = "env://"
-				name, args = "ip", append([]string{"netns", "exec", o.cl.ns[r/o.perHost], py}, args...)
+				name, args = "ip", append([]string{"netns", "exec", o.cl.ns[hostOf(o.layout, r)], py}, args...)
 				env = []string{"GLOO_SOCKET_IFNAME=eth0", "OMP_NUM_THREADS=1", "MASTER_ADDR=" + o.cl.hosts[0],
 					"MASTER_PORT=" + strconv.Itoa(29500+round)}
 			}

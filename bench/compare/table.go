@@ -27,8 +27,8 @@ func printTables(w io.Writer, o options, sides []side, res []report.Result, memb
 	}
 	fmt.Fprintf(w, "# %d round(s), each running every side once, %s\n", o.repeat, order)
 	if o.hosts > 0 {
-		fmt.Fprintf(w, "# across %d network-namespace hosts × %d rank(s), each host's link shaped by tbf to %s each way: line rate %.4f GB/s\n",
-			o.hosts, o.perHost, o.rate, o.rateBps/8/1e9)
+		fmt.Fprintf(w, "# across %d network-namespace hosts × %s rank(s), each host's link shaped by tbf to %s each way: line rate %.4f GB/s\n",
+			o.hosts, layoutString(o.layout), o.rate, o.rateBps/8/1e9)
 	}
 	for _, s := range sides {
 		fmt.Fprintf(w, "# %-7s %s\n", s.name+":", s.about)
