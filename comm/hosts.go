@@ -333,7 +333,7 @@ func (c *Communicator) connectTransport(ctx context.Context, store *bootstrap.Cl
 	s.rdma.Crowded = s.rdma.Crowded || crowded
 	s.shm.Crowded = s.shm.Crowded || crowded
 	c.log.Info("crowding judged", "crowded", crowded, "ranks_on_machine", j.ranksHere, "cpus_they_share", j.cpusHere,
-		"this_rank_cpus", runtime.NumCPU(), "spin", mesh.Spin(s.tcp.Spin, s.tcp.Crowded))
+		"this_rank_cpus", runtime.NumCPU(), "spin_shm", mesh.Spin(s.shm.Spin, s.shm.Crowded), "spin_tcp", mesh.Spin(s.tcp.Spin, false))
 	// The network between hosts: RDMA when every rank has a usable device.
 	network := "rdma"
 	if noRDMA != "" {

@@ -139,10 +139,10 @@ func TestSHMNeedsOneHost(t *testing.T) {
 // same either way.
 func TestSpinEnv(t *testing.T) {
 	for _, tc := range []struct{ env, transport, says string }{
-		{"0", "shm", "spin=0s"},
-		{"0", "tcp", "spin=0s"},
-		{"50us", "tcp", "spin=50µs"},
-		{"", "tcp", "spin="},
+		{"0", "shm", "spin_shm=0s"},
+		{"0", "tcp", "spin_tcp=0s"},
+		{"50us", "tcp", "spin_tcp=50µs"},
+		{"", "tcp", "spin_tcp=1ms"},
 	} {
 		t.Run(tc.transport+"/"+tc.env, func(t *testing.T) {
 			t.Setenv("GOCOLL_SPIN", tc.env)

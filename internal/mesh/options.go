@@ -17,6 +17,7 @@ const (
 	DefaultSpin = time.Millisecond
 	// CrowdedSpin is the budget when a host's ranks outnumber its cores:
 	// a spinning rank then takes the core from the very peer it waits for.
+	// (tcp keeps the full budget: it yields the CPU after every poll.)
 	CrowdedSpin = 20 * time.Microsecond
 )
 

@@ -444,8 +444,10 @@ func (t *Transport) drive(ctx context.Context, p *peer, ready func() bool) error
 			return nil
 		}
 		if timeout == 0 && t.opts.Crowded {
-			// The peer we wait for is likely queued behind us on this CPU.
+			// The peer we wait for is likely queued behind us on this
+			// CPU, or, in a job of one process, on this P.
 			yieldCPU()
+			runtime.Gosched()
 		}
 		if err := ctx.Err(); err != nil {
 			return err
