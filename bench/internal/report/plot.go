@@ -315,7 +315,10 @@ func (plainLogTicks) Ticks(lo, hi float64) []plot.Tick {
 	ticks := plot.LogTicks{Prec: -1}.Ticks(lo, hi)
 	for i, t := range ticks {
 		if t.Label != "" {
-			ticks[i].Label = strconv.FormatFloat(t.Value, 'f', -1, 64)
+			// The decades below 1 come out of math.Pow a hair off
+			// (0.0000999999999999999): 12 digits round that away.
+			v, _ := strconv.ParseFloat(strconv.FormatFloat(t.Value, 'g', 12, 64), 64)
+			ticks[i].Label = strconv.FormatFloat(v, 'f', -1, 64)
 		}
 	}
 	return ticks

@@ -39,6 +39,15 @@ func TestPlainLogTicks(t *testing.T) {
 	if want := []string{"0.1", "1", "10", "100", "1000", "10000", "100000", "1000000", "10000000"}; !reflect.DeepEqual(labels, want) {
 		t.Errorf("labels %q, want %q", labels, want)
 	}
+	labels = nil
+	for _, tk := range (plainLogTicks{}).Ticks(9e-7, 0.5) {
+		if tk.Label != "" {
+			labels = append(labels, tk.Label)
+		}
+	}
+	if want := []string{"0.000001", "0.00001", "0.0001", "0.001", "0.01", "0.1", "1"}; !reflect.DeepEqual(labels, want) {
+		t.Errorf("labels below 1: %q, want %q", labels, want)
+	}
 }
 
 func TestLabel(t *testing.T) {
