@@ -8,15 +8,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/gocoll/gocoll/bootstrap"
 	"github.com/gocoll/gocoll/transport"
 )
 
@@ -295,14 +294,7 @@ const silentEnv = "GOCOLL_RDMA_TEST_SILENT"
 // silentChild is rank 1 of a two-rank job that connects, says so on
 // stdout, and waits to be killed without ever talking to rank 0.
 func silentChild(addr string) int {
-	ctx := context.Background()
-	token := []byte("rdma-test-token")
-	store, err := bootstrap.Dial(ctx, addr, token)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "child:", err)
-		return 1
-	}
-	if _, err := Connect(ctx, store, 1, 2, token, Options{Device: testDevice()}); err != nil {
+	if _, err := connectRankOne(addr); err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 1
 	}
@@ -318,34 +310,11 @@ func TestDiedBeforeContact(t *testing.T) {
 	if !haveDevice(t) {
 		return
 	}
-	srv, token := newStore(t)
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), silentEnv+"="+srv.Addr())
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	store, err := bootstrap.Dial(ctx, srv.Addr(), token)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	tr, err := Connect(ctx, store, 0, 2, token, Options{Device: testDevice()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Close()
+	out, w := io.Pipe()
+	defer w.Close()
+	tr, cmd := startRankOne(t, ctx, silentEnv, w)
 	line, err := bufio.NewReader(out).ReadString('\n')
 	if err != nil || strings.TrimSpace(line) != "connected" {
 		t.Fatalf("child: %q, %v", line, err)

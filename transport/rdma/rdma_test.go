@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"runtime"
@@ -539,17 +540,52 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// child is rank 1 of a two-rank mesh: it streams messages to rank 0 until
-// it is killed.
-func child(addr string) int {
+// connectRankOne is the child side of a two-rank job split over two
+// processes: it joins the store at addr as rank 1.
+func connectRankOne(addr string) (*Transport, error) {
 	ctx := context.Background()
 	token := []byte("rdma-test-token")
 	store, err := bootstrap.Dial(ctx, addr, token)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "child:", err)
-		return 1
+		return nil, err
 	}
-	tr, err := Connect(ctx, store, 1, 2, token, Options{Device: testDevice()})
+	return Connect(ctx, store, 1, 2, token, Options{Device: testDevice()})
+}
+
+// startRankOne is the parent side: it starts this test binary as rank 1,
+// running the child that env names (TestMain), and connects rank 0. The
+// child is killed when the test ends.
+func startRankOne(t *testing.T, ctx context.Context, env string, stdout io.Writer) (*Transport, *exec.Cmd) {
+	t.Helper()
+	srv, token := newStore(t)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), env+"="+srv.Addr())
+	cmd.Stdout, cmd.Stderr = stdout, os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	store, err := bootstrap.Dial(ctx, srv.Addr(), token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	tr, err := Connect(ctx, store, 0, 2, token, Options{Device: testDevice()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tr.Close() })
+	return tr, cmd
+}
+
+// child is rank 1 of a two-rank mesh: it streams messages to rank 0 until
+// it is killed.
+func child(addr string) int {
+	tr, err := connectRankOne(addr)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 1
@@ -557,7 +593,7 @@ func child(addr string) int {
 	buf := make([]byte, 64<<10)
 	for i := 0; ; i++ {
 		buf[0] = byte(i)
-		if err := tr.Send(ctx, 0, buf[:1+i%len(buf)]); err != nil {
+		if err := tr.Send(context.Background(), 0, buf[:1+i%len(buf)]); err != nil {
 			fmt.Fprintln(os.Stderr, "child:", err)
 			return 1
 		}
@@ -571,30 +607,9 @@ func TestPeerKilled(t *testing.T) {
 	if !haveDevice(t) {
 		return
 	}
-	srv, token := newStore(t)
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+srv.Addr())
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	store, err := bootstrap.Dial(ctx, srv.Addr(), token)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	tr, err := Connect(ctx, store, 0, 2, token, Options{Device: testDevice()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Close()
+	tr, cmd := startRankOne(t, ctx, childEnv, nil)
 	for i := 0; i < 50; i++ {
 		m, err := tr.Recv(ctx, 1)
 		if err != nil {
