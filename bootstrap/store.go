@@ -465,6 +465,14 @@ func (s *Server) LeftWithoutGoodbye(rank int) bool {
 	return false
 }
 
+// LeftFirst reports whether rank was the first to leave the job and left
+// without a goodbye: the departure every other one followed.
+func (s *Server) LeftFirst(rank int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.departs) > 0 && s.departs[0].Rank == rank && s.departs[0].Why == diedWhy
+}
+
 // wait blocks until key exists, a rank departs or the server closes. A
 // client that hangs up while waiting is noticed when the server closes:
 // waiters are few and the store lives only as long as its job.

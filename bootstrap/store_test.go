@@ -996,6 +996,19 @@ func TestDepartures(t *testing.T) {
 	if _, err := asker.Get(ctx, "also/never"); !errors.Is(err, ErrRankGone) {
 		t.Fatalf("get after a departure: %v, want ErrRankGone", err)
 	}
+	// What grun asks of the store to name a rank that exited 0 without
+	// closing its communicator.
+	for _, c := range []struct {
+		rank                  int
+		withoutGoodbye, first bool
+	}{{0, false, false}, {1, true, true}, {2, false, false}, {7, false, false}} {
+		if got := s.LeftWithoutGoodbye(c.rank); got != c.withoutGoodbye {
+			t.Errorf("LeftWithoutGoodbye(%d) = %v, want %v", c.rank, got, c.withoutGoodbye)
+		}
+		if got := s.LeftFirst(c.rank); got != c.first {
+			t.Errorf("LeftFirst(%d) = %v, want %v", c.rank, got, c.first)
+		}
+	}
 }
 
 // TestDeparturesWait: a departures request returns at the first departure,

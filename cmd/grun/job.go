@@ -859,7 +859,10 @@ func (j *job) quitter(first *rank) *rank {
 		return nil
 	}
 	for _, r := range j.ranks {
-		if r.done && !r.status.failed() && !r.reapedAt.After(first.reapedAt) && j.store.LeftWithoutGoodbye(r.id) {
+		// Reaped before the first failure, or, since a peer that reads
+		// its connection's end can exit before grun reaps the quitter,
+		// the first the store saw leave.
+		if r.done && !r.status.failed() && (j.store.LeftFirst(r.id) || !r.reapedAt.After(first.reapedAt) && j.store.LeftWithoutGoodbye(r.id)) {
 			return r
 		}
 	}
