@@ -1,6 +1,12 @@
 package comm
 
-import "testing"
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/gocoll/gocoll/bootstrap"
+)
 
 // TestRootCause reduces chains that ranks really printed (some from
 // before the one-line errors, when each rank quoted the whole story of
@@ -107,5 +113,38 @@ func TestOddOneOut(t *testing.T) {
 				t.Errorf("oddOneOut = %d, %q, %v, %v; want %d, %q, %v", rank, call, local, ok, tc.rank, tc.call, tc.local)
 			}
 		})
+	}
+}
+
+// TestInitLoss: an Init whose agreement lost a peer through a relay of
+// goodbyes names the rank the store saw leave first, in one line (the
+// text CI's job shapes printed, 8 ranks, rank 2 calling barrier where
+// the others called allgather), and keeps the chain behind it.
+func TestInitLoss(t *testing.T) {
+	relay := "allreduce #1 (algo rd, 1 x uint64, min): send to rank 5: peer lost: rank 5 gave up: peer lost: rank 3 gave up: comm: rank 3: allgather #2 (algo ring, 7 x float64): rank 2 called barrier #2 (algo dissemination): collective mismatch between ranks"
+	ds := []bootstrap.Departure{
+		{Rank: 3, Why: "give up: comm: rank 3: allgather #2 (algo ring, 7 x float64): rank 2 called barrier #2 (algo dissemination): collective mismatch between ranks"},
+		{Rank: 1, Why: "give up: an earlier goodbye of this very rank"},
+		{Rank: 5, Why: "give up: peer lost: rank 3 gave up: ..."},
+	}
+	chain := departed{fmt.Errorf("%w: %s", ErrPeerLost, relay), ds}
+	c := &Communicator{cfg: Config{Rank: 1, Size: 8}}
+	err := c.initLoss(chain)
+	want := "peer lost: rank 3 gave up: comm: rank 3: allgather #2 (algo ring, 7 x float64): rank 2 called barrier #2 (algo dissemination): collective mismatch between ranks, then 1 more"
+	if err.Error() != want {
+		t.Errorf("initLoss:\n got %s\nwant %s", err, want)
+	}
+	var d departed
+	if !errors.Is(err, ErrPeerLost) || !errors.Is(err, bootstrap.ErrRankGone) || !errors.As(err, &d) || len(d.ds) != 3 {
+		t.Errorf("initLoss: %v is not ErrPeerLost and ErrRankGone with the departures behind it", err)
+	}
+	// Only this rank left (its own goodbye), or nobody: nothing to name.
+	alone := departed{fmt.Errorf("%w: %s", ErrPeerLost, relay), ds[1:2]}
+	if got := c.initLoss(alone); got.Error() != alone.Error() {
+		t.Errorf("initLoss with only this rank gone: %v, want the error as it was", got)
+	}
+	plain := fmt.Errorf("%w: dial refused", ErrPeerLost)
+	if got := c.initLoss(plain); got != plain {
+		t.Errorf("initLoss without departures: %v, want the error as it was", got)
 	}
 }

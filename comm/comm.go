@@ -288,7 +288,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 		if cause := context.Cause(ictx); errors.Is(cause, bootstrap.ErrRankGone) {
 			err = cause
 		} else if !errors.Is(err, bootstrap.ErrJoinRefused) { // not of this job: its departures are not ours
-			err = c.withDepartures(err)
+			err = c.initLoss(c.withDepartures(err))
 		}
 		if errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, ErrTimeout) {
 			err = fmt.Errorf("%w%s: %w", ErrTimeout, neverArrived(cfg), err)

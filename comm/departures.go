@@ -117,6 +117,33 @@ func neverArrived(cfg Config) string {
 	return ", ranks " + strings.Join(missing, ", ") + " never arrived"
 }
 
+// initLoss is err, an Init that lost a peer, worded as when the
+// departure watch is first (rankGone): the rank the store saw leave first
+// other than this one, in one line, rather than the relay of goodbyes a
+// link passed on ("rank 5 gave up: peer lost: rank 3 gave up: ...") with
+// the departures after it. The chain stays behind it, for errors.As and
+// the log. err is returned as it is if no other rank left.
+func (c *Communicator) initLoss(err error) error {
+	var d departed
+	if !errors.Is(err, ErrPeerLost) || !errors.As(err, &d) {
+		return err
+	}
+	others := slices.DeleteFunc(slices.Clone(d.ds), func(x bootstrap.Departure) bool {
+		return x.Rank == c.cfg.Rank || x.Rank >= c.cfg.Size
+	})
+	if len(others) == 0 {
+		return err
+	}
+	return lostInInit{short: fmt.Errorf("%w: %w", ErrPeerLost, rankGone(others)), chain: err}
+}
+
+// lostInInit is an Init's loss of a peer: short is what it says, chain
+// how it was found.
+type lostInInit struct{ short, chain error }
+
+func (e lostInInit) Error() string   { return e.short.Error() }
+func (e lostInInit) Unwrap() []error { return []error{e.short, e.chain} }
+
 // goneError names the first rank the store saw leave as a call's error
 // names its cause ("rank 3 died (...)"), and is bootstrap.ErrRankGone.
 type goneError struct{ text string }
