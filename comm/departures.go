@@ -56,11 +56,7 @@ func departures(ds []bootstrap.Departure) string {
 // asking is answerReports': its waiting get, which the store fails as
 // soon as any rank departs, is the watch.
 func (c *Communicator) tellLeavers(ds []bootstrap.Departure) bool {
-	// A replacement that left before it was admitted to an elastic job
-	// (a job rank past the job's size, see Grow) was never a member.
-	others := slices.DeleteFunc(slices.Clone(ds), func(d bootstrap.Departure) bool {
-		return d.Rank == c.cfg.Rank || d.Rank >= c.cfg.Size
-	})
+	others := c.othersGone(ds)
 	if len(others) == 0 {
 		return false // only this rank, or a replacement never admitted, left
 	}
@@ -73,6 +69,16 @@ func (c *Communicator) tellLeavers(ds []bootstrap.Departure) bool {
 	// not yet started, names the rank that left as its cause (CallError).
 	c.leavers <- departed{err: fmt.Errorf("%w: %w: the rendezvous saw %s", ErrPeerLost, bootstrap.ErrRankGone, saw), ds: others}
 	return true
+}
+
+// othersGone is ds, the store's departures, without this rank's own and
+// without those of replacements that left before they were admitted to
+// an elastic job (job ranks past the job's size, see Grow), which were
+// never members.
+func (c *Communicator) othersGone(ds []bootstrap.Departure) []bootstrap.Departure {
+	return slices.DeleteFunc(slices.Clone(ds), func(d bootstrap.Departure) bool {
+		return d.Rank == c.cfg.Rank || d.Rank >= c.cfg.Size
+	})
 }
 
 // departuresWait bounds how long a rank that lost a peer waits for the
@@ -128,9 +134,7 @@ func (c *Communicator) initLoss(err error) error {
 	if !errors.Is(err, ErrPeerLost) || !errors.As(err, &d) {
 		return err
 	}
-	others := slices.DeleteFunc(slices.Clone(d.ds), func(x bootstrap.Departure) bool {
-		return x.Rank == c.cfg.Rank || x.Rank >= c.cfg.Size
-	})
+	others := c.othersGone(d.ds)
 	if len(others) == 0 {
 		return err
 	}
