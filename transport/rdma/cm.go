@@ -521,29 +521,18 @@ func (t *Transport) dial(ctx context.Context, p *peer) (declined bool, err error
 		return true, nil
 	case verdictAccept:
 	case verdictMismatch:
-		b := make([]byte, infoLen)
-		if _, err := io.ReadFull(c, b); err != nil {
-			return false, fmt.Errorf("rank %d refused our queue pair record; reading why: %w", p.rank, err)
-		}
-		theirs, err := parseInfo(b)
-		if err == nil {
-			err = theirs.check(t.mine(), p.rank)
-		}
-		if err == nil {
+		_, err := t.readRecord(c, p.rank)
+		switch {
+		case err == nil:
 			err = fmt.Errorf("rank %d refused our queue pair record: %w", p.rank, ErrMismatch)
+		case !errors.Is(err, ErrMismatch):
+			err = fmt.Errorf("rank %d refused our queue pair record; reading why: %w", p.rank, err)
 		}
 		return false, err
 	default:
 		return false, fmt.Errorf("verdict %d: %w", v[0], errProtocol)
 	}
-	b := make([]byte, infoLen)
-	if _, err := io.ReadFull(c, b); err != nil {
-		return false, fmt.Errorf("read queue pair record: %w", err)
-	}
-	theirs, err := parseInfo(b)
-	if err == nil {
-		err = theirs.check(t.mine(), p.rank)
-	}
+	theirs, err := t.readRecord(c, p.rank)
 	if err == nil {
 		err = p.connectTo(theirs)
 	}
@@ -676,13 +665,20 @@ func (t *Transport) hear(c net.Conn, deadline time.Time) (*info, error) {
 		return nil, err
 	}
 	c.SetDeadline(deadline)
+	return t.readRecord(c, -1)
+}
+
+// readRecord reads a peer's queue pair record from c and checks it
+// against ours; want is the rank expected, or -1 for any rank of the job.
+// A record that disagrees is returned with the ErrMismatch that says how.
+func (t *Transport) readRecord(c net.Conn, want int) (*info, error) {
 	b := make([]byte, infoLen)
 	if _, err := io.ReadFull(c, b); err != nil {
 		return nil, fmt.Errorf("read queue pair record: %w", err)
 	}
 	theirs, err := parseInfo(b)
 	if err == nil {
-		err = theirs.check(t.mine(), -1)
+		err = theirs.check(t.mine(), want)
 	}
 	return theirs, err
 }
