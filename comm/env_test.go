@@ -3,13 +3,13 @@ package comm_test
 import (
 	"context"
 	"errors"
-	"net"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gocoll/gocoll/comm"
+	"github.com/gocoll/gocoll/internal/freeport"
 	"github.com/gocoll/gocoll/transport/rdma"
 )
 
@@ -30,22 +30,11 @@ func setLaunchEnv(t *testing.T, env map[string]string) {
 	}
 }
 
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	_, port, _ := net.SplitHostPort(l.Addr().String())
-	return port
-}
-
 // TestInitMistakes: environments users got wrong (issue 27) fail Init at
 // once, naming what to fix, instead of waiting out the timeout or going on
 // quietly.
 func TestInitMistakes(t *testing.T) {
-	port := freePort(t)
+	port := freeport.Get(t)
 	cases := []struct {
 		name string
 		env  map[string]string
@@ -98,7 +87,7 @@ func TestInitMistakes(t *testing.T) {
 // TestOneRankForcedRDMA: a one-rank job told GOCOLL_TRANSPORT=rdma says
 // "rdma" only if RDMA works here, and fails as two ranks would otherwise.
 func TestOneRankForcedRDMA(t *testing.T) {
-	setLaunchEnv(t, map[string]string{"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": freePort(t), "GOCOLL_TRANSPORT": "rdma"})
+	setLaunchEnv(t, map[string]string{"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": freeport.Get(t), "GOCOLL_TRANSPORT": "rdma"})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	c, err := comm.Init(ctx)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gocoll/gocoll/internal/freeport"
 	"github.com/gocoll/gocoll/internal/testmode"
 )
 
@@ -31,19 +31,6 @@ func launcherEnv() []string {
 		out = append(out, kv)
 	}
 	return out
-}
-
-// freePort is a TCP port on 127.0.0.1 that was free a moment ago, for rank
-// 0 to serve the rendezvous store on, as a job script would pick one.
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	_, port, _ := net.SplitHostPort(l.Addr().String())
-	return port
 }
 
 // TestUnderOtherLaunchers starts collcheck's ranks as srun, mpirun and
@@ -78,7 +65,7 @@ func TestUnderOtherLaunchers(t *testing.T) {
 		t.Run(st.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
-			port := freePort(t)
+			port := freeport.Get(t)
 			cmds := make([]*exec.Cmd, n)
 			outs := make([]*bytes.Buffer, n)
 			for r := 0; r < n; r++ {
@@ -115,7 +102,7 @@ func TestTwoJobsOnePort(t *testing.T) {
 	testmode.SkipIfQuick(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	port := freePort(t)
+	port := freeport.Get(t)
 	type rank struct {
 		job, r int
 		cmd    *exec.Cmd

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gocoll/gocoll/internal/freeport"
 	"github.com/gocoll/gocoll/internal/testmode"
 )
 
@@ -22,7 +23,7 @@ func TestOpenMPI(t *testing.T) {
 	needBinary(t, mpirunPath, mpirunPkgs)
 	recipe := readmeRecipe(t, "Open MPI")
 	vars := func(t *testing.T) []string {
-		return []string{"NP=4", "HOSTS=localhost:4", "HEAD=127.0.0.1", "PORT=" + freePort(t)}
+		return []string{"NP=4", "HOSTS=localhost:4", "HEAD=127.0.0.1", "PORT=" + freeport.Get(t)}
 	}
 	t.Run("one host", func(t *testing.T) {
 		dir, _ := trainDir(t, "collcheck")
