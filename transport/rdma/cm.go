@@ -539,11 +539,14 @@ func (t *Transport) dial(ctx context.Context, p *peer) (declined bool, err error
 	if err != nil {
 		return false, err
 	}
-	// Its queue pair received before it answered, and ours does now.
-	t.linked(p)
-	// If this byte is lost, its first completion from us tells the peer
-	// just as well (see complete).
+	// Its queue pair received before it answered, and ours does now. The
+	// byte goes before linked lets our calls on: a Send that returns and a
+	// Close right after it (which cuts this connection short) would
+	// otherwise stop it, leaving the peer's end never up and its calls
+	// dialing a rank that has gone. If it is lost all the same, our first
+	// completion tells the peer just as well (see complete).
 	c.Write([]byte{dialerReady})
+	t.linked(p)
 	return false, nil
 }
 
