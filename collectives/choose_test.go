@@ -26,21 +26,32 @@ func TestParseNewAlgos(t *testing.T) {
 	}
 }
 
-// TestAllReduceTable pins the selection table's corners.
+// TestAllReduceTable pins the selection table's corners, without and
+// with a floor on the ring's step (Options.RingChunk, as comm sets it
+// for TCP).
 func TestAllReduceTable(t *testing.T) {
-	g := &Group{opts: Options{SmallAllReduce: 64 << 10}}
 	cases := []struct {
-		n, bytes int
-		want     Algo
+		ringChunk, n, bytes int
+		want                Algo
 	}{
-		{2, 8, RecursiveDoubling}, {3, 64 << 10, RecursiveDoubling}, {4, 4 << 10, RecursiveDoubling},
-		{4, 8 << 10, RecursiveDoubling}, {6, 8, RecursiveDoubling}, {8, 64 << 10, RecursiveDoubling},
-		{2, 64<<10 + 1, Ring}, {3, 64 << 20, Ring}, {4, 1 << 20, Ring},
-		{4, 1<<20 + 4, Rabenseifner}, {5, 1 << 20, Rabenseifner}, {8, 64 << 20, Rabenseifner},
+		{0, 2, 8, RecursiveDoubling}, {0, 3, 64 << 10, RecursiveDoubling}, {0, 4, 4 << 10, RecursiveDoubling},
+		{0, 4, 8 << 10, RecursiveDoubling}, {0, 6, 8, RecursiveDoubling}, {0, 8, 64 << 10, RecursiveDoubling},
+		{0, 2, 64<<10 + 1, Ring}, {0, 3, 64 << 20, Ring}, {0, 4, 1 << 20, Ring},
+		{0, 4, 1<<20 + 4, Rabenseifner}, {0, 5, 1 << 20, Rabenseifner}, {0, 8, 64 << 20, Rabenseifner},
+		// With the floor: Rabenseifner until a ring step carries it.
+		{256 << 10, 4, 64 << 10, RecursiveDoubling},
+		{256 << 10, 4, 64<<10 + 4, Rabenseifner}, {256 << 10, 4, 1<<20 - 4, Rabenseifner},
+		{256 << 10, 4, 1 << 20, Ring}, {256 << 10, 4, 1<<20 + 4, Rabenseifner},
+		{256 << 10, 3, 512 << 10, Rabenseifner}, {256 << 10, 3, 768 << 10, Ring}, {256 << 10, 3, 64 << 20, Ring},
+		// Two ranks: the ring and Rabenseifner take the same steps.
+		{256 << 10, 2, 128 << 10, Ring},
+		{256 << 10, 8, 64 << 20, Rabenseifner},
 	}
 	for _, tc := range cases {
-		if got := g.allReduceChoice(tc.n, tc.bytes); got != tc.want || g.allReduceWhy(got, tc.n, tc.bytes) == "" {
-			t.Errorf("n=%d %d bytes: %v, want %v", tc.n, tc.bytes, got, tc.want)
+		g := &Group{opts: Options{SmallAllReduce: 64 << 10, RingChunk: tc.ringChunk}}
+		got := g.allReduceChoice(tc.n, tc.bytes)
+		if why := g.allReduceWhy(got, tc.n, tc.bytes); got != tc.want || why == "" {
+			t.Errorf("ring chunk %d, n=%d %d bytes: %v (%s), want %v", tc.ringChunk, tc.n, tc.bytes, got, why, tc.want)
 		}
 	}
 }

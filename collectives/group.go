@@ -19,6 +19,11 @@ type Options struct {
 	// bandwidth-bound one (ring or Rabenseifner); default 64 KiB. See
 	// allReduceChoice for the rest of the table.
 	SmallAllReduce int
+	// RingChunk is the smallest share of an allreduce, in bytes per rank,
+	// that the ring runs on three or four ranks; below it Rabenseifner,
+	// whose 2log2(n) steps beat the ring's 2(n-1) where each step costs
+	// more than its bytes (TCP, see allReduceChoice). 0: no floor.
+	RingChunk int
 	// SmallBroadcast is the largest broadcast that uses the binomial tree
 	// rather than the chain (default 64 KiB).
 	SmallBroadcast int

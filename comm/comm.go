@@ -308,7 +308,8 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 	if err != nil {
 		return fail("waiting for every rank to connect: ", err)
 	}
-	gopts := collectives.Options{Algos: algos, Logger: c.log, Hosts: c.hosts, Round16: cfg.HalfAccum == bootstrap.HalfAccum16Bit}
+	gopts := c.groupOptions(algos)
+	gopts.Hosts = c.hosts
 	if s.trace != "" {
 		if c.trace, err = openTrace(s.trace, cfg.Rank); err != nil {
 			return fail("", err)
@@ -493,6 +494,20 @@ func (c *Communicator) connect(ctx context.Context, s settings) error {
 	}
 	c.t, c.hosts, c.tname = t, hosts, name
 	return nil
+}
+
+// groupOptions are the collectives' options for c's transport (c.tname).
+func (c *Communicator) groupOptions(algos map[collectives.Kind]collectives.Algo) collectives.Options {
+	o := collectives.Options{Algos: algos, Logger: c.log, Round16: c.cfg.HalfAccum == bootstrap.HalfAccum16Bit}
+	if c.tname == "tcp" {
+		// Each TCP step costs a round of system calls and, with more
+		// ranks than cores, of wake-ups: on 3 and 4 ranks over loopback
+		// Rabenseifner's fewer steps beat the ring until its steps
+		// carry 256 KiB (see allReduceChoice). Shared memory's steps
+		// cost too little for it to pay.
+		o.RingChunk = 256 << 10
+	}
+	return o
 }
 
 // Transport names the transport Init chose: "tcp", "shm", "rdma",

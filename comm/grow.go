@@ -529,7 +529,7 @@ func join(ctx context.Context, cfg Config, s settings, store *bootstrap.Client) 
 		return fail("", err)
 	}
 	c.ext.ch = ch
-	c.g = collectives.NewGroup(ch, collectives.Options{Algos: algos, Logger: c.log, Round16: cfg.HalfAccum == bootstrap.HalfAccum16Bit})
+	c.g = collectives.NewGroup(ch, c.groupOptions(algos))
 	go c.watchPending()
 	nc, err := c.child(id, all, f[3])
 	if err != nil {
