@@ -488,6 +488,19 @@ func (t *Transport) wake() {
 // and frame tails that could not be written earlier.
 func (t *Transport) pass(timeoutMs int) error {
 	t.adopt()
+	// A busy poll with one peer linked (every wait of a 2-rank job) that
+	// only waits to read reads at once: a poll would cost a system call
+	// before the read that takes the bytes, 10% of a small allreduce
+	// over loopback. A read that finds nothing costs what the poll did.
+	if timeoutMs == 0 && len(t.list) == 1 {
+		if p := t.list[0]; !p.ended && p.failed() == nil {
+			p.flushCredits()
+			if !p.wantWrite.Load() && !p.tailPending() && int(p.pending.Load()) < t.creditBatch() {
+				p.readAll()
+				return nil
+			}
+		}
+	}
 	for i, p := range t.list {
 		fd := int32(p.fd)
 		if p.ended || p.failed() != nil {
