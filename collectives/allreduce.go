@@ -247,7 +247,14 @@ func (c *call) treeAllReduce(buf []byte, dt reduce.DType, op reduce.Op) error {
 // 1.52 at 128 KiB, 1.55 at 256 KiB, 1.22 at 512 KiB, level at 1 MiB; on
 // 3 ranks 1.13, 1.23 and 1.08; across 4 namespace hosts at 1 Gbit/s,
 // level. Over shared memory the ring won on 3 ranks at every size and on
-// 4 from 512 KiB, so no floor there.
+// 4 from 512 KiB, so no floor there. Options.SmallAllReducePow2 ends
+// recursive doubling sooner on 4, 8, 16... ranks, where Rabenseifner's
+// halving sends (n-1)/n of the buffer twice where recursive doubling
+// sends all of it log2(n) times: comm sets 16 KiB for TCP. bench/ab,
+// loopback TCP, busbw median Rabenseifner/rd: 4 ranks (9 rounds) 0.57 at
+// 8 KiB, 0.61 at 16 KiB, 1.23 at 32 KiB, 1.20 at 64 KiB; 8 ranks (5
+// rounds) 0.55, 1.18, 1.28 at 16, 32, 64 KiB. On 3 ranks, where both
+// fold a rank in first, recursive doubling stayed ahead (0.82-0.84).
 //
 // Measured with
 //
@@ -283,7 +290,7 @@ func (c *call) treeAllReduce(buf []byte, dt reduce.DType, op reduce.Op) error {
 // GOCOLL_ALGO (allreduce=ring|rd|rabenseifner|tree) overrides it.
 func (g *Group) allReduceChoice(n, bytes int) Algo {
 	switch {
-	case bytes <= g.opts.SmallAllReduce:
+	case bytes <= g.smallAllReduce(n):
 		return RecursiveDoubling
 	case n > 2 && bytes/n < g.opts.RingChunk:
 		return Rabenseifner
@@ -294,9 +301,19 @@ func (g *Group) allReduceChoice(n, bytes int) Algo {
 	}
 }
 
+// smallAllReduce is the largest allreduce on n ranks that runs recursive
+// doubling: Options.SmallAllReducePow2 on a power of two from 4 where it
+// is set, else Options.SmallAllReduce.
+func (g *Group) smallAllReduce(n int) int {
+	if n >= 4 && n&(n-1) == 0 && g.opts.SmallAllReducePow2 > 0 {
+		return g.opts.SmallAllReducePow2
+	}
+	return g.opts.SmallAllReduce
+}
+
 // allReduceWhy says why allReduceChoice picked a, for the log.
 func (g *Group) allReduceWhy(a Algo, n, bytes int) string {
-	small := g.opts.SmallAllReduce
+	small := g.smallAllReduce(n)
 	switch a {
 	case RecursiveDoubling:
 		return fmt.Sprintf("%d bytes <= %d, %d ranks: latency-bound", bytes, small, n)

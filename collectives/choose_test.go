@@ -2,6 +2,7 @@ package collectives
 
 import (
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -54,6 +55,23 @@ func TestAllReduceTable(t *testing.T) {
 			t.Errorf("ring chunk %d, n=%d %d bytes: %v (%s), want %v", tc.ringChunk, tc.n, tc.bytes, got, why, tc.want)
 		}
 	}
+	// comm's TCP options: recursive doubling ends at 16 KiB on powers
+	// of two from 4, and only there.
+	tcp := &Group{opts: Options{SmallAllReduce: 64 << 10, SmallAllReducePow2: 16 << 10, RingChunk: 256 << 10}}
+	for _, tc := range []struct {
+		n, bytes int
+		want     Algo
+	}{
+		{4, 16 << 10, RecursiveDoubling}, {4, 16<<10 + 4, Rabenseifner}, {8, 32 << 10, Rabenseifner},
+		{16, 8 << 10, RecursiveDoubling}, {16, 64 << 10, Rabenseifner},
+		{2, 32 << 10, RecursiveDoubling}, {3, 64 << 10, RecursiveDoubling}, {6, 64 << 10, RecursiveDoubling},
+		{4, 1 << 20, Ring}, {2, 64<<10 + 4, Ring},
+	} {
+		got := tcp.allReduceChoice(tc.n, tc.bytes)
+		if why := tcp.allReduceWhy(got, tc.n, tc.bytes); got != tc.want || !strings.Contains(why, "bytes") {
+			t.Errorf("tcp, n=%d %d bytes: %v (%s), want %v", tc.n, tc.bytes, got, why, tc.want)
+		}
+	}
 }
 
 // TestWideChoice pins where a wide (float32-partial) 16-bit reduction
@@ -86,6 +104,21 @@ func TestWideChoice(t *testing.T) {
 		g.forced[tc.kind] = tc.forced
 		if got := g.chooseWide(tc.kind, tc.bytes); got != tc.want || g.why(tc.kind, got, tc.bytes) == "" {
 			t.Errorf("%v n=%d %d bytes forced %v: %v, want %v", tc.kind, tc.n, tc.bytes, tc.forced, got, tc.want)
+		}
+	}
+	// comm's TCP options leave the wide table as it was: recursive
+	// doubling below SmallAllReduce/2 on 4 and 8 ranks, pairwise above
+	// on 4.
+	for _, tc := range []struct {
+		n, bytes int
+		want     Algo
+	}{
+		{4, 24 << 10, RecursiveDoubling}, {4, 32 << 10, Pairwise}, {8, 32 << 10, RecursiveDoubling},
+		{8, 64 << 10, RecursiveDoubling}, {8, 1 << 20, Pairwise}, {4, 1 << 20, Pairwise},
+	} {
+		g := &Group{n: tc.n, opts: Options{SmallAllReduce: 64 << 10, SmallAllReducePow2: 16 << 10, RingChunk: 256 << 10}}
+		if got := g.chooseWide(AllReduce, tc.bytes); got != tc.want {
+			t.Errorf("tcp options, wide allreduce n=%d %d bytes: %v, want %v", tc.n, tc.bytes, got, tc.want)
 		}
 	}
 }

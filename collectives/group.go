@@ -19,6 +19,9 @@ type Options struct {
 	// bandwidth-bound one (ring or Rabenseifner); default 64 KiB. See
 	// allReduceChoice for the rest of the table.
 	SmallAllReduce int
+	// SmallAllReducePow2, if set, takes SmallAllReduce's place on a
+	// power-of-two number of ranks from four (see allReduceChoice).
+	SmallAllReducePow2 int
 	// RingChunk is the smallest share of an allreduce, in bytes per rank,
 	// that the ring runs on three or four ranks; below it Rabenseifner,
 	// whose 2log2(n) steps beat the ring's 2(n-1) where each step costs

@@ -254,6 +254,11 @@ func (g *Group) wideChoice(kind Kind, a Algo, bytes int) Algo {
 	if n < 3 || n > pairwiseRanks || g.forced[kind] != Auto {
 		return a
 	}
+	if kind == AllReduce && a == Rabenseifner && bytes <= g.opts.SmallAllReduce {
+		// Only SmallAllReducePow2 picks Rabenseifner this small, from
+		// float32 figures; the wide path keeps its own table.
+		a = RecursiveDoubling
+	}
 	switch {
 	case kind == AllReduce && (a == Ring || a == Rabenseifner),
 		kind == AllReduce && a == RecursiveDoubling && n <= pairwiseSmallRanks && bytes >= g.opts.SmallAllReduce/2,

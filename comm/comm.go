@@ -506,6 +506,9 @@ func (c *Communicator) groupOptions(algos map[collectives.Kind]collectives.Algo)
 		// carry 256 KiB (see allReduceChoice). Shared memory's steps
 		// cost too little for it to pay.
 		o.RingChunk = 256 << 10
+		// And from 32 KiB on 4, 8, ... ranks, where Rabenseifner
+		// sends fewer bytes than recursive doubling.
+		o.SmallAllReducePow2 = 16 << 10
 	}
 	return o
 }
