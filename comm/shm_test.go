@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -120,6 +121,36 @@ func TestTransportChoice(t *testing.T) {
 			}
 			if !strings.Contains(out, tc.algo+" ") {
 				t.Errorf("log does not show %s:\n%s", tc.algo, out)
+			}
+		})
+	}
+}
+
+// TestMidSizeChoice: between 16 KiB and the ring's floor the choice
+// follows the transport (groupOptions): over TCP Rabenseifner, on 3 ranks
+// from 64 KiB and on 4 from 32 KiB, where shared memory keeps recursive
+// doubling and the ring; each shows in the info log with its reason.
+func TestMidSizeChoice(t *testing.T) {
+	cases := []struct {
+		transport string
+		n, count  int // float32 elements
+		algo, why string
+	}{
+		{"tcp", 4, 32 << 10, "algo=rabenseifner", "ring step would carry 32768 bytes < 262144"},
+		{"tcp", 4, 8 << 10, "algo=rabenseifner", "32768 bytes > 16384"},
+		{"tcp", 4, 4 << 10, "algo=rd", "16384 bytes <= 16384"},
+		{"tcp", 3, 32 << 10, "algo=rabenseifner", "ring step would carry 43690 bytes"},
+		{"tcp", 3, 8 << 10, "algo=rd", "32768 bytes <= 65536"},
+		{"shm", 4, 32 << 10, "algo=ring", "few ranks"},
+		{"shm", 4, 8 << 10, "algo=rd", "32768 bytes <= 65536"},
+	}
+	for _, tc := range cases {
+		t.Run(fmt.Sprintf("%s %d ranks %d floats", tc.transport, tc.n, tc.count), func(t *testing.T) {
+			cs, logs := newLocalLogged(t, tc.n, comm.WithTransport(tc.transport))
+			runAllReduce(t, cs, tc.count)
+			out := logs.String()
+			if !strings.Contains(out, tc.algo+" ") || !strings.Contains(out, tc.why) {
+				t.Errorf("log does not show %s (%q):\n%s", tc.algo, tc.why, out)
 			}
 		})
 	}
