@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gocoll/gocoll/internal/logging"
+	"github.com/gocoll/gocoll/internal/mesh"
 	"github.com/gocoll/gocoll/internal/safetext"
 	"github.com/gocoll/gocoll/transport"
 )
@@ -750,23 +751,9 @@ func (p *peer) flushCreditsLocked() {
 // either drives the CQ itself or waits to be told that something arrived
 // for p or that its turn has come.
 func (t *Transport) await(ctx context.Context, p *peer, note chan struct{}, ready func() bool) error {
-	for !ready() && p.failed() == nil {
-		select {
-		case t.progress <- struct{}{}:
-			err := t.drive(ctx, p, ready)
-			<-t.progress
-			if err != nil {
-				return err
-			}
-		case <-note:
-		case <-p.dead:
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.closed:
-			return transport.ErrClosed
-		}
-	}
-	return nil
+	return mesh.Await(ctx, t.progress, t.closed, note, p.dead, ready,
+		func() bool { return p.failed() != nil },
+		func() error { return t.drive(ctx, p, ready) })
 }
 
 // drive polls the CQ until ready() holds, p fails, ctx ends or the

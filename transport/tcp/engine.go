@@ -394,34 +394,9 @@ func (t *Transport) creditBatch() int { return max(1, t.opts.Slots/2) }
 // drives the sockets itself or, when another goroutine does, waits to be
 // told that something arrived for p or that its turn has come.
 func (t *Transport) await(ctx context.Context, p *peer, note chan struct{}, ready func() bool) error {
-	for !ready() && p.failed() == nil {
-		// The engine is nearly always free: take it without the full
-		// select, whose locking was 2% of a small allreduce.
-		took := false
-		select {
-		case t.progress <- struct{}{}:
-			took = true
-		default:
-			select {
-			case t.progress <- struct{}{}:
-				took = true
-			case <-note:
-			case <-p.dead:
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-t.closed:
-				return transport.ErrClosed
-			}
-		}
-		if took {
-			err := t.drive(ctx, p, ready)
-			<-t.progress
-			if err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return mesh.Await(ctx, t.progress, t.closed, note, p.dead, ready,
+		func() bool { return p.failed() != nil },
+		func() error { return t.drive(ctx, p, ready) })
 }
 
 // drive runs the progress engine until ready() holds, p fails, ctx ends
