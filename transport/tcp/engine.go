@@ -469,6 +469,12 @@ func (t *Transport) wake() {
 	notify(t.ring)
 }
 
+// needsWrite says whether p waits for its socket to take bytes: a blocked
+// sender, a frame's tail, or a batch of credits owed that could not go.
+func (p *peer) needsWrite() bool {
+	return p.wantWrite.Load() || p.tailPending() || int(p.pending.Load()) >= p.t.creditBatch()
+}
+
 // pass polls every live peer once (waiting up to timeoutMs for something
 // to happen), reads whatever arrived into the slots, and flushes credits
 // and frame tails that could not be written earlier.
@@ -481,7 +487,7 @@ func (t *Transport) pass(timeoutMs int) error {
 	if timeoutMs == 0 && len(t.list) == 1 {
 		if p := t.list[0]; !p.ended && p.failed() == nil {
 			p.flushCredits()
-			if !p.wantWrite.Load() && !p.tailPending() && int(p.pending.Load()) < t.creditBatch() {
+			if !p.needsWrite() {
 				p.readAll()
 				return nil
 			}
@@ -495,7 +501,7 @@ func (t *Transport) pass(timeoutMs int) error {
 			p.flushCredits()
 		}
 		ev := int16(unix.POLLIN)
-		if p.wantWrite.Load() || p.tailPending() || int(p.pending.Load()) >= t.creditBatch() {
+		if p.needsWrite() {
 			ev |= unix.POLLOUT
 		}
 		t.pfds[i] = unix.PollFd{Fd: fd, Events: ev}
