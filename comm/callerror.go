@@ -33,7 +33,8 @@ type CallError struct {
 	Rank, JobRank int
 	// Call is the collective as the ranks numbered it ("allreduce #4
 	// (algo ring, 1024 x int32, min)"), or its name if it failed before
-	// it was numbered.
+	// it was numbered; for a point-to-point operation, what it was
+	// ("recv from rank 1 tag 3").
 	Call string
 	// Culprit is the rank at the root of the failure, in Comm's
 	// numbering: the rank that died, gave up first, refused or mismatched
@@ -93,6 +94,8 @@ var (
 	blameRE = regexp.MustCompile(`^(?:job )?rank \d+(?: \(job rank \d+\))? (?:died|killed|exited|left|refused|called|gave up)`)
 	// leadRankRE matches a cause that starts with the rank it is about.
 	leadRankRE = regexp.MustCompile(`^(?:lost )?rank (\d+)`)
+	// leadP2PRE matches the link a point-to-point failure starts with.
+	leadP2PRE = regexp.MustCompile(`^(?:recv from|send to) rank \d+: `)
 	// mismatchByeRE matches the goodbye of a rank that found its call
 	// mismatched: its rank, its own call, and what the other rank called.
 	// toldRE matches a mismatch as its finder published it for the
@@ -114,22 +117,33 @@ var (
 func oddOneOut(text, mine string) (rank int, call string, local, ok bool) {
 	if ms := mismatchByeRE.FindAllStringSubmatch(text, -1); len(ms) > 0 {
 		m := ms[len(ms)-1]
-		if m[3] == mine && m[2] != mine {
+		if sameCall(m[3], mine) && !sameCall(m[2], mine) {
 			rank, _ = strconv.Atoi(m[1])
 			return rank, m[2], false, true
 		}
 	}
 	if m := toldRE.FindStringSubmatch(text); m != nil {
 		a, b := 1, 3 // the rank and call said first, and second
-		if m[2] == mine {
+		if sameCall(m[2], mine) {
 			a, b = b, a
 		}
-		if m[b+1] == mine && m[a+1] != mine {
+		if sameCall(m[b+1], mine) && !sameCall(m[a+1], mine) {
 			rank, _ = strconv.Atoi(m[a])
 			return rank, m[a+1], true, true
 		}
 	}
 	return -1, "", false, false
+}
+
+// sameCall reports whether call, as a header names it, is mine: the same
+// text, or where mine is a call this rank numbered but had not started
+// when the failure reached it ("allgather #1 (not started)"), the same
+// kind and number.
+func sameCall(call, mine string) bool {
+	if head, ok := strings.CutSuffix(mine, "(not started)"); ok {
+		return strings.HasPrefix(call, head)
+	}
+	return call == mine
 }
 
 // callError is the error of call what, which failed with err (the full
@@ -157,6 +171,33 @@ func (c *Communicator) callError(what string, ran bool, err error) error {
 		// Never started, but numbered as every rank counts.
 		ce.Call = fmt.Sprintf("%s #%d (not started)", what, collectives.CallNumber(last)+1)
 	}
+	c.blame(ce, text, err)
+	return ce
+}
+
+// p2pError is the error of a point-to-point operation (what: "recv from
+// rank 1 tag 3") that failed with err. A lost peer reads as a
+// collective's loss does, in one line naming the root cause (a rank that
+// gave up says why in its goodbye), though it does not break the
+// communicator.
+func (c *Communicator) p2pError(what string, err error) error {
+	err = c.explainLoss(timedOut(err))
+	if !errors.Is(err, ErrPeerLost) {
+		return fmt.Errorf("%s: %s: %w", c.prefix(), what, err)
+	}
+	ce := &CallError{Comm: c.ext.name, Rank: c.cfg.Rank, JobRank: c.jobRank(c.cfg.Rank), Call: what, Culprit: -1, Err: err}
+	text := err.Error()
+	if m := leadP2PRE.FindStringIndex(text); m != nil {
+		// The transport's link says the peer again: the call said it.
+		text = text[m[1]:]
+	}
+	c.blame(ce, text, err)
+	return ce
+}
+
+// blame fills in ce's Cause and Culprit from text, the failure's chain as
+// read, and err, the chain itself.
+func (c *Communicator) blame(ce *CallError, text string, err error) {
 	cause, culprit := rootCause(text)
 	ce.Cause = cause
 	if d, ok := firstDeparture(err); ok && errors.Is(err, ErrPeerLost) && !errors.Is(err, ErrMismatch) {
@@ -204,7 +245,6 @@ func (c *Communicator) callError(what string, ran bool, err error) error {
 		culprit = -1
 	}
 	ce.Culprit = culprit
-	return ce
 }
 
 // chainOf is the full chain behind a CallError, for the log.
