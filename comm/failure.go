@@ -137,6 +137,11 @@ func (c *Communicator) explainLoss(err error) error {
 	if mm, _ := c.probe(context.Background()); mm != nil {
 		return also{mm, err}
 	}
+	if errors.Is(err, transport.ErrPeerClosed) {
+		if left := c.closedBefore(); left != nil {
+			return also{left, err}
+		}
+	}
 	return c.withLosses(err)
 }
 

@@ -80,7 +80,7 @@ func Send[T Element](ctx context.Context, c *Communicator, peer, tag int, buf []
 	ctx, cancel := c.bound(ctx)
 	defer cancel()
 	if err := c.ext.ch.SendTagged(ctx, peer, tag, bytesOf(buf)); err != nil {
-		return fmt.Errorf("%s: send to rank %d tag %d: %w", c.prefix(), peer, tag, c.explainLoss(timedOut(err)))
+		return c.p2pError(fmt.Sprintf("send to rank %d tag %d", peer, tag), err)
 	}
 	return nil
 }
@@ -99,7 +99,7 @@ func Recv[T Element](ctx context.Context, c *Communicator, peer, tag int, buf []
 	n, err := c.ext.ch.RecvTagged(ctx, peer, tag, b)
 	es := dtypeOf[T]().Size()
 	if err != nil {
-		return n / es, fmt.Errorf("%s: recv from rank %d tag %d: %w", c.prefix(), peer, tag, c.explainLoss(timedOut(err)))
+		return n / es, c.p2pError(fmt.Sprintf("recv from rank %d tag %d", peer, tag), err)
 	}
 	if n%es != 0 {
 		return n / es, fmt.Errorf("comm: rank %d: recv from rank %d tag %d: %d bytes are not a whole number of %v elements: %w",

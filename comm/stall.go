@@ -114,21 +114,74 @@ func (c *Communicator) publishLast() {
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	c.calls.Put(ctx, c.callsKey()+strconv.Itoa(c.cfg.Rank), last)
+	// And that these are its last: a rank waiting in a later call reads
+	// here that this one closed before it (see closedBefore).
+	c.calls.Put(ctx, c.callsKey()+"closed/"+strconv.Itoa(c.cfg.Rank), last)
+}
+
+// closedBefore says which rank closed the communicator while this one
+// still needed it, as its publishLast record shows: the cause of a link
+// closed in good order under a call, or nil if no rank closed.
+func (c *Communicator) closedBefore() error {
+	if c.calls == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	prefix := c.callsKey() + "closed/"
+	m, err := c.calls.Scan(ctx, prefix)
+	if err != nil {
+		return nil
+	}
+	first, at := -1, uint64(0)
+	for r := range c.cfg.Size {
+		v, ok := m[prefix+strconv.Itoa(r)]
+		if !ok || r == c.cfg.Rank {
+			continue
+		}
+		if n := collectives.CallNumber(v); first < 0 || n < at {
+			first, at = r, n
+		}
+	}
+	if first < 0 {
+		return nil
+	}
+	scope := "the job"
+	if c.ext.name != "" {
+		scope = "the communicator"
+	}
+	return fmt.Errorf("%s left %s after call #%d (it closed its communicator): %w", c.whoIs(first), scope, at, ErrPeerLost)
 }
 
 // closeCompareWait bounds how long Close waits for the other ranks'
 // last calls (see lastCallsAgree). Ranks that end together close within
-// milliseconds of one another; one still busy after it is not waited for.
-const closeCompareWait = 250 * time.Millisecond
+// milliseconds of one another, and a rank waiting in a call the others
+// never made publishes it within stallProbeAfter and a tick; one still
+// busy after it is not waited for.
+const closeCompareWait = 500 * time.Millisecond
 
 // lastCallsAgree compares this rank's last calls, as it closes, with
-// those the other ranks publish as they close (publishLast). It catches
-// what no rank could see while the calls ran: a last broadcast or
-// scatter whose ranks named different roots can finish on every rank,
-// each root's sends buffered and never read, and each rank with what it
-// believes the result; only a comparison of the calls shows them
-// mismatched.
+// those the other ranks publish as they close (publishLast) or while they
+// wait in a call (probe). It catches what no rank could see while the
+// calls ran: a last broadcast or scatter whose ranks named different
+// roots can finish on every rank, each root's sends buffered and never
+// read, and each rank with what it believes the result; a rank that
+// called one collective more than the others (its peers finished their
+// part of a point-to-point exchange or a tree it had no part in, and
+// closed); or a mismatch another rank found and published. Only a
+// comparison of the calls shows them mismatched. A mismatch found here is
+// published, so that the rank left waiting reads why this one went.
 func (c *Communicator) lastCallsAgree() error {
+	err := c.compareLast()
+	if err != nil {
+		if _, read := err.(told); !read {
+			c.publishMismatch(err)
+		}
+	}
+	return err
+}
+
+func (c *Communicator) compareLast() error {
 	if c.calls == nil || c.g == nil || c.cfg.Size == 1 || c.broken.Load() != nil || c.faulted.Load() || c.stopping.Load() {
 		return nil // a rank is lost or this one aborted: no rank to wait for
 	}
@@ -152,9 +205,18 @@ func (c *Communicator) lastCallsAgree() error {
 				continue
 			}
 			seen[r] = true
+			if collectives.CallNumber(v) > n {
+				return fmt.Errorf("%s called %s after this rank's last call, %s: %w",
+					c.whoIs(r), collectives.DescribeCall(v), collectives.DescribeCall(mine), ErrMismatch)
+			}
 			if err := collectives.Disagree(mine, v, r); err != nil {
 				return err
 			}
+		}
+		if f, ok := firstFault(m, prefix+"fault/"); ok && f.kind == "mismatch" {
+			// Another rank found the calls mismatched, in one this rank
+			// finished its part of.
+			return told{fmt.Errorf("%s: %w", f.text, ErrMismatch)}
 		}
 		if len(seen) == c.cfg.Size-1 {
 			return nil
