@@ -194,6 +194,12 @@ func (s *Server) join(rank, size int, job, addr string) error {
 // (comm's Grow), each under a job rank of its own.
 const ElasticRunningKey = "elastic/running"
 
+// ClosedEarlyPrefix is where a rank of the job's communicator that closed
+// it while other ranks went on to a later call says so, under its rank
+// in decimal, in one line: the cause of their failures, which the
+// launcher's summary names (the rank itself may exit 0).
+const ClosedEarlyPrefix = "closedearly/"
+
 func orNone(job string) string {
 	if job == "" {
 		return "no job id"

@@ -41,6 +41,10 @@ type CallError struct {
 	// the call, or that a timed-out call still waited for; -1 if unknown
 	// (or, on a sub-communicator, not one of its ranks).
 	Culprit int
+	// JobCulprit is the culprit's rank in the job (for the job's
+	// communicator, Culprit): the rank to leave out of the next
+	// communicator, say, whichever communicator failed. -1 if unknown.
+	JobCulprit int
 	// Cause says what happened there, in one line.
 	Cause string
 	// Err is the full chain of errors.
@@ -94,6 +98,12 @@ var (
 	blameRE = regexp.MustCompile(`^(?:job )?rank \d+(?: \(job rank \d+\))? (?:died|killed|exited|left|refused|called|gave up)`)
 	// leadRankRE matches a cause that starts with the rank it is about.
 	leadRankRE = regexp.MustCompile(`^(?:lost )?rank (\d+)`)
+	// linkRE matches the link a failure was seen on, where a cause
+	// starts with it.
+	linkRE = regexp.MustCompile(`^(recv from|send to|link to) rank (\d+): `)
+	// jobRankRE matches the job rank a transport names a peer by, where
+	// what is left of a cause starts with it.
+	jobRankRE = regexp.MustCompile(`^job rank \d+: `)
 	// leadP2PRE matches the link a point-to-point failure starts with.
 	leadP2PRE = regexp.MustCompile(`^(?:recv from|send to) rank \d+: `)
 	// mismatchByeRE matches the goodbye of a rank that found its call
@@ -155,7 +165,7 @@ func (c *Communicator) callError(what string, ran bool, err error) error {
 		return err
 	}
 	text := err.Error()
-	ce = &CallError{Comm: c.ext.name, Rank: c.cfg.Rank, JobRank: c.jobRank(c.cfg.Rank), Call: what, Culprit: -1, Err: err}
+	ce = &CallError{Comm: c.ext.name, Rank: c.cfg.Rank, JobRank: c.jobRank(c.cfg.Rank), Call: what, Culprit: -1, JobCulprit: -1, Err: err}
 	lead := 0
 	if m := prefixRE.FindStringIndex(text); m != nil && m[0] == 0 {
 		lead = m[1]
@@ -185,7 +195,7 @@ func (c *Communicator) p2pError(what string, err error) error {
 	if !errors.Is(err, ErrPeerLost) {
 		return fmt.Errorf("%s: %s: %w", c.prefix(), what, err)
 	}
-	ce := &CallError{Comm: c.ext.name, Rank: c.cfg.Rank, JobRank: c.jobRank(c.cfg.Rank), Call: what, Culprit: -1, Err: err}
+	ce := &CallError{Comm: c.ext.name, Rank: c.cfg.Rank, JobRank: c.jobRank(c.cfg.Rank), Call: what, Culprit: -1, JobCulprit: -1, Err: err}
 	text := err.Error()
 	if m := leadP2PRE.FindStringIndex(text); m != nil {
 		// The transport's link says the peer again: the call said it.
@@ -200,6 +210,7 @@ func (c *Communicator) p2pError(what string, err error) error {
 func (c *Communicator) blame(ce *CallError, text string, err error) {
 	cause, culprit := rootCause(text)
 	ce.Cause = cause
+	outside := -1 // the culprit's job rank, where it is no rank of this communicator
 	if d, ok := firstDeparture(err); ok && errors.Is(err, ErrPeerLost) && !errors.Is(err, ErrMismatch) {
 		// The rendezvous (or grun) saw which rank left the job first,
 		// the others mostly because of it: that is the cause, whatever
@@ -212,7 +223,7 @@ func (c *Communicator) blame(ce *CallError, text string, err error) {
 				culprit = c.fromJob(culprit)
 			}
 		} else {
-			culprit = c.fromJob(d.Rank)
+			culprit, outside = c.fromJob(d.Rank), d.Rank
 			ce.Cause = c.jobWho(d.Rank) + " " + strings.Replace(d.Why, "die (", "died (", 1)
 		}
 	} else if c.ext.name != "" && culprit >= 0 {
@@ -233,6 +244,26 @@ func (c *Communicator) blame(ce *CallError, text string, err error) {
 			culprit = odd
 		}
 	}
+	if m := linkRE.FindStringSubmatch(ce.Cause); m != nil && errors.Is(err, ErrPeerLost) &&
+		!errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		// All that is known is the link it was seen on, which names the
+		// peer as that link numbers it (a channel's receive by this
+		// communicator's ranks, a transport's link by the job's): say
+		// who it is, as every rank would.
+		n, _ := strconv.Atoi(m[2])
+		r, who := n, ""
+		if m[1] == "link to" {
+			r = c.fromJob(n)
+		}
+		if r >= 0 && r < c.cfg.Size {
+			who = c.whoIs(r)
+		} else {
+			r, who, outside = -1, "job rank "+m[2], n
+		}
+		rest := jobRankRE.ReplaceAllString(ce.Cause[len(m[0]):], "")
+		ce.Cause = who + " was lost: " + strings.TrimPrefix(rest, ErrPeerLost.Error()+": ")
+		culprit = r
+	}
 	if strings.Contains(ce.Cause, "timed out") && !errors.Is(err, ErrTimeout) {
 		ce.root = ErrTimeout
 	}
@@ -244,7 +275,10 @@ func (c *Communicator) blame(ce *CallError, text string, err error) {
 	if culprit >= c.cfg.Size {
 		culprit = -1
 	}
-	ce.Culprit = culprit
+	ce.Culprit, ce.JobCulprit = culprit, outside
+	if culprit >= 0 {
+		ce.JobCulprit = c.jobRank(culprit)
+	}
 }
 
 // chainOf is the full chain behind a CallError, for the log.

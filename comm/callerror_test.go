@@ -29,6 +29,8 @@ func checkOneLine(t *testing.T, who string, err error, culprit int, sentinel err
 		t.Errorf("%s: the one line retells the chain: %s", who, text)
 	case ce.Culprit != culprit:
 		t.Errorf("%s: Culprit = %d, want %d: %s", who, ce.Culprit, culprit, text)
+	case ce.Comm == "" && ce.JobCulprit != culprit:
+		t.Errorf("%s: JobCulprit = %d, want %d (the job's communicator): %s", who, ce.JobCulprit, culprit, text)
 	case !errors.Is(err, sentinel):
 		t.Errorf("%s: %v does not match %v", who, err, sentinel)
 	case ce.Err == nil:
@@ -125,8 +127,8 @@ func TestSubCommunicatorErrorNames(t *testing.T) {
 	checkOneLine(t, "job rank 1", errs[1], 1, comm.ErrPeerLost,
 		"comm: rank 0 (job rank 1) of split #1 color 1: allreduce #1", "rank 1 (job rank 3) left", "shutting down")
 	var ce *comm.CallError
-	if errors.As(errs[1], &ce) && (ce.Comm != "split #1 color 1" || ce.Rank != 0 || ce.JobRank != 1) {
-		t.Errorf("job rank 1: CallError{Comm: %q, Rank: %d, JobRank: %d}, want split #1 color 1, 0, 1", ce.Comm, ce.Rank, ce.JobRank)
+	if errors.As(errs[1], &ce) && (ce.Comm != "split #1 color 1" || ce.Rank != 0 || ce.JobRank != 1 || ce.JobCulprit != 3) {
+		t.Errorf("job rank 1: CallError{Comm: %q, Rank: %d, JobRank: %d, JobCulprit: %d}, want split #1 color 1, 0, 1, 3", ce.Comm, ce.Rank, ce.JobRank, ce.JobCulprit)
 	}
 }
 

@@ -412,6 +412,18 @@ func (c *Communicator) Abort(reason error) {
 	})
 }
 
+// leftBecause is what a sub-communicator's rank that ends it for cause
+// tells the other members: the rank at the root of it where that is
+// another (a member lost, which the others may see only through this
+// rank), else that this rank left and why.
+func (c *Communicator) leftBecause(cause error) string {
+	var ce *CallError
+	if errors.As(cause, &ce) && ce.Culprit >= 0 && ce.Culprit != c.cfg.Rank && strings.HasPrefix(ce.Cause, c.whoIs(ce.Culprit)+" ") {
+		return ce.Cause
+	}
+	return fmt.Sprintf("%s left the communicator: %v", c.who(), cause)
+}
+
 // howPeersLearn says, for the log, how drop tells the peers.
 func (c *Communicator) howPeersLearn() string {
 	if c.kill != nil {
@@ -434,7 +446,7 @@ func (c *Communicator) drop(cause error) {
 		// communicator): only this one ends. Its running call wakes, its
 		// late messages are dropped, and the other members, which see
 		// no link go, read why in the store when their call stalls.
-		c.publishFault(false, fmt.Sprintf("%s left the communicator: %v", c.who(), cause))
+		c.publishFault(false, c.leftBecause(cause))
 		c.kill(cause)
 		if c.ext.ch != nil {
 			c.ext.ch.Close()

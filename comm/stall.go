@@ -3,10 +3,12 @@ package comm
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/gocoll/gocoll/bootstrap"
 	"github.com/gocoll/gocoll/collectives"
 	"github.com/gocoll/gocoll/internal/stallreport"
 )
@@ -133,6 +135,9 @@ func (c *Communicator) closedBefore() error {
 	if err != nil {
 		return nil
 	}
+	if len(m) == 0 || c.othersDeparted() {
+		return nil // a loss, not a close, is the cause
+	}
 	first, at := -1, uint64(0)
 	for r := range c.cfg.Size {
 		v, ok := m[prefix+strconv.Itoa(r)]
@@ -146,11 +151,7 @@ func (c *Communicator) closedBefore() error {
 	if first < 0 {
 		return nil
 	}
-	scope := "the job"
-	if c.ext.name != "" {
-		scope = "the communicator"
-	}
-	return fmt.Errorf("%s left %s after call #%d (it closed its communicator): %w", c.whoIs(first), scope, at, ErrPeerLost)
+	return fmt.Errorf("%s left %s after call #%d (it closed its communicator): %w", c.whoIs(first), c.scope(), at, ErrPeerLost)
 }
 
 // closeCompareWait bounds how long Close waits for the other ranks'
@@ -194,10 +195,13 @@ func (c *Communicator) compareLast() error {
 	defer cancel()
 	prefix := c.callsKey()
 	seen := make(map[int]bool, c.cfg.Size)
+	var level int    // ranks seen at this rank's last call
+	var beyond []int // ranks seen in a later call, which this one never made
+	var later []byte // the first of those ranks' calls
 	for {
 		m, err := c.calls.Scan(ctx, prefix)
 		if err != nil {
-			return nil // the store is gone (it lived in a rank that closed)
+			break // the store is gone (it lived in a rank that closed)
 		}
 		for r := range c.cfg.Size {
 			v, ok := m[prefix+strconv.Itoa(r)]
@@ -206,9 +210,12 @@ func (c *Communicator) compareLast() error {
 			}
 			seen[r] = true
 			if collectives.CallNumber(v) > n {
-				return fmt.Errorf("%s called %s after this rank's last call, %s: %w",
-					c.whoIs(r), collectives.DescribeCall(v), collectives.DescribeCall(mine), ErrMismatch)
+				if beyond = append(beyond, r); later == nil {
+					later = v
+				}
+				continue
 			}
+			level++
 			if err := collectives.Disagree(mine, v, r); err != nil {
 				return err
 			}
@@ -219,14 +226,85 @@ func (c *Communicator) compareLast() error {
 			return told{fmt.Errorf("%s: %w", f.text, ErrMismatch)}
 		}
 		if len(seen) == c.cfg.Size-1 {
-			return nil
+			break
 		}
 		select {
 		case <-ctx.Done():
-			return nil
 		case <-time.After(10 * time.Millisecond):
+			continue
 		}
+		break
 	}
+	slices.Sort(beyond)
+	if len(beyond) == 0 || c.othersDeparted() {
+		// No call beyond, or a rank that left the job abnormally: the
+		// others went on to a call it left them waiting in, and that
+		// loss, which their errors name, is the cause.
+		return nil
+	}
+	// The ranks made different numbers of calls. The odd ones are the
+	// fewer: this rank, which closed while as many or more went on (a
+	// rank that closed early), or the ranks that went on while more
+	// closed with it (a rank that made one call too many).
+	if len(beyond) >= level+1 {
+		err := fmt.Errorf("this rank left %s after call #%d (it closed its communicator) while %s went on to %s: %w",
+			c.scope(), n, c.ranksWord(beyond), collectives.DescribeCall(later), ErrMismatch)
+		if c.ext.id == 0 {
+			// For the launcher's summary: the others fail because of
+			// this rank, which may itself exit 0.
+			pctx, pcancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+			defer pcancel()
+			c.calls.Put(pctx, bootstrap.ClosedEarlyPrefix+strconv.Itoa(c.cfg.Rank),
+				[]byte(strings.Replace(strings.TrimSuffix(err.Error(), ": "+ErrMismatch.Error()), "this rank", c.who(), 1)))
+		}
+		return err
+	}
+	return fmt.Errorf("%s called %s after this rank's last call, %s: %w",
+		c.ranksWord(beyond), collectives.DescribeCall(later), collectives.DescribeCall(mine), ErrMismatch)
+}
+
+// othersDeparted reports whether the store saw a rank other than this one
+// leave the job abnormally by now.
+func (c *Communicator) othersDeparted() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	ds, err := c.calls.Departures(ctx, 0)
+	if err != nil {
+		return false
+	}
+	if c.ext.id == 0 {
+		return len(c.othersGone(ds)) > 0
+	}
+	// A sub-communicator: departures name job ranks, and any rank's
+	// breaks the job it shares.
+	me := c.jobRank(c.cfg.Rank)
+	return slices.ContainsFunc(ds, func(d bootstrap.Departure) bool { return d.Rank != me })
+}
+
+// scope names what a rank that closes leaves: the job, or a
+// sub-communicator.
+func (c *Communicator) scope() string {
+	if c.ext.name != "" {
+		return "the communicator"
+	}
+	return "the job"
+}
+
+// ranksWord names the ranks rs of this communicator for errors: "rank 3",
+// "ranks 0, 2 and 3" (at most 8, then how many more).
+func (c *Communicator) ranksWord(rs []int) string {
+	if len(rs) == 1 {
+		return c.whoIs(rs[0])
+	}
+	var names []string
+	for i, r := range rs {
+		if i == 8 {
+			names = append(names, fmt.Sprintf("%d more", len(rs)-8))
+			break
+		}
+		names = append(names, strconv.Itoa(r))
+	}
+	return "ranks " + strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 }
 
 // saidChecked tells the rank whose process holds the store that this

@@ -22,6 +22,7 @@ import (
 
 	"github.com/gocoll/gocoll/bootstrap"
 	"github.com/gocoll/gocoll/internal/logging"
+	"github.com/gocoll/gocoll/internal/safetext"
 )
 
 // Exit statuses of grun's own making; a failed rank's status is passed on.
@@ -869,6 +870,25 @@ func (j *job) quitter(first *rank) *rank {
 	return nil
 }
 
+// closedEarly is a rank other than first that said, as it closed its
+// communicator, that other ranks went on to a call it never made
+// (bootstrap.ClosedEarlyPrefix), and what it said without its rank; nil
+// if there is none.
+func (j *job) closedEarly(first *rank) (*rank, string) {
+	if j.store == nil {
+		return nil, ""
+	}
+	for k, v := range j.store.Entries(bootstrap.ClosedEarlyPrefix) {
+		id, err := strconv.Atoi(strings.TrimPrefix(k, bootstrap.ClosedEarlyPrefix))
+		if err != nil || id < 0 || id >= len(j.ranks) || j.ranks[id] == first {
+			continue
+		}
+		r := j.ranks[id]
+		return r, strings.TrimPrefix(safetext.Printable(v), "rank "+strconv.Itoa(id)+" ")
+	}
+	return nil, ""
+}
+
 // beginStop records why the job ends and signals every rank's group. Only
 // the first cause counts; a stop already under way carries on as it is.
 func (j *job) beginStop(c *cause, sig syscall.Signal) {
@@ -1042,7 +1062,11 @@ func (j *job) report() int {
 	case rankFailed:
 		first := j.culprit()
 		msg := fmt.Sprintf("%s (%s) %v", first.name(), first.pidNote(), first.status)
-		if q := j.quitter(first); q != nil {
+		if q, why := j.closedEarly(first); q != nil {
+			// It closed its communicator while the others went on to a
+			// later call, which it never made: their failures followed.
+			msg = fmt.Sprintf("%s (%s) %s; then %s", q.name(), q.pidNote(), why, msg)
+		} else if q := j.quitter(first); q != nil {
 			// Its peers failed because it left without a goodbye: it,
 			// not the first of them, is the cause.
 			msg = fmt.Sprintf("%s (%s) exited 0 without closing its communicator, so its peers lost it; then %s", q.name(), q.pidNote(), msg)

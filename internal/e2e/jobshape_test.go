@@ -18,7 +18,7 @@ import (
 
 // faultKinds are the faults TestJobShapes injects, one per job, in turn.
 var faultKinds = []string{"none", "mismatch-kind", "mismatch-count", "mismatch-dtype", "mismatch-op",
-	"mismatch-root", "cancel", "abort-sub", "refuse", "kill", "stop"}
+	"mismatch-root", "cancel", "abort-sub", "refuse", "kill", "stop", "close", "kill-split"}
 
 // documented are the sentinels an error may match (README, "When
 // something goes wrong").
@@ -202,7 +202,7 @@ func judge(s shape, res []outcome, faultAt int64) (problems []string, worst time
 			bad("rank %d: wrong result: %s", r, o.wrong)
 			continue
 		}
-		gone := r == s.culprit && (s.fault == "kill" || s.fault == "stop")
+		gone := r == s.culprit && (s.fault == "kill" || s.fault == "stop" || s.fault == "close" || s.fault == "kill-split")
 		switch {
 		case s.fault == "none":
 			if !o.ok {
@@ -222,7 +222,7 @@ func judge(s shape, res []outcome, faultAt int64) (problems []string, worst time
 				bad("rank %d: sub-communicator's error does not name %s: %s", r, culprit, o.subText)
 			}
 		case gone:
-			// Killed or stopped: it says nothing more.
+			// Killed, stopped or closed: it says nothing more.
 		case o.ok:
 			// Even where the others' parts of a last call agreed with one
 			// another (a broadcast whose root they all named, a
@@ -234,12 +234,22 @@ func judge(s shape, res []outcome, faultAt int64) (problems []string, worst time
 		default:
 			timely(r, o.errAt, "failed")
 			sentinel(r, o.matches, o.text)
-			if r != s.culprit && !strings.Contains(o.text, culprit) {
+			if r != s.culprit && !namesJobRank(o.text, s.culprit) {
 				bad("rank %d: error does not name the culprit, %s: %s", r, culprit, o.text)
 			}
 		}
 	}
 	return problems, worst
+}
+
+// namesJobRank reports whether text, a rank's error, names job rank j: as
+// "rank j" in an error of the job's communicator, as "job rank j" in a
+// sub-communicator's (whose own rank numbers are others).
+func namesJobRank(text string, j int) bool {
+	if strings.Contains(text, " of split ") {
+		return regexp.MustCompile(`job rank ` + strconv.Itoa(j) + `\b`).MatchString(text)
+	}
+	return regexp.MustCompile(`\brank ` + strconv.Itoa(j) + `\b`).MatchString(text)
 }
 
 // leftRunning lists the processes of prog still running.
@@ -424,5 +434,69 @@ func TestExitWithoutClose(t *testing.T) {
 	}
 	if !regexp.MustCompile(`grun: rank 1 \(pid \d+\) exited 0 without closing its communicator, so its peers lost it; then rank [02] `).MatchString(out) {
 		t.Errorf("grun's summary does not name rank 1 first:\n%s", out)
+	}
+}
+
+// TestKillWithSplit: 8 ranks, each in a sub-communicator of its half of
+// the job beside the job's own, a random rank SIGKILLed at a random call
+// while the others are in their sub-communicators' allreduce. Every
+// survivor, those that see it through a sub-communicator and those that
+// see it only through the job's, and grun's summary name the killed job
+// rank. Seeded: GOCOLL_SHAPE_SEED replays it.
+func TestKillWithSplit(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("GOCOLL_SHAPE_SEED"); v != "" {
+		seed, _ = strconv.ParseUint(v, 10, 64)
+	}
+	t.Logf("seed %d (GOCOLL_SHAPE_SEED replays it)", seed)
+	rng := rand.New(rand.NewPCG(seed, 2))
+	for _, tr := range []string{"shm", "shm+tcp", "tcp"} {
+		t.Run(tr, func(t *testing.T) {
+			s := shape{hosts: []int{8}, transport: tr, seed: rng.Uint64(), calls: 6, fault: "kill-split", culprit: rng.IntN(8), at: rng.IntN(5)}
+			if tr != "shm" {
+				s.hosts = []int{4, 3, 1}
+			}
+			args := append([]string{"-n", fmt.Sprint(s.size()), filepath.Join(bin, "jobshape")}, s.args()...)
+			out, _ := grun(t, time.Minute, s.env(), args...)
+			res, faultAt := parseJob(out, s.size())
+			if problems, _ := judge(s, res, faultAt); len(problems) > 0 {
+				t.Errorf("%v:\n  %s\noutput:\n%s", s, strings.Join(problems, "\n  "), out)
+			}
+			if !regexp.MustCompile(`(?m)^grun: rank ` + strconv.Itoa(s.culprit) + ` \(pid \d+\) killed by signal SIGKILL`).MatchString(out) {
+				t.Errorf("%v: grun's summary does not name rank %d first:\n%s", s, s.culprit, out)
+			}
+		})
+	}
+}
+
+// TestEarlyClose: rank 1 closes its communicator after call #3 while the
+// others go on to call #4, and exits 0. Every other rank's call fails
+// naming rank 1 and the call it left after, in one line; Close tells rank
+// 1 itself; and grun's summary names rank 1 as the cause, not the first
+// rank to exit non-zero.
+func TestEarlyClose(t *testing.T) {
+	for _, tr := range []string{"tcp", "shm"} {
+		t.Run(tr, func(t *testing.T) {
+			out, code := grun(t, time.Minute, []string{"GOCOLL_TRANSPORT=" + tr}, "-n", "4", filepath.Join(bin, "jobshape"),
+				"-seed", "5", "-calls", "6", "-fault", "close", "-culprit", "1", "-at", "3")
+			if code == 0 {
+				t.Fatalf("grun exited 0, want the failing ranks' status:\n%s", out)
+			}
+			res, _ := parseJob(out, 4)
+			for r, o := range res {
+				if r == 1 {
+					continue
+				}
+				if !strings.Contains(o.text, "rank 1 left the job after call #3 (it closed its communicator)") || !slices.Contains(o.matches, "peerlost") {
+					t.Errorf("rank %d does not name rank 1's early close as the cause (ErrPeerLost): %s: %s", r, o.matches, o.text)
+				}
+			}
+			if !regexp.MustCompile(`jobshape: rank 1 closed at \d+: mismatch: comm: rank 1: close: the last calls did not match: this rank left the job after call #3`).MatchString(out) {
+				t.Errorf("rank 1's Close did not say it left early:\n%s", out)
+			}
+			if !regexp.MustCompile(`(?m)^grun: rank 1 \(pid \d+\) left the job after call #3 \(it closed its communicator\) while ranks 0, 2 and 3 went on to allreduce #4 .*; then rank [023] `).MatchString(out) {
+				t.Errorf("grun's summary does not name rank 1 first:\n%s", out)
+			}
+		})
 	}
 }

@@ -32,7 +32,7 @@ import (
 var (
 	seed     = flag.Uint64("seed", 1, "seed of the call sequence, the same on every rank")
 	calls    = flag.Int("calls", 8, "collectives to run")
-	fault    = flag.String("fault", "none", "none, mismatch-kind, mismatch-count, mismatch-dtype, mismatch-op, mismatch-root, cancel, abort-sub, refuse, kill, stop, exit0")
+	fault    = flag.String("fault", "none", "none, mismatch-kind, mismatch-count, mismatch-dtype, mismatch-op, mismatch-root, cancel, abort-sub, refuse, kill, kill-split, stop, close, exit0")
 	culprit  = flag.Int("culprit", 0, "rank that injects the fault")
 	at       = flag.Int("at", 3, "index of the call the fault hits")
 	deadline = flag.Duration("deadline", 5*time.Second, "context deadline of the calls from -at on (stop: how long the others wait)")
@@ -70,6 +70,16 @@ func run(ctx context.Context, c *comm.Communicator) int {
 		}
 		defer sub.Close()
 	}
+	if *fault == "kill-split" {
+		// Sub-communicators in use beside the job's: each call below is
+		// followed by an allreduce on the rank's half of the job.
+		var err error
+		if sub, err = c.Split(ctx, me%2, me); err != nil {
+			fmt.Printf("jobshape: rank %d error at %d: %s: %v\n", me, time.Now().UnixNano(), sentinels(err), err)
+			return 1
+		}
+		defer sub.Close()
+	}
 	rng := rand.New(rand.NewPCG(*seed, 7))
 	for i := range *calls {
 		k := pick(rng, c.Size())
@@ -82,6 +92,16 @@ func run(ctx context.Context, c *comm.Communicator) int {
 			cctx, cancel = context.WithTimeout(ctx, *deadline)
 		}
 		err := k.run(cctx, c, sub, f, me == *culprit)
+		if err == nil && *fault == "kill-split" {
+			if f == "kill-split" && me == *culprit {
+				// Dead while the others are in their sub-communicators'
+				// call: the members of its half see it go, the others
+				// only through the job's communicator.
+				syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				time.Sleep(time.Second)
+			}
+			err = subCall(cctx, sub)
+		}
 		cancel()
 		var w wrong
 		switch {
@@ -94,6 +114,18 @@ func run(ctx context.Context, c *comm.Communicator) int {
 		}
 	}
 	return 0
+}
+
+// subCall is an allreduce on sub, its result checked.
+func subCall(ctx context.Context, sub *comm.Communicator) error {
+	buf := []int64{1, int64(sub.Rank())}
+	if err := comm.AllReduce(ctx, sub, buf, comm.Sum); err != nil {
+		return err
+	}
+	if n := int64(sub.Size()); buf[0] != n || buf[1] != n*(n-1)/2 {
+		return wrong{fmt.Sprintf("sub-communicator allreduce: got %v, want [%d %d]", buf, n, n*(n-1)/2)}
+	}
+	return nil
 }
 
 // sentinels lists the documented sentinels err matches.
@@ -157,7 +189,7 @@ func pick(rng *rand.Rand, n int) call {
 func (k call) run(ctx context.Context, c, sub *comm.Communicator, f string, guilty bool) error {
 	// The collective the fault hits, the same on every rank.
 	switch f {
-	case "mismatch-count", "mismatch-dtype", "mismatch-op", "cancel", "kill", "stop":
+	case "mismatch-count", "mismatch-dtype", "mismatch-op", "cancel", "kill", "kill-split", "stop":
 		k.kind = "allreduce"
 	case "mismatch-root":
 		k.kind = []string{"broadcast", "reduce", "gather", "scatter"}[k.root%4]
@@ -215,6 +247,14 @@ func (k call) run(ctx context.Context, c, sub *comm.Communicator, f string, guil
 		// takes microseconds) and nothing would be waiting for this rank.
 		syscall.Kill(os.Getpid(), syscall.SIGSTOP)
 		time.Sleep(200 * time.Millisecond)
+	case f == "close" && guilty:
+		// Closes while the others go on to this call, and exits 0, as a
+		// program that ignores Close's error would.
+		err := c.Close()
+		fmt.Printf("jobshape: rank %d closed at %d: %s: %v\n", c.Rank(), time.Now().UnixNano(), sentinels(err), err)
+		os.Exit(0)
+	case f == "close":
+		k.kind = "allreduce"
 	case f == "exit0" && guilty:
 		os.Exit(0) // without Close, as log.Fatal's deferred Close never runs
 	case f == "exit0":
