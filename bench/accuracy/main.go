@@ -2,8 +2,8 @@
 // are from the exact sum, for jobs of 2 to 64 in-process ranks
 // (comm.NewLocal), on random and adversarial data:
 //
-//	go run ./bench/accuracy                  # the table, every rank count
-//	go run ./bench/accuracy -n 2,8,64 -count 512
+//	cd bench && go run ./accuracy            # the table, every rank count
+//	go run ./accuracy -n 2,8,64 -count 512
 //
 // Every element's exact sum S and Σ|x| are computed in float64 (exact for
 // these inputs). Each row gives, as the largest |error|/Σ|x| over the

@@ -154,8 +154,8 @@ goroutine stacks to ./grun-stall-PID-K.txt; a call that waits GOCOLL_STALL
 
 Traces: with GOCOLL_TRACE=FILE each rank writes its calls to FILE ("%r" in
 it replaced by the rank, else ".RANK" appended);
-  grun --merge-trace [-o trace.json] [-png timeline.png] FILE...
-merges them into one Chrome trace-event file and a PNG timeline.
+  grun --merge-trace [-o trace.json] FILE...
+merges them into one Chrome trace-event file (bench/timeline draws it).
 
 Exit status:
   0        every rank exited 0 (with --elastic: every rank that did not
