@@ -110,7 +110,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.Var(sizeValue{&cfg.max}, "max", "largest size in bytes (K/M/G suffixes)")
 	fs.Int64Var(&cfg.factor, "factor", 2, "multiply the size by this between rows (at least 2)")
 	fs.Var(sizeValue{&cfg.step}, "step", "add this many bytes between rows instead of multiplying (K/M/G suffixes)")
-	fs.IntVar(&cfg.iters, "iters", 0, "timed iterations per size (0: 200 below 1 MiB, 20 below 16 MiB, else 5, as run-mpi.sh)")
+	fs.IntVar(&cfg.iters, "iters", 0, "timed iterations per size (0: 200 below 1 MiB, 20 below 16 MiB, else 5, as compare/peers/allreduce.c)")
 	fs.IntVar(&cfg.warmup, "warmup", 3, "untimed iterations per size")
 	fs.IntVar(&cfg.settle, "settle", 3000, "untimed barriers before the sweep, while the ranks' runtimes settle")
 	fs.DurationVar(&cfg.spin, "spin", 50*time.Millisecond, "busy time of each rank on its CPU before the settling barriers, so that idle CPUs reach full speed first")
@@ -248,8 +248,8 @@ func sweep(min, max, factor, step int64) []int64 {
 	return out
 }
 
-// iterations is -iters, or by default the counts run-mpi.sh uses, so that
-// the two tools' rows average over the same number of calls.
+// iterations is -iters, or by default the counts compare/peers/allreduce.c
+// uses, so that the two tools' rows average over the same number of calls.
 func iterations(cfg config, size int64) int {
 	switch {
 	case cfg.iters > 0:

@@ -1,7 +1,10 @@
 // Command collbench measures gocoll's collectives in the columns of
-// nccl-tests, so that its rows compare with ../shared/peers/run-mpi.sh's:
+// nccl-tests, so that its rows compare with those of the MPI program
+// bench/compare runs beside it (compare/peers/allreduce.c). It lives in
+// the bench module, which keeps its plotting library out of gocoll's own
+// module; build it from this directory:
 //
-//	go build -o collbench ./bench
+//	cd bench && go build -o collbench . && go build -o grun github.com/gocoll/gocoll/cmd/grun
 //	grun -n 2 ./collbench -op allreduce -dtype float32 -redop sum -min 8 -max 64M
 //	grun -n 2 ./collbench -op allgather -format json > tcp.json
 //	collbench plot tcp.json shm.json -o busbw.png

@@ -32,8 +32,8 @@ type kept struct{ list []report.Row }
 func (k *kept) rows() []report.Row { return k.list }
 
 // The table's columns are nccl-tests'; size, count, time and bandwidths
-// use run-mpi.sh's units and decimals, so the two tools' rows divide
-// directly.
+// use the units of compare/peers/allreduce.c (µs, GB/s = 1e9 B/s), so the
+// two tools' rows divide directly.
 const (
 	tableHead = "%12s %12s %8s %6s %5s %10s %12s %12s %6s  %s\n"
 	tableRow  = "%12d %12d %8s %6s %5d %10.2f %12.3f %12.3f %6s  %s\n"

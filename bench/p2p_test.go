@@ -18,7 +18,7 @@ import (
 
 // Point-to-point micro-benchmarks of every transport, for benchstat:
 //
-//	go test -run '^$' -bench 'PingPong|Stream' -count 10 ./bench | tee new.txt
+//	go test -run '^$' -bench 'PingPong|Stream' -count 10 . | tee new.txt    # in bench/
 //	benchstat old.txt new.txt
 //
 // PingPong's ns/op is one round trip (ns/hop: half of it, the one-way

@@ -3,9 +3,13 @@
 // A job has one rendezvous store: a tiny key/value server over TCP whose Get
 // waits until the key is Put. grun serves it for the jobs it launches; under
 // other launchers (torchrun, mpirun, srun) rank 0 serves it. Every rank
-// publishes what its peers need to connect to it (listening addresses, and
-// for RDMA queue pair numbers, GIDs and memory keys), then reads everyone
-// else's; the transports build their mesh from that. Every connection to the
+// publishes where its peers can reach it (a listening address per
+// transport: a TCP port, shared memory's Unix socket, RDMA's connection
+// port) and reads a peer's record when a call first needs that peer; the
+// transports then make the link themselves. RDMA's queue pair numbers,
+// GIDs and memory keys never go through the store: two ranks exchange
+// them over a short token-authenticated TCP connection of their own
+// (transport/rdma/cm.go). Every connection to the
 // store proves it holds the per-job token (see internal/auth) before it may
 // read or write anything, and every frame's length is checked before it is
 // read, so strangers and garbage are refused without disturbing the job.

@@ -44,8 +44,8 @@ type Config struct {
 
 	// HalfAccum is how Float16 and BFloat16 Sum, Avg and Prod accumulate:
 	// "" or "float32" (the default) keeps partial results in float32 and
-	// rounds once; "16bit" rounds every partial result to 16 bits, as
-	// before issue 31 (less accurate, faster from three ranks on). Every
+	// rounds once; "16bit" rounds every partial result to 16 bits (less
+	// accurate, faster from three ranks on). Every
 	// rank must say the same: calls of ranks that differ fail with
 	// ErrMismatch. FromEnv reads GOCOLL_HALF_ACCUM.
 	HalfAccum string

@@ -46,7 +46,7 @@ type Options struct {
 	// its tick.
 	Timed bool
 	// Round16 reduces Float16 and BFloat16 Sum, Avg and Prod in 16 bits,
-	// every partial result rounded back (as before issue 31), instead of
+	// every partial result rounded back, instead of
 	// keeping partial results in float32 and rounding once (wide.go):
 	// less accurate, and from three ranks on faster. Calls say which in
 	// their header, so ranks that disagree get ErrMismatch.

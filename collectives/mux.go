@@ -522,9 +522,6 @@ func (m *Mux) Busy() (recv, send []int) {
 // the ranks that may join it (see NewMux).
 func (m *Mux) Size() int { return len(m.peers) }
 
-// ID is the communicator id.
-func (c *Channel) ID() uint64 { return c.id }
-
 // JobRank is the job rank of member r.
 func (c *Channel) JobRank(r int) int { return c.ranks[r] }
 

@@ -230,7 +230,7 @@ const pairwiseRanks, pairwiseSmallRanks = 8, 4
 // ring's bytes, in one step of n-1 concurrent messages instead of n-1
 // dependent ones. On 3 and 4 ranks, shm and tcp, 64 KiB to 64 MiB, it
 // took the wide allreduce from 0.37-0.98x of the 16-bit rounding's busbw
-// to the README's figures ("16-bit reductions"). Against the wide
+// to the figures in docs/performance.md ("16-bit reductions"). Against the wide
 // recursive doubling, Float16/BFloat16 sums, 5 alternating rounds,
 // median busbw ratio pairwise/rd:
 //

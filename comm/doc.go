@@ -14,8 +14,13 @@
 // blocking and deadlock rules).
 //
 // Init reads the job from the launcher's environment (grun, torchrun-style,
-// Open MPI or Slurm) and connects every rank to every other through the
-// rendezvous store; New takes an explicit Config instead. Every collective
+// Open MPI or Slurm) and joins it through the rendezvous store, where the
+// ranks exchange their addresses; New takes an explicit Config instead.
+// The link between two ranks (a TCP connection, a shared-memory ring, an
+// RDMA queue pair) is made when a call first needs it, Init's own first
+// allreduce included, so a rank connects only to the partners its
+// algorithms use (GOCOLL_TCP_CONNECT=eager and GOCOLL_RDMA_CONNECT=eager
+// link every pair at Init instead). Every collective
 // takes a context first and returns an error, never panics. A bad argument
 // is refused before anything is sent (ErrInvalid, ErrUnsupported); a
 // failure part-way through (a peer lost, the context ended, ranks that
@@ -48,7 +53,24 @@
 // A program that exits on an error should close the communicator first:
 // log.Fatal and os.Exit skip deferred calls, so the peers would see this
 // rank die (ErrPeerLost) instead of leave. Return the error from a
-// function that defers Close, and exit after it (see the exit example).
+// function that defers Close, and exit after it:
+//
+//	func main() {
+//		if err := run(context.Background()); err != nil {
+//			fmt.Fprintln(os.Stderr, err)
+//			os.Exit(1) // after run's deferred Close
+//		}
+//	}
+//
+//	func run(ctx context.Context) error {
+//		c, err := comm.Init(ctx)
+//		if err != nil {
+//			return err
+//		}
+//		defer c.Close()
+//		// ... the program's collectives ...
+//		return comm.AllReduce(ctx, c, grads, comm.Sum)
+//	}
 //
 // The algorithms (package collectives) are chosen by message size and rank
 // count, can be forced with GOCOLL_ALGO, and say what they chose with

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"os"
 	"sync"
 
 	"github.com/gocoll/gocoll/comm"
@@ -25,18 +26,24 @@ func onEveryRank(cs []*comm.Communicator, f func(c *comm.Communicator)) {
 }
 
 // A program started by grun (or torchrun, mpirun, srun) joins its job with
-// Init and leaves it with Close.
+// Init and leaves it with Close. It returns its errors from a function
+// that defers Close and exits after that function, so that its peers see
+// it leave rather than die.
 func ExampleInit() {
-	ctx := context.Background()
-	c, err := comm.Init(ctx)
-	if err != nil {
-		log.Fatal(err)
+	run := func(ctx context.Context) error {
+		c, err := comm.Init(ctx)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		grads := make([]float32, 1<<20)
+		// ... compute this rank's gradients into grads ...
+		return comm.AllReduce(ctx, c, grads, comm.Avg)
 	}
-	defer c.Close()
-	grads := make([]float32, 1<<20)
-	// ... compute this rank's gradients into grads ...
-	if err := comm.AllReduce(ctx, c, grads, comm.Avg); err != nil {
-		log.Fatalf("rank %d: %v", c.Rank(), err)
+	// In main:
+	if err := run(context.Background()); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1) // run's deferred Close has run
 	}
 }
 

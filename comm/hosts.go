@@ -107,7 +107,7 @@ type jobHosts struct {
 //
 // Rank 0 reads every rank's entry and publishes what they add up to (the
 // layout), which every other rank reads in one request: n+1 puts and 2n
-// gets per job. Every rank reading every entry, as before, took n² gets
+// gets per job, where every rank reading every entry would take n² gets
 // through the one store, the largest part of a big job's start.
 //
 // fake, if not negative, is this rank's fake host (GOCOLL_FAKE_HOSTS).

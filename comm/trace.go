@@ -15,7 +15,7 @@ import (
 // to FILE as JSON lines (see traceLine; exact times: the recorder then
 // reads the clock), FILE's "%r" replaced by the job rank, or ".<rank>"
 // appended if it has none. `grun --merge-trace` merges the ranks' files
-// into one Chrome trace and a PNG timeline.
+// into one Chrome trace, which bench/timeline draws as a PNG.
 
 // tracedCalls is the flight recorder's size when tracing: the watchdog
 // writes the finished calls out every tick (20 ms), so it must hold what

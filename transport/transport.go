@@ -3,11 +3,14 @@
 //
 // The model is the one RDMA hardware imposes, so that TCP and shared memory
 // fit under it without changing an algorithm: every rank owns, for each peer
-// it is connected to (all of them, or, over TCP, those a call has needed so
-// far), a receive slab cut into a fixed number of slots of MaxMessage
-// bytes. A send
-// fills the next slot of the receiver's slab (over RDMA, a WRITE with
-// immediate; over TCP, a frame the peer's reader lands straight in the slot);
+// it is linked to, a receive slab cut into a fixed number of slots of
+// MaxMessage bytes. Every transport (tcp, shm, rdma) makes a link when a
+// call first needs that peer, so a rank holds slabs only for the partners
+// its algorithms use; each has an option to link every pair at Connect
+// instead. A send fills the next slot of the receiver's slab (over RDMA, a
+// WRITE with immediate; over shared memory, a copy into the ring; over
+// TCP, a frame that the receiver's waiting call reads off the socket
+// straight into the slot: tcp has no reader goroutine);
 // the receiver is told "slot k of peer p holds n bytes", reduces or copies
 // out of the slot in place, and releases it, which returns a credit to the
 // sender. A sender with no credit left waits. Because receive memory is

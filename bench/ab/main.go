@@ -2,9 +2,10 @@
 // alternating, because on a shared machine the speed drifts from minute
 // to minute and only runs taken side by side compare:
 //
-//	git stash; go build -o /tmp/cb-a ./bench; git stash pop; go build -o /tmp/cb-b ./bench
-//	go build -o /tmp/grun ./cmd/grun
-//	go run ./bench/ab -a /tmp/cb-a -b /tmp/cb-b -grun /tmp/grun -n 2 -rounds 5 \
+//	cd bench
+//	git stash; go build -o /tmp/cb-a .; git stash pop; go build -o /tmp/cb-b .
+//	go build -o /tmp/grun github.com/gocoll/gocoll/cmd/grun
+//	go run ./ab -a /tmp/cb-a -b /tmp/cb-b -grun /tmp/grun -n 2 -rounds 5 \
 //	    -- -transport shm -dtype bfloat16 -redop sum -min 64K -max 64M
 //
 // Each round runs both builds under grun, with the arguments after --

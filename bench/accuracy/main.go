@@ -2,8 +2,8 @@
 // are from the exact sum, for jobs of 2 to 64 in-process ranks
 // (comm.NewLocal), on random and adversarial data:
 //
-//	go run ./bench/accuracy                  # the table, every rank count
-//	go run ./bench/accuracy -n 2,8,64 -count 512
+//	cd bench && go run ./accuracy            # the table, every rank count
+//	go run ./accuracy -n 2,8,64 -count 512
 //
 // Every element's exact sum S and Σ|x| are computed in float64 (exact for
 // these inputs). Each row gives, as the largest |error|/Σ|x| over the
@@ -13,8 +13,8 @@
 //     order, each partial sum rounded to 16 bits (with the 1 first, the
 //     swamp data's worst case);
 //   - "16bit": what the library returns with GOCOLL_HALF_ACCUM=16bit,
-//     which rounds every partial sum to 16 bits as gocoll always did
-//     before issue 31, the worst over every way of computing it:
+//     which rounds every partial sum to 16 bits, the worst over every
+//     way of computing it:
 //     allreduce with each algorithm (ring, rd, rabenseifner, tree,
 //     pairwise, and hier on two fake hosts from 3 ranks), reduce-scatter
 //     and reduce;

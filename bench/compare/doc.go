@@ -2,7 +2,7 @@
 // and MPICH's MPI_Allreduce and PyTorch's gloo backend, float32 sum, for
 // the same ranks and sizes on the same machine in one run:
 //
-//	go run ./bench/compare -n 2 -transport tcp -min 8 -max 64M -repeat 3
+//	cd bench && go run ./compare -n 2 -transport tcp -min 8 -max 64M -repeat 3
 //
 // Each round runs every side once, the first side rotating from round to
 // round, because timings on a shared machine drift from minute to minute

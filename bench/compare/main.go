@@ -353,13 +353,13 @@ func gocollSide(ctx context.Context, o options, work string, stderr io.Writer) (
 		fmt.Fprintf(stderr, "compare: building collbench and grun from %s\n", root)
 		if o.collbench == "" {
 			o.collbench = filepath.Join(work, "collbench")
-			if err := goBuild(ctx, root, o.collbench, "./bench"); err != nil {
+			if err := goBuild(ctx, root, o.collbench, "github.com/gocoll/gocoll/bench"); err != nil {
 				return side{}, err
 			}
 		}
 		if needGrun && o.grun == "" {
 			o.grun = filepath.Join(work, "grun")
-			if err := goBuild(ctx, root, o.grun, "./cmd/grun"); err != nil {
+			if err := goBuild(ctx, root, o.grun, "github.com/gocoll/gocoll/cmd/grun"); err != nil {
 				return side{}, err
 			}
 		}
@@ -763,11 +763,11 @@ func goBuild(ctx context.Context, root, out, pkg string) error {
 func moduleRoot() (string, error) {
 	out, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil {
-		return "", fmt.Errorf("finding the module (run compare inside the gocoll checkout, or pass -collbench and -grun): %w", err)
+		return "", fmt.Errorf("finding the module (run compare inside the checkout's bench module, or pass -collbench and -grun): %w", err)
 	}
 	mod := strings.TrimSpace(string(out))
 	if mod == "" || mod == os.DevNull {
-		return "", errors.New("not inside the gocoll module: run compare from the checkout, or pass -collbench and -grun")
+		return "", errors.New("not inside a module: run compare from the checkout's bench directory, or pass -collbench and -grun")
 	}
 	return filepath.Dir(mod), nil
 }

@@ -6,7 +6,7 @@
 // the requests the job's ranks sent the rendezvous store (from Init to
 // the first allreduce's end, all ranks together).
 //
-//	go build -o scale ./bench/scale && go build -o grun ./cmd/grun
+//	cd bench && go build -o scale ./scale && go build -o grun github.com/gocoll/gocoll/cmd/grun
 //	./scale -grun ./grun -n 8,16,32,64          # processes started by grun
 //	./scale -local -n 64,128,256                 # goroutine ranks in one process (comm.NewLocal)
 //	./scale -local -n 1024 -cpuprofile cpu.out   # and where that process spends its time

@@ -32,9 +32,9 @@
 // --rsh) as one shell command that keeps rsh's stdin as the rank's
 // lifeline: signals travel down it and its end kills the rank. The store
 // then listens on the address routed toward the other hosts (or --iface /
-// GOCOLL_IFACE's). README.md in this directory drafts the user-facing
-// documentation of multi-host jobs and of running under srun, mpirun and
-// torchrun without grun. grun needs a Unix system.
+// GOCOLL_IFACE's). The repository's docs/operations.md documents
+// multi-host jobs and running under srun, mpirun and torchrun without
+// grun; its README has the recipes CI runs. grun needs a Unix system.
 //
 // An elastic job (--elastic MIN:MAX) with --job-file also takes ranks
 // that "grun --join FILE PROG" starts on other hosts or terminals, up to

@@ -50,8 +50,8 @@ Flags (-flag and --flag are the same; flags end at PROG or at "--"):
   --elastic MIN  an elastic job: a rank that fails does not stop the others
                  while at least MIN ranks live; grun sets GOCOLL_ELASTIC=1
                  in every rank, whose survivors go on with Communicator.Shrink
-                 (see "Elastic jobs" in the README). Below MIN, the job
-                 stops as without the flag
+                 (see "Elastic jobs" in docs/operations.md). Below MIN, the
+                 job stops as without the flag
   --elastic MIN:MAX
                  as --elastic MIN, and when a rank fails while fewer than
                  MAX live, start a replacement with the failed rank's
@@ -59,8 +59,8 @@ Flags (-flag and --flag are the same; flags end at PROG or at "--"):
                  life); its Init waits until the running ranks admit it
                  with Communicator.Grow, and links to every rank over
                  TCP, whatever transport the ranks use among themselves
-                 (see "Elastic jobs" in the README). -n may be below MAX:
-                 the job starts with N ranks and grows as ranks join
+                 (see "Elastic jobs" in docs/operations.md). -n may be
+                 below MAX: the job starts with N ranks and grows as ranks join
                  (--job-file, --join)
   --job-file FILE
                  with --elastic MIN:MAX: open a join port beside the
@@ -154,8 +154,8 @@ goroutine stacks to ./grun-stall-PID-K.txt; a call that waits GOCOLL_STALL
 
 Traces: with GOCOLL_TRACE=FILE each rank writes its calls to FILE ("%r" in
 it replaced by the rank, else ".RANK" appended);
-  grun --merge-trace [-o trace.json] [-png timeline.png] FILE...
-merges them into one Chrome trace-event file and a PNG timeline.
+  grun --merge-trace [-o trace.json] FILE...
+merges them into one Chrome trace-event file (bench/timeline draws it).
 
 Exit status:
   0        every rank exited 0 (with --elastic: every rank that did not

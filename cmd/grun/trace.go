@@ -8,26 +8,19 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"image/color"
 	"io"
 	"os"
 	"sort"
 	"strconv"
 	"time"
-
-	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
 )
 
-const mergeUsage = `Usage: grun --merge-trace [-o FILE.json] [-png FILE.png] TRACE...
+const mergeUsage = `Usage: grun --merge-trace [-o FILE.json] TRACE...
 
 Merges the ranks' GOCOLL_TRACE files into one Chrome trace-event file
 (open it in https://ui.perfetto.dev or chrome://tracing), one lane per rank
-(and per sub-communicator), and draws the same timeline as a PNG: a bar per
-call, coloured by kind, so a straggler shows at a glance.
+(and per sub-communicator). bench/timeline, in the gocoll repository's
+bench module, draws that file as a PNG: a bar per call, coloured by kind.
 `
 
 // traced is one line of a GOCOLL_TRACE file (see comm's traceLine).
@@ -56,7 +49,6 @@ func mergeTrace(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("grun --merge-trace", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	out := fs.String("o", "trace.json", "the Chrome trace-event file to write")
-	png := fs.String("png", "", "also draw the timeline into this PNG")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, mergeUsage)
@@ -87,13 +79,6 @@ func mergeTrace(args []string, stdout, stderr io.Writer) int {
 		return exitInternal
 	}
 	fmt.Fprintf(stdout, "grun: %d calls of %d lanes written to %s\n", len(recs), len(lanesOf(recs)), *out)
-	if *png != "" {
-		if err := drawTimeline(*png, recs); err != nil {
-			fmt.Fprintf(stderr, "grun: --merge-trace: %v\n", err)
-			return exitInternal
-		}
-		fmt.Fprintf(stdout, "grun: timeline drawn in %s\n", *png)
-	}
 	return 0
 }
 
@@ -229,134 +214,4 @@ func writeChromeTrace(path string, recs []traced) error {
 		return err
 	}
 	return os.WriteFile(path, b, 0o644)
-}
-
-// kindColors gives each kind its colour, in a fixed order so that a
-// kind keeps its colour from one timeline to the next.
-var kindColors = map[string]color.RGBA{
-	"allreduce":      {0x1f, 0x77, 0xb4, 0xff},
-	"broadcast":      {0xd6, 0x27, 0x28, 0xff},
-	"reduce":         {0x2c, 0xa0, 0x2c, 0xff},
-	"allgather":      {0xff, 0x7f, 0x0e, 0xff},
-	"allgatherv":     {0xff, 0xbb, 0x78, 0xff},
-	"reducescatter":  {0x94, 0x67, 0xbd, 0xff},
-	"reducescatterv": {0xc5, 0xb0, 0xd5, 0xff},
-	"gather":         {0x8c, 0x56, 0x4b, 0xff},
-	"scatter":        {0xe3, 0x77, 0xc2, 0xff},
-	"alltoall":       {0x17, 0xbe, 0xcf, 0xff},
-	"alltoallv":      {0x9e, 0xda, 0xe5, 0xff},
-	"barrier":        {0x7f, 0x7f, 0x7f, 0xff},
-}
-
-// bars is the timeline plotter: a bar per call, in its lane's row.
-type bars struct {
-	recs  []traced
-	row   map[lane]int
-	t0    time.Time
-	scale float64 // divides nanoseconds into the x unit
-	room  float64 // rows left empty on top, for the legend
-}
-
-func (b bars) Plot(c draw.Canvas, p *plot.Plot) {
-	trX, trY := p.Transforms(&c)
-	for _, r := range b.recs {
-		x0 := trX(float64(r.Start.Sub(b.t0).Nanoseconds()) / b.scale)
-		x1 := trX(float64(r.end().Sub(b.t0).Nanoseconds()) / b.scale)
-		switch {
-		case x1-x0 < vg.Length(0.75):
-			x1 = x0 + 0.75 // a call shorter than a pixel still shows
-		case x1-x0 > 3:
-			x1 -= 0.75 // a gap between calls that follow one another
-		}
-		y := b.row[lane{r.JobRank, r.Comm}]
-		ya, yb := trY(float64(y)-0.38), trY(float64(y)+0.38)
-		col, ok := kindColors[r.Kind]
-		if !ok {
-			col = color.RGBA{0x33, 0x33, 0x33, 0xff}
-		}
-		if r.Failed {
-			col = color.RGBA{0xff, 0x00, 0x00, 0xff}
-		}
-		c.FillPolygon(col, c.ClipPolygonXY([]vg.Point{{X: x0, Y: ya}, {X: x1, Y: ya}, {X: x1, Y: yb}, {X: x0, Y: yb}}))
-	}
-}
-
-func (b bars) DataRange() (xmin, xmax, ymin, ymax float64) {
-	for _, r := range b.recs {
-		xmax = max(xmax, float64(r.end().Sub(b.t0).Nanoseconds())/b.scale)
-	}
-	return 0, xmax, -0.6, float64(len(b.row)) - 0.4 + b.room
-}
-
-// drawTimeline draws recs as a PNG: time across, a row per lane, a bar
-// per call coloured by kind.
-func drawTimeline(path string, recs []traced) (err error) {
-	// gonum/plot panics on some degenerate inputs; the trace is written
-	// already and must not be lost to one.
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("drawing %s: %v", path, p)
-		}
-	}()
-	lanes := lanesOf(recs)
-	row := map[lane]int{}
-	names := make([]plot.Tick, len(lanes))
-	for i, l := range lanes {
-		// Rank 0 on top, as people read a list.
-		row[l] = len(lanes) - 1 - i
-		names[i] = plot.Tick{Value: float64(len(lanes) - 1 - i), Label: l.String()}
-	}
-	t0 := origin(recs)
-	var span time.Duration
-	for _, r := range recs {
-		span = max(span, r.end().Sub(t0))
-	}
-	scale, unit := 1e6, "ms"
-	if span < 10*time.Millisecond {
-		scale, unit = 1e3, "µs"
-	} else if span > 100*time.Second {
-		scale, unit = 1e9, "s"
-	}
-	p := plot.New()
-	p.Title.Text = fmt.Sprintf("gocoll timeline: %d calls, %d lanes, from %s", len(recs), len(lanes), t0.Format("2006-01-02 15:04:05.000"))
-	p.X.Label.Text = "time since the first call (" + unit + ")"
-	p.Y.Tick.Marker = plot.ConstantTicks(names)
-	p.Add(plotter.NewGrid())
-	kinds := map[string]bool{}
-	for _, r := range recs {
-		kinds[r.Kind] = true
-	}
-	// A legend entry takes about 16 pixels, a row 28: the legend gets
-	// rows of its own above the lanes.
-	room := float64(len(kinds))*16/28 + 0.3
-	p.Add(bars{recs: recs, row: row, t0: t0, scale: scale, room: room})
-	var ks []string
-	for k := range kinds {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	for _, k := range ks {
-		col, ok := kindColors[k]
-		if !ok {
-			col = color.RGBA{0x33, 0x33, 0x33, 0xff}
-		}
-		box, _ := plotter.NewBarChart(plotter.Values{0}, 1)
-		box.Color = col
-		box.LineStyle.Width = 0
-		p.Legend.Add(k, box)
-	}
-	p.Legend.Top = true
-	p.Legend.Left = false
-	height := vg.Length(160+28*(float64(len(lanes))+room)) * (vg.Inch / 96)
-	c := vgimg.PngCanvas{Canvas: vgimg.NewWith(vgimg.UseWH(1400*(vg.Inch/96), height), vgimg.UseDPI(96))}
-	p.Draw(draw.New(c.Canvas))
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := c.WriteTo(f); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }

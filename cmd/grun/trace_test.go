@@ -25,7 +25,7 @@ func TestMergeTraceRefuses(t *testing.T) {
 		{[]string{filepath.Join(dir, "missing")}, "no such file"},
 		{[]string{bad}, "bad.jsonl:2: not a GOCOLL_TRACE line"},
 		{[]string{empty}, "hold no calls"},
-		{[]string{"-png"}, "flag needs an argument"},
+		{[]string{"-o"}, "flag needs an argument"},
 	}
 	for _, tc := range cases {
 		var out, errs bytes.Buffer

@@ -46,7 +46,16 @@ func TestMain(m *testing.M) {
 		"github.com/gocoll/gocoll/internal/e2e/testdata/jobshape",
 		"github.com/gocoll/gocoll/internal/e2e/testdata/straggler").CombinedOutput()
 	if err == nil {
-		out, err = exec.Command("go", "build", "-o", filepath.Join(dir, "collbench"), "github.com/gocoll/gocoll/bench").CombinedOutput()
+		// collbench and the timeline drawer live in the bench module
+		// (../../bench), which keeps the plotting library out of
+		// gocoll's own module: build them there.
+		build := exec.Command("go", "build", "-o", filepath.Join(dir, "collbench"), ".")
+		build.Dir = filepath.Join("..", "..", "bench")
+		if out, err = build.CombinedOutput(); err == nil {
+			build = exec.Command("go", "build", "-o", dir+string(filepath.Separator), "./timeline")
+			build.Dir = filepath.Join("..", "..", "bench")
+			out, err = build.CombinedOutput()
+		}
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "building the programs: %v\n%s", err, out)

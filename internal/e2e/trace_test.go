@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"image/png"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,7 +13,8 @@ import (
 
 // TestTraceMerge: a 4-rank job under GOCOLL_TRACE writes a file per rank;
 // grun --merge-trace makes one Chrome trace-event file with a lane per
-// rank and every call as a complete event, and a PNG timeline.
+// rank and every call as a complete event, which bench/timeline draws
+// as a PNG.
 func TestTraceMerge(t *testing.T) {
 	dir := t.TempDir()
 	const ranks, calls = 4, 25
@@ -26,9 +28,13 @@ func TestTraceMerge(t *testing.T) {
 		t.Fatalf("%d trace files, want %d", len(files), ranks)
 	}
 	merged, timeline := filepath.Join(dir, "job.json"), filepath.Join(dir, "job.png")
-	out, code = grun(t, time.Minute, nil, append([]string{"--merge-trace", "-o", merged, "-png", timeline}, files...)...)
+	out, code = grun(t, time.Minute, nil, append([]string{"--merge-trace", "-o", merged}, files...)...)
 	if code != 0 || !strings.Contains(out, "100 calls of 4 lanes") {
 		t.Fatalf("merge (%d):\n%s", code, out)
+	}
+	draw, err := exec.Command(filepath.Join(bin, "timeline"), "-o", timeline, merged).CombinedOutput()
+	if err != nil || !strings.Contains(string(draw), "100 calls of 4 lanes") {
+		t.Fatalf("timeline %s: %v\n%s", merged, err, draw)
 	}
 	b, err := os.ReadFile(merged)
 	if err != nil {

@@ -380,24 +380,6 @@ func portState(s int) string {
 	return strconv.Itoa(s)
 }
 
-// deviceNames lists the verbs devices present.
-func deviceNames() ([]string, error) {
-	if err := load(); err != nil {
-		return nil, err
-	}
-	var n C.int
-	list, errno := C.gc_get_device_list(&n)
-	if list == nil {
-		return nil, fmt.Errorf("%w: ibv_get_device_list: %v", ErrNoDevice, errno)
-	}
-	defer C.gc_free_device_list(list)
-	names := make([]string, int(n))
-	for i := range names {
-		names[i] = C.GoString(C.gc_device_name(C.gc_device_at(list, C.int(i))))
-	}
-	return names, nil
-}
-
 // openHCA opens the device and port the options name, or the first
 // device with an active port.
 func openHCA(opts Options) (*hca, error) {

@@ -54,10 +54,9 @@ const dialGrace = 20 * time.Millisecond
 // peer wait on done, which closes once the link is up or every attempt
 // has ended; then they look again.
 type attempt struct {
-	done     chan struct{}
-	closed   bool
-	out, in  int // attempts of each kind in flight
-	declined bool
+	done    chan struct{}
+	closed  bool
+	out, in int // attempts of each kind in flight
 }
 
 func (a *attempt) finish() {
