@@ -2,7 +2,6 @@ package comm
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,6 +15,7 @@ import (
 	"github.com/gocoll/gocoll/bootstrap"
 	"github.com/gocoll/gocoll/collectives"
 	"github.com/gocoll/gocoll/internal/logging"
+	"github.com/gocoll/gocoll/internal/plan"
 	"github.com/gocoll/gocoll/internal/reduce"
 	"github.com/gocoll/gocoll/transport"
 	"github.com/gocoll/gocoll/transport/rdma"
@@ -150,7 +150,10 @@ type Communicator struct {
 
 	hosts []int  // each rank's host, for the host-aware algorithms
 	tname string // the transport chosen
-	ext   ext    // sub-communicators, point-to-point, issue order (split.go, async.go)
+	// plan is the job's plan (plan.go), agreed at Init, inherited by
+	// Split, Shrink and Grow, taken from the store by a replacement.
+	plan plan.Plan
+	ext  ext // sub-communicators, point-to-point, issue order (split.go, async.go)
 }
 
 // Option adjusts how a communicator is built.
@@ -257,7 +260,8 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 	// Every line names the rank: N ranks would otherwise print N
 	// identical lines.
 	c := &Communicator{cfg: cfg, log: s.logger.With("rank", cfg.Rank), closed: make(chan struct{}),
-		timeout: s.timeout, aborted: make(chan struct{}), stallAfter: s.stall}
+		timeout: s.timeout, aborted: make(chan struct{}), stallAfter: s.stall,
+		plan: settingsPlan(s, algos, cfg.HalfAccum)}
 	// A rank that dies before it connects leaves the others waiting for
 	// its address or its connection, where no link can tell them: the
 	// store can, so Init listens to it until everyone is connected
@@ -285,7 +289,11 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 	}
 	fail := func(what string, err error) (*Communicator, error) {
 		defer endWatch()
-		if cause := context.Cause(ictx); errors.Is(cause, bootstrap.ErrRankGone) {
+		if errors.Is(err, ErrEnv) {
+			// This rank's own settings disagree with the job's plan:
+			// the cause is here, whatever departures (its own among
+			// them) the store has seen since.
+		} else if cause := context.Cause(ictx); errors.Is(cause, bootstrap.ErrRankGone) {
 			err = cause
 		} else if !errors.Is(err, bootstrap.ErrJoinRefused) { // not of this job: its departures are not ours
 			err = c.initLoss(c.withDepartures(err))
@@ -304,11 +312,15 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 	// everyone is connected: a rank that finishes its first collective and
 	// closes early cannot strand a peer still reading addresses from the
 	// store.
-	maxMessage, err := agreeMaxMessage(ictx, c.t)
+	maxMessage, costly, err := agreeTransports(ictx, c.t)
 	if err != nil {
 		return fail("waiting for every rank to connect: ", err)
 	}
-	gopts := c.groupOptions(algos)
+	c.plan.MaxMessage, c.plan.StepCostly = maxMessage, costly
+	gopts, err := c.groupOptions()
+	if err != nil {
+		return fail("", err)
+	}
 	gopts.Hosts = c.hosts
 	if s.trace != "" {
 		if c.trace, err = openTrace(s.trace, cfg.Rank); err != nil {
@@ -341,22 +353,6 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 	c.log.Info("communicator ready", "size", cfg.Size, "local_rank", cfg.LocalRank,
 		"launcher", cfg.Source, "transport", c.tname, "simd", reduce.SIMDLevel(), "store", cfg.Addr)
 	return c, nil
-}
-
-// agreeMaxMessage returns the smallest MaxMessage of every rank's
-// transport. The collectives cut long buffers into messages of that size,
-// and both ends of every link must cut alike: on a job whose hosts hold
-// different numbers of ranks, a rank alone on its host has only TCP links
-// while its peers' transport is the smaller of shared memory's slot and
-// TCP's. It runs on the bare transport, before the mux that every later
-// message goes through, so the user's first collective is call #1.
-func agreeMaxMessage(ctx context.Context, t transport.Transport) (int, error) {
-	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], uint64(t.MaxMessage()))
-	if err := collectives.NewGroup(t, collectives.Options{}).AllReduce(ctx, b[:], reduce.Uint64, reduce.Min); err != nil {
-		return 0, err
-	}
-	return int(binary.LittleEndian.Uint64(b[:])), nil
 }
 
 func readSettings(opts []Option) (settings, error) {
@@ -485,6 +481,9 @@ func (c *Communicator) connect(ctx context.Context, s settings) error {
 	if err := store.Join(ctx, cfg.Rank, cfg.Size, cfg.Job); err != nil {
 		return err
 	}
+	if err := c.agreeSettings(ctx, store); err != nil {
+		return err
+	}
 	t, hosts, name, err := c.connectTransport(ctx, store, s)
 	if err != nil {
 		if errors.Is(err, bootstrap.ErrRankGone) {
@@ -494,23 +493,6 @@ func (c *Communicator) connect(ctx context.Context, s settings) error {
 	}
 	c.t, c.hosts, c.tname = t, hosts, name
 	return nil
-}
-
-// groupOptions are the collectives' options for c's transport (c.tname).
-func (c *Communicator) groupOptions(algos map[collectives.Kind]collectives.Algo) collectives.Options {
-	o := collectives.Options{Algos: algos, Logger: c.log, Round16: c.cfg.HalfAccum == bootstrap.HalfAccum16Bit}
-	if c.tname == "tcp" {
-		// Each TCP step costs a round of system calls and, with more
-		// ranks than cores, of wake-ups: on 3 and 4 ranks over loopback
-		// Rabenseifner's fewer steps beat the ring until its steps
-		// carry 256 KiB (see allReduceChoice). Shared memory's steps
-		// cost too little for it to pay.
-		o.RingChunk = 256 << 10
-		// And from 32 KiB on 4, 8, ... ranks, where Rabenseifner
-		// sends fewer bytes than recursive doubling.
-		o.SmallAllReducePow2 = 16 << 10
-	}
-	return o
 }
 
 // Transport names the transport Init chose: "tcp", "shm", "rdma",

@@ -166,6 +166,7 @@ func (c *Communicator) child(id uint64, jobRanks []int, name string) (*Communica
 
 		stallAfter: c.stallAfter,
 		trace:      c.trace,
+		plan:       c.plan,
 	}
 	sub.ext.mux, sub.ext.ch, sub.ext.id = c.ext.mux, ch, id
 	sub.ext.name = name
