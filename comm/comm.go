@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +16,7 @@ import (
 	"github.com/gocoll/gocoll/internal/logging"
 	"github.com/gocoll/gocoll/internal/plan"
 	"github.com/gocoll/gocoll/internal/reduce"
+	envset "github.com/gocoll/gocoll/internal/settings"
 	"github.com/gocoll/gocoll/transport"
 	"github.com/gocoll/gocoll/transport/rdma"
 	"github.com/gocoll/gocoll/transport/shm"
@@ -172,6 +172,7 @@ type settings struct {
 	shm        shm.Options
 	rdma       rdma.Options
 	fakeHosts  int
+	fakeEnv    envset.FakeHosts // GOCOLL_FAKE_HOSTS, if fakeHosts is 0
 	elastic    bool
 	elasticSet bool
 }
@@ -355,69 +356,43 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 	return c, nil
 }
 
+// readSettings is the environment's settings (internal/settings, where
+// every GOCOLL_* variable is parsed) with opts applied.
 func readSettings(opts []Option) (settings, error) {
-	s := settings{
-		transport: os.Getenv("GOCOLL_TRANSPORT"),
-		algo:      os.Getenv("GOCOLL_ALGO"),
+	var s settings
+	env, err := envset.Read(os.LookupEnv)
+	if err != nil {
+		return s, fmt.Errorf("%w: %w", err, ErrInvalid)
 	}
 	// The kernels read GOCOLL_SIMD once, at start-up; a value they could
 	// not honour is bad input, not a detail to log and ignore.
 	if err := reduce.SIMDConfigError(); err != nil {
 		return s, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	if err := logging.Check(os.Getenv("GOCOLL_DEBUG")); err != nil {
-		return s, fmt.Errorf("%w: %w", ErrInvalid, err)
+	s.transport, s.algo, s.timeout, s.trace, s.elastic = env.Transport, env.Algo, env.Timeout, env.Trace, env.Elastic
+	s.fakeEnv = env.FakeHosts
+	if env.StallSet {
+		s.stall, s.stallSet = env.Stall, true
 	}
-	if v := strings.TrimSpace(os.Getenv("GOCOLL_TIMEOUT")); v != "" {
-		d, err := parseTimeout(v)
-		if err != nil {
-			return s, err
-		}
-		s.timeout = d
-	}
-	s.trace = strings.TrimSpace(os.Getenv("GOCOLL_TRACE"))
-	if v := strings.TrimSpace(os.Getenv("GOCOLL_STALL")); v != "" {
-		d, err := parseStall(v)
-		if err != nil {
-			return s, err
-		}
-		s.stall, s.stallSet = d, true
-	}
-	elastic, err := elasticFromEnv()
-	if err != nil {
-		return s, err
-	}
-	s.elastic = elastic
 	for _, o := range opts {
 		o(&s)
 	}
-	if v := strings.TrimSpace(os.Getenv("GOCOLL_SPIN")); v != "" {
-		d, err := parseSpin(v)
-		if err != nil {
-			return s, err
-		}
+	if env.SpinSet {
 		// Options given in code keep their own budget.
 		for _, spin := range []*time.Duration{&s.tcp.Spin, &s.shm.Spin, &s.rdma.Spin} {
 			if *spin == 0 {
-				*spin = d
+				*spin = env.Spin
 			}
 		}
 	}
-	switch v := strings.ToLower(strings.TrimSpace(os.Getenv("GOCOLL_TCP_CONNECT"))); v {
-	case "", "lazy":
+	switch env.TCPConnect {
 	case "warm":
 		s.tcpWarm = true
 	case "eager":
 		s.tcp.Eager = true
-	default:
-		return s, fmt.Errorf("GOCOLL_TCP_CONNECT=%q: want warm, lazy or eager: %w", v, ErrInvalid)
 	}
-	switch v := strings.ToLower(strings.TrimSpace(os.Getenv("GOCOLL_RDMA_CONNECT"))); v {
-	case "", "lazy":
-	case "eager":
+	if env.RDMAConnect == "eager" {
 		s.rdma.Eager = true
-	default:
-		return s, fmt.Errorf("GOCOLL_RDMA_CONNECT=%q: want lazy or eager: %w", v, ErrInvalid)
 	}
 	if !s.stallSet {
 		s.stall = DefaultStall
@@ -428,13 +403,11 @@ func readSettings(opts []Option) (settings, error) {
 	if s.logger == nil {
 		s.logger = logging.L()
 	}
-	s.rdma.Device = strings.TrimSpace(os.Getenv("GOCOLL_IB_DEV"))
-	if v := strings.TrimSpace(os.Getenv("GOCOLL_IB_GID_INDEX")); v != "" {
-		i, err := strconv.Atoi(v)
-		if err != nil || i < 0 || i > 255 {
-			return s, fmt.Errorf("GOCOLL_IB_GID_INDEX=%q: want a GID table index 0..255: %w", v, ErrInvalid)
-		}
-		s.rdma.GIDIndex = i
+	if env.IBDev != "" {
+		s.rdma.Device = env.IBDev
+	}
+	if env.IBGIDIndex != 0 {
+		s.rdma.GIDIndex = env.IBGIDIndex
 	}
 	s.transport = strings.ToLower(strings.TrimSpace(s.transport))
 	switch s.transport {
@@ -442,21 +415,9 @@ func readSettings(opts []Option) (settings, error) {
 		s.transport = "auto" // decided at connect, from where the ranks run and what they have
 	case "tcp", "shm", "rdma":
 	default:
-		return s, fmt.Errorf("GOCOLL_TRANSPORT=%q: unknown transport (want auto, tcp, shm or rdma): %w", s.transport, ErrInvalid)
+		return s, fmt.Errorf("transport %q (WithTransport): want auto, tcp, shm or rdma: %w", s.transport, ErrInvalid)
 	}
 	return s, nil
-}
-
-// parseTimeout accepts a Go duration ("90s", "2m") or plain seconds ("90").
-func parseTimeout(v string) (time.Duration, error) {
-	if secs, err := strconv.ParseFloat(v, 64); err == nil && secs > 0 {
-		return time.Duration(secs * float64(time.Second)), nil
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d <= 0 {
-		return 0, fmt.Errorf("GOCOLL_TIMEOUT=%q: want a positive duration such as 90s or 2m: %w", v, ErrInvalid)
-	}
-	return d, nil
 }
 
 func (c *Communicator) connect(ctx context.Context, s settings) error {
@@ -602,22 +563,4 @@ func (c *Communicator) shutdown() error {
 		errs = append(errs, c.server.Close())
 	}
 	return errors.Join(errs...)
-}
-
-// parseSpin reads GOCOLL_SPIN: how long a waiting call busy-polls before
-// it sleeps, on every transport. 0 means not at all, which the
-// transports' options spell as a negative budget (zero there picks
-// their default).
-func parseSpin(v string) (time.Duration, error) {
-	d, err := time.ParseDuration(v)
-	if v == "0" {
-		d, err = 0, nil
-	}
-	if err != nil || d < 0 || d > time.Second {
-		return 0, fmt.Errorf("GOCOLL_SPIN=%q: want a duration from 0 to 1s, such as 0, 20us or 1ms: %w", v, ErrInvalid)
-	}
-	if d == 0 {
-		return -1, nil
-	}
-	return d, nil
 }
