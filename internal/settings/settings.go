@@ -40,7 +40,7 @@ type Error struct {
 func (e *Error) Error() string { return fmt.Sprintf("%s=%q: want %s", e.Var, e.Value, e.Want) }
 
 // Settings are the variables' values; the zero value of each field is
-// what an unset variable means, unless its comment says otherwise.
+// what an unset variable means, but Debug's (see defaults).
 type Settings struct {
 	Transport string        // GOCOLL_TRANSPORT: auto (unset), tcp, shm or rdma
 	Algo      string        // GOCOLL_ALGO, as written (see the package doc)
@@ -230,6 +230,10 @@ func bound(v string) (time.Duration, bool) {
 	return d, err == nil && d >= minBound && d <= maxBound
 }
 
+// defaults is Settings with nothing set: slog's zero level is info,
+// and the library is quiet by default.
+func defaults() Settings { return Settings{Debug: slog.LevelWarn} }
+
 // Names lists every variable the library reads, in the order of Read.
 func Names() []string {
 	out := make([]string, len(variables))
@@ -242,7 +246,7 @@ func Names() []string {
 // Read parses every variable lookup finds. The first one out of range
 // is the error (an *Error).
 func Read(lookup Lookup) (Settings, error) {
-	var s Settings
+	s := defaults()
 	for _, v := range variables {
 		if err := read(lookup, v, &s); err != nil {
 			return s, err
@@ -266,7 +270,7 @@ func read(lookup Lookup, v variable, s *Settings) error {
 // one parses the single variable name, for the packages that need it
 // before any Init.
 func one(lookup Lookup, name string) (Settings, error) {
-	var s Settings
+	s := defaults()
 	for _, v := range variables {
 		if v.name == name {
 			return s, read(lookup, v, &s)

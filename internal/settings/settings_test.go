@@ -125,6 +125,12 @@ func TestOneVariable(t *testing.T) {
 	if Quick(env(nil)) || Conformance(env(nil)) != "" {
 		t.Error("Quick or Conformance set with nothing in the environment")
 	}
+	if l, err := Debug(env(nil)); l != slog.LevelWarn || err != nil {
+		t.Errorf("Debug with nothing set = %v, %v; want warn, the quiet default", l, err)
+	}
+	if s, err := Read(env(nil)); s.Debug != slog.LevelWarn || err != nil {
+		t.Errorf("Read with nothing set: Debug %v, %v; want warn", s.Debug, err)
+	}
 	for _, name := range Names() {
 		if _, err := one(env(nil), name); err != nil {
 			t.Errorf("one(%s): %v", name, err)
