@@ -178,12 +178,28 @@ func (g *Group) chooseReduction(kind Kind, dt reduce.DType, op reduce.Op, bytes 
 	return g.decide(shape{kind: kind, n: g.n, bytes: bytes, wide: wide}), wide
 }
 
+// decide is pick for the group's own calls, which do not overlap: a
+// call of the same shape as the last (a training loop's) skips the table,
+// whose rows are calls through function values, several times the cost
+// of comparing the shape.
 func (g *Group) decide(s shape) Algo {
+	if g.last.valid && g.last.s == s {
+		return g.last.a
+	}
 	a, row := g.pick(s)
+	g.last.s, g.last.a, g.last.valid = s, a, true
 	if g.logInfo {
 		g.logChoice(s, a, row)
 	}
 	return a
+}
+
+// lastChoice is the shape of a group's last call and the algorithm
+// decide chose for it.
+type lastChoice struct {
+	s     shape
+	a     Algo
+	valid bool
 }
 
 // Choice says which algorithm this group runs for a call of kind on

@@ -171,3 +171,20 @@ func TestChoiceWhy(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkPick: the table's cost on every call, for small allreduces
+// of two sizes in turn (so that decide's memory of the last call does
+// not answer), float32 and 16-bit.
+func BenchmarkPick(b *testing.B) {
+	g := &Group{n: 4, opts: Options{SmallAllReduce: 64 << 10, SmallAllReducePow2: 16 << 10, RingChunk: 256 << 10}}
+	for _, bc := range []struct {
+		name string
+		dt   reduce.DType
+	}{{"float32", reduce.Float32}, {"float16", reduce.Float16}} {
+		b.Run(bc.name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				g.chooseReduction(AllReduce, bc.dt, reduce.Sum, 8<<(i&1))
+			}
+		})
+	}
+}

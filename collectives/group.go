@@ -80,6 +80,7 @@ type Group struct {
 	// the logger's level cost a small allreduce more than its arithmetic.
 	forced  [kindLimit]Algo // Options.Algos by kind
 	logInfo bool            // Logger is on at info level
+	last    lastChoice      // decide's last (choose.go)
 }
 
 // kindLimit bounds the Kind values, for arrays indexed by kind.

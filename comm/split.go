@@ -55,7 +55,7 @@ type ext struct {
 // share puts the job's transport under a Mux, so that sub-communicators
 // and point-to-point messages can share its connections, and returns the
 // job communicator's channel (id 0, every rank). maxMessage is the job's
-// agreed message cap (see agreeMaxMessage).
+// agreed message cap (see agreeTransports).
 func (c *Communicator) share(maxMessage int) transport.Transport {
 	ranks := make([]int, c.cfg.Size)
 	for i := range ranks {
