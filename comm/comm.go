@@ -352,7 +352,8 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 	go c.watch()
 	close(ready)
 	c.log.Info("communicator ready", "size", cfg.Size, "local_rank", cfg.LocalRank,
-		"launcher", cfg.Source, "transport", c.tname, "simd", reduce.SIMDLevel(), "store", cfg.Addr)
+		"launcher", cfg.Source, "transport", c.tname, "simd", reduce.SIMDLevel(), "store", cfg.Addr,
+		"plan", fmt.Sprintf("%016x", c.plan.Fingerprint()), "step_costly", c.plan.StepCostly, "max_message", c.plan.MaxMessage)
 	return c, nil
 }
 

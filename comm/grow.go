@@ -553,6 +553,6 @@ func join(ctx context.Context, cfg Config, s settings, store *bootstrap.Client) 
 	nc.ext.shrunkFrom = c
 	c.ext.joined = true
 	c.log.Info("joined the running job", "job_rank", k, "rank", nc.Rank(), "size", nc.Size(),
-		"took", time.Since(start).Round(time.Microsecond))
+		"took", time.Since(start).Round(time.Microsecond), "plan", fmt.Sprintf("%016x", c.plan.Fingerprint()))
 	return nc, nil
 }
