@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"log/slog"
 
 	"github.com/gocoll/gocoll/bootstrap"
 	"github.com/gocoll/gocoll/collectives"
@@ -102,9 +103,7 @@ func (c *Communicator) groupOptions() (collectives.Options, error) {
 // joins, from the store: the job's, whatever this process's own settings
 // say (mine), so that it chooses as the members do. A setting of its own
 // that differs is logged, at info.
-func takeJobPlan(ctx context.Context, store *bootstrap.Client, mine plan.Plan, log interface {
-	Info(msg string, args ...any)
-}) (plan.Plan, error) {
+func takeJobPlan(ctx context.Context, store *bootstrap.Client, mine plan.Plan, log *slog.Logger) (plan.Plan, error) {
 	m, err := store.Scan(ctx, jobPlanKey)
 	if err != nil {
 		return plan.Plan{}, err
