@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/gocoll/gocoll/internal/logging"
+	"github.com/gocoll/gocoll/internal/settings"
 )
 
 // ErrEnv reports a missing, malformed or contradictory launch environment.
@@ -189,9 +190,11 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 	if tok, ok := lookup("GRUN_TOKEN"); ok {
 		c.Token = []byte(tok)
 	}
-	if v, ok := lookup("GOCOLL_HALF_ACCUM"); ok {
-		c.HalfAccum = strings.TrimSpace(v)
+	halfAccum, err := settings.HalfAccum(settings.Lookup(lookup))
+	if err != nil {
+		return Config{}, fmt.Errorf("%s: %w: %w", c.Source, err, ErrEnv)
 	}
+	c.HalfAccum = halfAccum
 	if c.Source != "grun" {
 		// A lone rank given no address runs without a store (Validate
 		// would refuse to serve one at no address).

@@ -2,8 +2,11 @@ package collectives
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/gocoll/gocoll/internal/reduce"
 )
 
 func TestParseNewAlgos(t *testing.T) {
@@ -49,15 +52,14 @@ func TestAllReduceTable(t *testing.T) {
 		{256 << 10, 8, 64 << 20, Rabenseifner},
 	}
 	for _, tc := range cases {
-		g := &Group{opts: Options{SmallAllReduce: 64 << 10, RingChunk: tc.ringChunk}}
-		got := g.allReduceChoice(tc.n, tc.bytes)
-		if why := g.allReduceWhy(got, tc.n, tc.bytes); got != tc.want || why == "" {
+		g := &Group{n: tc.n, opts: Options{SmallAllReduce: 64 << 10, RingChunk: tc.ringChunk}}
+		got, why := g.Choice(AllReduce, tc.bytes, reduce.Float32, reduce.Sum)
+		if got != tc.want || why == "" {
 			t.Errorf("ring chunk %d, n=%d %d bytes: %v (%s), want %v", tc.ringChunk, tc.n, tc.bytes, got, why, tc.want)
 		}
 	}
 	// comm's TCP options: recursive doubling ends at 16 KiB on powers
 	// of two from 4, and only there.
-	tcp := &Group{opts: Options{SmallAllReduce: 64 << 10, SmallAllReducePow2: 16 << 10, RingChunk: 256 << 10}}
 	for _, tc := range []struct {
 		n, bytes int
 		want     Algo
@@ -67,8 +69,9 @@ func TestAllReduceTable(t *testing.T) {
 		{2, 32 << 10, RecursiveDoubling}, {3, 64 << 10, RecursiveDoubling}, {6, 64 << 10, RecursiveDoubling},
 		{4, 1 << 20, Ring}, {2, 64<<10 + 4, Ring},
 	} {
-		got := tcp.allReduceChoice(tc.n, tc.bytes)
-		if why := tcp.allReduceWhy(got, tc.n, tc.bytes); got != tc.want || !strings.Contains(why, "bytes") {
+		tcp := &Group{n: tc.n, opts: Options{SmallAllReduce: 64 << 10, SmallAllReducePow2: 16 << 10, RingChunk: 256 << 10}}
+		got, why := tcp.Choice(AllReduce, tc.bytes, reduce.Float32, reduce.Sum)
+		if got != tc.want || !strings.Contains(why, "bytes") {
 			t.Errorf("tcp, n=%d %d bytes: %v (%s), want %v", tc.n, tc.bytes, got, why, tc.want)
 		}
 	}
@@ -102,7 +105,7 @@ func TestWideChoice(t *testing.T) {
 	for _, tc := range cases {
 		g := &Group{n: tc.n, opts: Options{SmallAllReduce: 64 << 10, SmallBroadcast: 64 << 10}}
 		g.forced[tc.kind] = tc.forced
-		if got := g.chooseWide(tc.kind, tc.bytes); got != tc.want || g.why(tc.kind, got, tc.bytes) == "" {
+		if got, why := g.Choice(tc.kind, tc.bytes, reduce.Float16, reduce.Sum); got != tc.want || why == "" {
 			t.Errorf("%v n=%d %d bytes forced %v: %v, want %v", tc.kind, tc.n, tc.bytes, tc.forced, got, tc.want)
 		}
 	}
@@ -117,8 +120,71 @@ func TestWideChoice(t *testing.T) {
 		{8, 64 << 10, RecursiveDoubling}, {8, 1 << 20, Pairwise}, {4, 1 << 20, Pairwise},
 	} {
 		g := &Group{n: tc.n, opts: Options{SmallAllReduce: 64 << 10, SmallAllReducePow2: 16 << 10, RingChunk: 256 << 10}}
-		if got := g.chooseWide(AllReduce, tc.bytes); got != tc.want {
+		if got, _ := g.Choice(AllReduce, tc.bytes, reduce.BFloat16, reduce.Sum); got != tc.want {
 			t.Errorf("tcp options, wide allreduce n=%d %d bytes: %v, want %v", tc.n, tc.bytes, got, tc.want)
 		}
+	}
+}
+
+// TestChoiceWhy: the reason logged is the rule that chose, so it states
+// the figures that decided (the 4-rank 24 KiB allreduce over costly
+// steps once said "24576 bytes <= 16384"), and a second copy of the
+// table cannot drift from the first: every reason a row gives must hold
+// for the call it was given for.
+func TestChoiceWhy(t *testing.T) {
+	tcp := Options{SmallAllReduce: 64 << 10, SmallAllReducePow2: 16 << 10, RingChunk: 256 << 10, SmallBroadcast: 64 << 10}
+	cases := []struct {
+		opts     Options
+		kind     Kind
+		n, bytes int
+		dt       reduce.DType
+		want     Algo
+		why      string
+	}{
+		{tcp, AllReduce, 4, 24 << 10, reduce.Float64, Rabenseifner, "a ring step would carry 6144 bytes < 262144"},
+		{tcp, AllReduce, 8, 32 << 10, reduce.Float64, Rabenseifner, "a ring step would carry 4096 bytes < 262144"},
+		{tcp, AllReduce, 4, 16 << 10, reduce.Float64, RecursiveDoubling, "16384 bytes <= 16384 on 4 ranks"},
+		{tcp, AllReduce, 4, 24 << 10, reduce.Float16, RecursiveDoubling, "16-bit in float32, 24576 bytes on 4 ranks, below"},
+		{tcp, AllReduce, 4, 32 << 10, reduce.Float16, Pairwise, "pairwise reduce-scatter"},
+		{tcp, AllReduce, 4, 1 << 20, reduce.Float32, Ring, "few ranks"},
+		{tcp, AllReduce, 16, 64 << 20, reduce.Float32, Rabenseifner, "many ranks"},
+		{tcp, AllReduce, 1, 1 << 20, reduce.Float32, Local, "one rank"},
+		{tcp, ReduceScatter, 4, 1 << 20, reduce.BFloat16, Pairwise, "pairwise"},
+		{tcp, ReduceScatter, 4, 1 << 20, reduce.Float32, Ring, "default"},
+		{tcp, Broadcast, 4, 1 << 20, reduce.Uint8, Chain, "1048576 bytes > 65536"},
+		{tcp, Broadcast, 4, 8, reduce.Uint8, Binomial, "latency-bound"},
+		{tcp, Barrier, 4, 0, reduce.Uint8, Dissemination, "default"},
+		{Options{SmallAllReduce: 64 << 10, Algos: map[Kind]Algo{AllReduce: Tree}}, AllReduce, 4, 8, reduce.Float32, Tree, "GOCOLL_ALGO"},
+		{Options{SmallAllReduce: 64 << 10, Hosts: []int{0, 0, 1, 1}}, AllReduce, 4, 8, reduce.Float32, Hier, "2 hosts"},
+	}
+	for _, tc := range cases {
+		t.Run(fmt.Sprintf("%v/%d/%d/%v", tc.kind, tc.n, tc.bytes, tc.dt), func(t *testing.T) {
+			g := &Group{n: tc.n, opts: tc.opts}
+			g.hier = len(tc.opts.Hosts) > 0
+			for k, a := range tc.opts.Algos {
+				g.forced[k] = a
+			}
+			got, why := g.Choice(tc.kind, tc.bytes, tc.dt, reduce.Sum)
+			if got != tc.want || !strings.Contains(why, tc.why) {
+				t.Errorf("%v, %q; want %v, a reason containing %q", got, why, tc.want, tc.why)
+			}
+		})
+	}
+}
+
+// BenchmarkPick: the table's cost on every call, for small allreduces
+// of two sizes in turn (so that decide's memory of the last call does
+// not answer), float32 and 16-bit.
+func BenchmarkPick(b *testing.B) {
+	g := &Group{n: 4, opts: Options{SmallAllReduce: 64 << 10, SmallAllReducePow2: 16 << 10, RingChunk: 256 << 10}}
+	for _, bc := range []struct {
+		name string
+		dt   reduce.DType
+	}{{"float32", reduce.Float32}, {"float16", reduce.Float16}} {
+		b.Run(bc.name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				g.chooseReduction(AllReduce, bc.dt, reduce.Sum, 8<<(i&1))
+			}
+		})
 	}
 }

@@ -17,15 +17,15 @@ type Options struct {
 	// SmallAllReduce is the largest allreduce, in bytes, that runs a
 	// latency-bound algorithm (recursive doubling or tree) rather than a
 	// bandwidth-bound one (ring or Rabenseifner); default 64 KiB. See
-	// allReduceChoice for the rest of the table.
+	// rules (choose.go) for the rest of the table.
 	SmallAllReduce int
 	// SmallAllReducePow2, if set, takes SmallAllReduce's place on a
-	// power-of-two number of ranks from four (see allReduceChoice).
+	// power-of-two number of ranks from four (see rules, choose.go).
 	SmallAllReducePow2 int
 	// RingChunk is the smallest share of an allreduce, in bytes per rank,
 	// that the ring runs on three or four ranks; below it Rabenseifner,
 	// whose 2log2(n) steps beat the ring's 2(n-1) where each step costs
-	// more than its bytes (TCP, see allReduceChoice). 0: no floor.
+	// more than its bytes (see rules, choose.go). 0: no floor.
 	RingChunk int
 	// SmallBroadcast is the largest broadcast that uses the binomial tree
 	// rather than the chain (default 64 KiB).
@@ -80,6 +80,7 @@ type Group struct {
 	// the logger's level cost a small allreduce more than its arithmetic.
 	forced  [kindLimit]Algo // Options.Algos by kind
 	logInfo bool            // Logger is on at info level
+	last    lastChoice      // decide's last (choose.go)
 }
 
 // kindLimit bounds the Kind values, for arrays indexed by kind.
@@ -122,110 +123,6 @@ func (g *Group) Rank() int { return g.t.Rank() }
 
 // Size is the number of ranks.
 func (g *Group) Size() int { return g.t.Size() }
-
-// choose picks the algorithm for a call and says why, once, at info level.
-// It runs on every call, so the pick itself builds nothing: the reason is
-// worked out only when it is logged.
-func (g *Group) choose(kind Kind, bytes int) Algo {
-	a := g.pick(kind, bytes)
-	if g.logInfo {
-		g.logChoice(kind, a, bytes)
-	}
-	return a
-}
-
-// chooseWide is choose for a call that takes the float32 path (wideFor):
-// the same table, but pairwise for the reduce-scatters it picks (see
-// wideChoice).
-func (g *Group) chooseWide(kind Kind, bytes int) Algo {
-	a := g.wideChoice(kind, g.pick(kind, bytes), bytes)
-	if g.logInfo {
-		g.logChoice(kind, a, bytes)
-	}
-	return a
-}
-
-// chooseReduction is choose for a reduction of bytes of dt under op, and
-// whether it takes the float32 path (wideFor; then chooseWide's choice).
-func (g *Group) chooseReduction(kind Kind, dt reduce.DType, op reduce.Op, bytes int) (Algo, bool) {
-	if g.wideFor(dt, op) {
-		return g.chooseWide(kind, bytes), true
-	}
-	return g.choose(kind, bytes), false
-}
-
-// pick is choose's decision: the forced algorithm if there is one, else
-// the selection table of the collective (allReduceChoice for allreduce).
-func (g *Group) pick(kind Kind, bytes int) Algo {
-	n := g.n
-	if n == 1 {
-		return Local
-	}
-	if kind < kindLimit && g.forced[kind] != Auto {
-		return g.forced[kind]
-	}
-	switch kind {
-	case AllReduce:
-		if g.hier {
-			return Hier
-		}
-		return g.allReduceChoice(n, bytes)
-	case Broadcast:
-		if bytes <= g.opts.SmallBroadcast || n == 2 {
-			return Binomial
-		}
-		return Chain
-	}
-	return algos[kind][0]
-}
-
-// logChoice logs the first call that made each (collective, algorithm)
-// decision, with its reason (sizes vary per call).
-//
-//go:noinline
-func (g *Group) logChoice(kind Kind, a Algo, bytes int) {
-	key := decision{kind, a}
-	g.logMu.Lock()
-	first := !g.logged[key]
-	g.logged[key] = true
-	g.logMu.Unlock()
-	if first {
-		g.opts.Logger.Info("algorithm chosen", "collective", kind.String(), "algo", a.String(), "ranks", g.n, "why", g.why(kind, a, bytes))
-	}
-}
-
-// why is the reason pick gave a for a call of kind on bytes.
-func (g *Group) why(kind Kind, a Algo, bytes int) string {
-	n := g.n
-	switch {
-	case n == 1:
-		return "one rank"
-	case kind < kindLimit && g.forced[kind] != Auto:
-		return "GOCOLL_ALGO"
-	}
-	if a == Pairwise && kind != AllToAll && kind != AllToAllV {
-		return fmt.Sprintf("%d bytes, %d ranks, 16-bit partials in float32: pairwise reduce-scatter moves 16 bits", bytes, n)
-	}
-	switch kind {
-	case AllReduce:
-		if g.hier {
-			return hostsWhy(g.opts.Hosts, n)
-		}
-		return g.allReduceWhy(a, n, bytes)
-	case Broadcast:
-		if a == Binomial {
-			return fmt.Sprintf("%d bytes, %d ranks: latency-bound", bytes, n)
-		}
-		return fmt.Sprintf("%d bytes > %d: bandwidth-bound", bytes, g.opts.SmallBroadcast)
-	}
-	return "only algorithm"
-}
-
-// decision is one (collective, algorithm) choice, logged the first time.
-type decision struct {
-	kind Kind
-	algo Algo
-}
 
 // checkLen returns the number of dt elements in b, or an error if b does
 // not hold a whole number of them.

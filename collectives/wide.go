@@ -26,7 +26,7 @@ import (
 //     traffic is the same. Avg, whose division must come before the one
 //     rounding, does not (see wideFor).
 //   - Pairwise (allreduce, reduce-scatter, reduce-scatter-v; chosen from
-//     3 to 8 ranks, see wideChoice) sends every block once, in 16 bits,
+//     3 to 8 ranks, see the table in choose.go) sends every block once, in 16 bits,
 //     to its owner, which sums the n inputs in float32 in rank order and
 //     rounds once; the allreduce's allgather phase carries the rounded
 //     16-bit chunks. The wire carries only 16 bits.
@@ -208,64 +208,6 @@ func (c *call) rabenseifnerWide(buf, w []byte, count int, dt reduce.DType, op re
 func (c *call) hierAllReduceWide(buf, w []byte, count int, dt reduce.DType, op reduce.Op) error {
 	n := c.t.Size()
 	return c.hierUpDown(w, buf, count, reduce.Float32, op, func() { finishWide(dt, op, buf, w, n) })
-}
-
-// pairwiseRanks is the most ranks for which wideChoice picks Pairwise,
-// and pairwiseSmallRanks the most for which it does so at sizes the table
-// gives recursive doubling (see there).
-const pairwiseRanks, pairwiseSmallRanks = 8, 4
-
-// wideChoice is the algorithm a wide call of kind on bytes runs where the
-// table picked a: the pairwise reduce-scatter (pairwiseReduceScatter)
-// from 3 to pairwiseRanks ranks instead of the ring or Rabenseifner, and
-// up to pairwiseSmallRanks instead of recursive doubling from
-// SmallAllReduce/2 bytes on; unless GOCOLL_ALGO forced one.
-//
-// The wide ring sends a rank's own 16-bit block at its first step and
-// float32 partials at the n-2 later ones: (2n-3)/n of the buffer per rank
-// against the 16-bit ring's (n-1)/n; Rabenseifner's halving phase and
-// recursive doubling run all in float32, twice the 16-bit bytes.
-// Pairwise sends each block once, in 16 bits, straight to its owner,
-// which reduces the n inputs in float32 and rounds once: the 16-bit
-// ring's bytes, in one step of n-1 concurrent messages instead of n-1
-// dependent ones. On 3 and 4 ranks, shm and tcp, 64 KiB to 64 MiB, it
-// took the wide allreduce from 0.37-0.98x of the 16-bit rounding's busbw
-// to the figures in docs/performance.md ("16-bit reductions"). Against the wide
-// recursive doubling, Float16/BFloat16 sums, 5 alternating rounds,
-// median busbw ratio pairwise/rd:
-//
-//	        16 KiB      32 KiB       64 KiB
-//	shm 3   1.18        1.64         1.63-1.96
-//	shm 4   1.11        1.57         1.74-2.15
-//	tcp 3   0.81        1.07         0.94-0.95
-//	tcp 4   0.73        1.00         1.06-1.20
-//
-// and 0.3-0.9 at 1-4 KiB, where the ring allgather's n-1 dependent steps
-// cost more than the float32 bytes: so rd keeps the sizes below
-// SmallAllReduce/2. On 6 ranks, against the wide Rabenseifner (3 rounds,
-// BFloat16 sum), pairwise was 2.04x at 1 MiB and 2.99x at 16 MiB on shm,
-// 1.14x and 1.51x on tcp. Beyond pairwiseRanks nothing is measured: every rank
-// talks to every other at once (on TCP, n-1 streams with a message each
-// in flight), where Rabenseifner's log2(n) partners are what larger jobs
-// were tuned for; and beyond pairwiseSmallRanks a small buffer's blocks
-// make messages too short to fill a link.
-func (g *Group) wideChoice(kind Kind, a Algo, bytes int) Algo {
-	n := g.n
-	if n < 3 || n > pairwiseRanks || g.forced[kind] != Auto {
-		return a
-	}
-	if kind == AllReduce && a == Rabenseifner && bytes <= g.opts.SmallAllReduce {
-		// Only SmallAllReducePow2 picks Rabenseifner this small, from
-		// float32 figures; the wide path keeps its own table.
-		a = RecursiveDoubling
-	}
-	switch {
-	case kind == AllReduce && (a == Ring || a == Rabenseifner),
-		kind == AllReduce && a == RecursiveDoubling && n <= pairwiseSmallRanks && bytes >= g.opts.SmallAllReduce/2,
-		(kind == ReduceScatter || kind == ReduceScatterV) && a == Ring:
-		return Pairwise
-	}
-	return a
 }
 
 // pairwiseAllReduce is the pairwise reduce-scatter, which leaves chunk r

@@ -2,12 +2,10 @@ package comm
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,7 +14,9 @@ import (
 	"github.com/gocoll/gocoll/bootstrap"
 	"github.com/gocoll/gocoll/collectives"
 	"github.com/gocoll/gocoll/internal/logging"
+	"github.com/gocoll/gocoll/internal/plan"
 	"github.com/gocoll/gocoll/internal/reduce"
+	envset "github.com/gocoll/gocoll/internal/settings"
 	"github.com/gocoll/gocoll/transport"
 	"github.com/gocoll/gocoll/transport/rdma"
 	"github.com/gocoll/gocoll/transport/shm"
@@ -150,7 +150,10 @@ type Communicator struct {
 
 	hosts []int  // each rank's host, for the host-aware algorithms
 	tname string // the transport chosen
-	ext   ext    // sub-communicators, point-to-point, issue order (split.go, async.go)
+	// plan is the job's plan (plan.go), agreed at Init, inherited by
+	// Split, Shrink and Grow, taken from the store by a replacement.
+	plan plan.Plan
+	ext  ext // sub-communicators, point-to-point, issue order (split.go, async.go)
 }
 
 // Option adjusts how a communicator is built.
@@ -169,6 +172,7 @@ type settings struct {
 	shm        shm.Options
 	rdma       rdma.Options
 	fakeHosts  int
+	fakeEnv    envset.FakeHosts // GOCOLL_FAKE_HOSTS, if fakeHosts is 0
 	elastic    bool
 	elasticSet bool
 }
@@ -257,7 +261,8 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 	// Every line names the rank: N ranks would otherwise print N
 	// identical lines.
 	c := &Communicator{cfg: cfg, log: s.logger.With("rank", cfg.Rank), closed: make(chan struct{}),
-		timeout: s.timeout, aborted: make(chan struct{}), stallAfter: s.stall}
+		timeout: s.timeout, aborted: make(chan struct{}), stallAfter: s.stall,
+		plan: settingsPlan(s, algos, cfg.HalfAccum)}
 	// A rank that dies before it connects leaves the others waiting for
 	// its address or its connection, where no link can tell them: the
 	// store can, so Init listens to it until everyone is connected
@@ -285,7 +290,11 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 	}
 	fail := func(what string, err error) (*Communicator, error) {
 		defer endWatch()
-		if cause := context.Cause(ictx); errors.Is(cause, bootstrap.ErrRankGone) {
+		if errors.Is(err, ErrEnv) {
+			// This rank's own settings disagree with the job's plan:
+			// the cause is here, whatever departures (its own among
+			// them) the store has seen since.
+		} else if cause := context.Cause(ictx); errors.Is(cause, bootstrap.ErrRankGone) {
 			err = cause
 		} else if !errors.Is(err, bootstrap.ErrJoinRefused) { // not of this job: its departures are not ours
 			err = c.initLoss(c.withDepartures(err))
@@ -304,11 +313,15 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 	// everyone is connected: a rank that finishes its first collective and
 	// closes early cannot strand a peer still reading addresses from the
 	// store.
-	maxMessage, err := agreeMaxMessage(ictx, c.t)
+	maxMessage, costly, err := agreeTransports(ictx, c.t)
 	if err != nil {
 		return fail("waiting for every rank to connect: ", err)
 	}
-	gopts := c.groupOptions(algos)
+	c.plan.MaxMessage, c.plan.StepCostly = maxMessage, costly
+	gopts, err := c.groupOptions()
+	if err != nil {
+		return fail("", err)
+	}
 	gopts.Hosts = c.hosts
 	if s.trace != "" {
 		if c.trace, err = openTrace(s.trace, cfg.Rank); err != nil {
@@ -339,89 +352,48 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 	go c.watch()
 	close(ready)
 	c.log.Info("communicator ready", "size", cfg.Size, "local_rank", cfg.LocalRank,
-		"launcher", cfg.Source, "transport", c.tname, "simd", reduce.SIMDLevel(), "store", cfg.Addr)
+		"launcher", cfg.Source, "transport", c.tname, "simd", reduce.SIMDLevel(), "store", cfg.Addr,
+		"plan", fmt.Sprintf("%016x", c.plan.Fingerprint()), "step_costly", c.plan.StepCostly, "max_message", c.plan.MaxMessage)
 	return c, nil
 }
 
-// agreeMaxMessage returns the smallest MaxMessage of every rank's
-// transport. The collectives cut long buffers into messages of that size,
-// and both ends of every link must cut alike: on a job whose hosts hold
-// different numbers of ranks, a rank alone on its host has only TCP links
-// while its peers' transport is the smaller of shared memory's slot and
-// TCP's. It runs on the bare transport, before the mux that every later
-// message goes through, so the user's first collective is call #1.
-func agreeMaxMessage(ctx context.Context, t transport.Transport) (int, error) {
-	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], uint64(t.MaxMessage()))
-	if err := collectives.NewGroup(t, collectives.Options{}).AllReduce(ctx, b[:], reduce.Uint64, reduce.Min); err != nil {
-		return 0, err
-	}
-	return int(binary.LittleEndian.Uint64(b[:])), nil
-}
-
+// readSettings is the environment's settings (internal/settings, where
+// every GOCOLL_* variable is parsed) with opts applied.
 func readSettings(opts []Option) (settings, error) {
-	s := settings{
-		transport: os.Getenv("GOCOLL_TRANSPORT"),
-		algo:      os.Getenv("GOCOLL_ALGO"),
+	var s settings
+	env, err := envset.Read(os.LookupEnv)
+	if err != nil {
+		return s, fmt.Errorf("%w: %w", err, ErrInvalid)
 	}
 	// The kernels read GOCOLL_SIMD once, at start-up; a value they could
 	// not honour is bad input, not a detail to log and ignore.
 	if err := reduce.SIMDConfigError(); err != nil {
 		return s, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	if err := logging.Check(os.Getenv("GOCOLL_DEBUG")); err != nil {
-		return s, fmt.Errorf("%w: %w", ErrInvalid, err)
+	s.transport, s.algo, s.timeout, s.trace, s.elastic = env.Transport, env.Algo, env.Timeout, env.Trace, env.Elastic
+	s.fakeEnv = env.FakeHosts
+	if env.StallSet {
+		s.stall, s.stallSet = env.Stall, true
 	}
-	if v := strings.TrimSpace(os.Getenv("GOCOLL_TIMEOUT")); v != "" {
-		d, err := parseTimeout(v)
-		if err != nil {
-			return s, err
-		}
-		s.timeout = d
-	}
-	s.trace = strings.TrimSpace(os.Getenv("GOCOLL_TRACE"))
-	if v := strings.TrimSpace(os.Getenv("GOCOLL_STALL")); v != "" {
-		d, err := parseStall(v)
-		if err != nil {
-			return s, err
-		}
-		s.stall, s.stallSet = d, true
-	}
-	elastic, err := elasticFromEnv()
-	if err != nil {
-		return s, err
-	}
-	s.elastic = elastic
 	for _, o := range opts {
 		o(&s)
 	}
-	if v := strings.TrimSpace(os.Getenv("GOCOLL_SPIN")); v != "" {
-		d, err := parseSpin(v)
-		if err != nil {
-			return s, err
-		}
+	if env.SpinSet {
 		// Options given in code keep their own budget.
 		for _, spin := range []*time.Duration{&s.tcp.Spin, &s.shm.Spin, &s.rdma.Spin} {
 			if *spin == 0 {
-				*spin = d
+				*spin = env.Spin
 			}
 		}
 	}
-	switch v := strings.ToLower(strings.TrimSpace(os.Getenv("GOCOLL_TCP_CONNECT"))); v {
-	case "", "lazy":
+	switch env.TCPConnect {
 	case "warm":
 		s.tcpWarm = true
 	case "eager":
 		s.tcp.Eager = true
-	default:
-		return s, fmt.Errorf("GOCOLL_TCP_CONNECT=%q: want warm, lazy or eager: %w", v, ErrInvalid)
 	}
-	switch v := strings.ToLower(strings.TrimSpace(os.Getenv("GOCOLL_RDMA_CONNECT"))); v {
-	case "", "lazy":
-	case "eager":
+	if env.RDMAConnect == "eager" {
 		s.rdma.Eager = true
-	default:
-		return s, fmt.Errorf("GOCOLL_RDMA_CONNECT=%q: want lazy or eager: %w", v, ErrInvalid)
 	}
 	if !s.stallSet {
 		s.stall = DefaultStall
@@ -432,13 +404,11 @@ func readSettings(opts []Option) (settings, error) {
 	if s.logger == nil {
 		s.logger = logging.L()
 	}
-	s.rdma.Device = strings.TrimSpace(os.Getenv("GOCOLL_IB_DEV"))
-	if v := strings.TrimSpace(os.Getenv("GOCOLL_IB_GID_INDEX")); v != "" {
-		i, err := strconv.Atoi(v)
-		if err != nil || i < 0 || i > 255 {
-			return s, fmt.Errorf("GOCOLL_IB_GID_INDEX=%q: want a GID table index 0..255: %w", v, ErrInvalid)
-		}
-		s.rdma.GIDIndex = i
+	if env.IBDev != "" {
+		s.rdma.Device = env.IBDev
+	}
+	if env.IBGIDIndex != 0 {
+		s.rdma.GIDIndex = env.IBGIDIndex
 	}
 	s.transport = strings.ToLower(strings.TrimSpace(s.transport))
 	switch s.transport {
@@ -446,21 +416,9 @@ func readSettings(opts []Option) (settings, error) {
 		s.transport = "auto" // decided at connect, from where the ranks run and what they have
 	case "tcp", "shm", "rdma":
 	default:
-		return s, fmt.Errorf("GOCOLL_TRANSPORT=%q: unknown transport (want auto, tcp, shm or rdma): %w", s.transport, ErrInvalid)
+		return s, fmt.Errorf("transport %q (WithTransport): want auto, tcp, shm or rdma: %w", s.transport, ErrInvalid)
 	}
 	return s, nil
-}
-
-// parseTimeout accepts a Go duration ("90s", "2m") or plain seconds ("90").
-func parseTimeout(v string) (time.Duration, error) {
-	if secs, err := strconv.ParseFloat(v, 64); err == nil && secs > 0 {
-		return time.Duration(secs * float64(time.Second)), nil
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d <= 0 {
-		return 0, fmt.Errorf("GOCOLL_TIMEOUT=%q: want a positive duration such as 90s or 2m: %w", v, ErrInvalid)
-	}
-	return d, nil
 }
 
 func (c *Communicator) connect(ctx context.Context, s settings) error {
@@ -485,6 +443,9 @@ func (c *Communicator) connect(ctx context.Context, s settings) error {
 	if err := store.Join(ctx, cfg.Rank, cfg.Size, cfg.Job); err != nil {
 		return err
 	}
+	if err := c.agreeSettings(ctx, store); err != nil {
+		return err
+	}
 	t, hosts, name, err := c.connectTransport(ctx, store, s)
 	if err != nil {
 		if errors.Is(err, bootstrap.ErrRankGone) {
@@ -494,23 +455,6 @@ func (c *Communicator) connect(ctx context.Context, s settings) error {
 	}
 	c.t, c.hosts, c.tname = t, hosts, name
 	return nil
-}
-
-// groupOptions are the collectives' options for c's transport (c.tname).
-func (c *Communicator) groupOptions(algos map[collectives.Kind]collectives.Algo) collectives.Options {
-	o := collectives.Options{Algos: algos, Logger: c.log, Round16: c.cfg.HalfAccum == bootstrap.HalfAccum16Bit}
-	if c.tname == "tcp" {
-		// Each TCP step costs a round of system calls and, with more
-		// ranks than cores, of wake-ups: on 3 and 4 ranks over loopback
-		// Rabenseifner's fewer steps beat the ring until its steps
-		// carry 256 KiB (see allReduceChoice). Shared memory's steps
-		// cost too little for it to pay.
-		o.RingChunk = 256 << 10
-		// And from 32 KiB on 4, 8, ... ranks, where Rabenseifner
-		// sends fewer bytes than recursive doubling.
-		o.SmallAllReducePow2 = 16 << 10
-	}
-	return o
 }
 
 // Transport names the transport Init chose: "tcp", "shm", "rdma",
@@ -620,22 +564,4 @@ func (c *Communicator) shutdown() error {
 		errs = append(errs, c.server.Close())
 	}
 	return errors.Join(errs...)
-}
-
-// parseSpin reads GOCOLL_SPIN: how long a waiting call busy-polls before
-// it sleeps, on every transport. 0 means not at all, which the
-// transports' options spell as a negative budget (zero there picks
-// their default).
-func parseSpin(v string) (time.Duration, error) {
-	d, err := time.ParseDuration(v)
-	if v == "0" {
-		d, err = 0, nil
-	}
-	if err != nil || d < 0 || d > time.Second {
-		return 0, fmt.Errorf("GOCOLL_SPIN=%q: want a duration from 0 to 1s, such as 0, 20us or 1ms: %w", v, ErrInvalid)
-	}
-	if d == 0 {
-		return -1, nil
-	}
-	return d, nil
 }

@@ -76,4 +76,30 @@
 // count, can be forced with GOCOLL_ALGO, and say what they chose with
 // GOCOLL_DEBUG=info. They run over a transport (package transport); which
 // one is picked by GOCOLL_TRANSPORT.
+//
+// # Environment
+//
+// The library reads these variables once, at Init (internal/settings
+// parses them all, in one place); a value out of range fails Init with
+// an error naming the variable and wrapping ErrInvalid. Those marked
+// "job-wide" form the job's plan with the transports' cost and message
+// size: every rank must set them alike, or Init fails on the rank that
+// differs, naming the setting (ErrEnv); a replacement that joins an
+// elastic job takes the job's plan, whatever its own settings say.
+//
+//   - GOCOLL_TRANSPORT: auto (default), tcp, shm or rdma. Job-wide.
+//   - GOCOLL_ALGO: force algorithms, "ring" or "allreduce=rd,broadcast=chain". Job-wide.
+//   - GOCOLL_HALF_ACCUM: float32 (default) or 16bit, how Float16 and BFloat16 sums accumulate. Job-wide.
+//   - GOCOLL_ELASTIC: 1 for an elastic job (see Shrink, Grow). Job-wide.
+//   - GOCOLL_TCP_CONNECT: lazy (default: links as calls need them), warm (the first partners at Init) or eager (all at Init). Job-wide.
+//   - GOCOLL_RDMA_CONNECT: lazy (default) or eager. Job-wide.
+//   - GOCOLL_TIMEOUT: the bound of Init and of a call whose context has none, from 1ms to 8760h, as 90s, 2m or seconds (default 10m).
+//   - GOCOLL_STALL: how long a call may make no progress before the stall report, from 1ms to 8760h, or off (default 1m).
+//   - GOCOLL_TRACE: write each rank's calls to this file (%r is the rank).
+//   - GOCOLL_SPIN: how long a waiting call busy-polls, 0 to 1s.
+//   - GOCOLL_IB_DEV and GOCOLL_IB_GID_INDEX (0..255): the RDMA device and GID.
+//   - GOCOLL_DEBUG: warn (default), info (the choices made and why), debug, or off.
+//   - GOCOLL_SIMD: auto (default), off, sse2, avx2 or avx512: the reduction kernels, read at start-up.
+//   - GOCOLL_FAKE_HOSTS: for tests, a number of hosts or a list of ranks per host (1,4) to pretend the ranks run on.
+//   - GOCOLL_QUICK and GOCOLL_CONFORMANCE: for the project's own tests.
 package comm

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,17 +27,6 @@ var ErrExcluded = errors.New("left out of the communicator the others went on wi
 // the survivors can shrink it and go on. It overrides GOCOLL_ELASTIC.
 func WithElastic(on bool) Option {
 	return func(s *settings) { s.elastic, s.elasticSet = on, true }
-}
-
-// parseElastic reads GOCOLL_ELASTIC.
-func parseElastic(v string) (bool, error) {
-	switch strings.ToLower(strings.TrimSpace(v)) {
-	case "", "0", "false", "off", "no":
-		return false, nil
-	case "1", "true", "on", "yes":
-		return true, nil
-	}
-	return false, fmt.Errorf("GOCOLL_ELASTIC=%q: want 1 or 0: %w", v, ErrInvalid)
 }
 
 // shrinkPoll is how often a rank in Shrink looks at the store for the
@@ -397,6 +385,3 @@ func parseRanks(v string) ([]int, error) {
 	}
 	return rs, nil
 }
-
-// elasticFromEnv is GOCOLL_ELASTIC's value, for readSettings.
-func elasticFromEnv() (bool, error) { return parseElastic(os.Getenv("GOCOLL_ELASTIC")) }

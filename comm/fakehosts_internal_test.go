@@ -2,8 +2,26 @@ package comm
 
 import (
 	"errors"
+	"fmt"
 	"testing"
+
+	envset "github.com/gocoll/gocoll/internal/settings"
 )
+
+// fakeHostOf is fakeHost under GOCOLL_FAKE_HOSTS=v, read as Init reads
+// it (a value envset refuses is ErrInvalid, as Init makes it).
+func fakeHostOf(v string, rank, size int) (int, error) {
+	env, err := envset.Read(func(name string) (string, bool) {
+		if name == "GOCOLL_FAKE_HOSTS" {
+			return v, true
+		}
+		return "", false
+	})
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", err, ErrInvalid)
+	}
+	return fakeHost(env.FakeHosts, rank, size)
+}
 
 // TestFakeHost: GOCOLL_FAKE_HOSTS as a number of hosts or as a list of
 // ranks per host, and the layouts it refuses.
@@ -26,7 +44,7 @@ func TestFakeHost(t *testing.T) {
 	}
 	for _, tc := range cases {
 		for r := range tc.size {
-			got, err := fakeHost(tc.v, r, tc.size)
+			got, err := fakeHostOf(tc.v, r, tc.size)
 			if tc.hosts == nil {
 				if !errors.Is(err, ErrInvalid) {
 					t.Errorf("fakeHost(%q, %d, %d) = %d, %v; want ErrInvalid", tc.v, r, tc.size, got, err)

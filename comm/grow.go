@@ -29,8 +29,10 @@ import (
 //     job rank past the job's size (a create on elastic/joinrank/<k>),
 //     joins the store under it, listens, publishes its TCP address (it
 //     links to every member over TCP, whatever the members use among
-//     themselves), takes the job's agreed message size, and
-//     puts elastic/pending/<k> = "wait <start, unix ns>";
+//     themselves), takes the job's plan (elastic/plan, which every
+//     member puts with its transport: the agreed message size and what
+//     decides the algorithms), and puts
+//     elastic/pending/<k> = "wait <start, unix ns>";
 //   - the running ranks' Grow agrees, with one create, on the joiners
 //     pending, and overwrites each one's entry with
 //     "admit <id> <members> <name>", which that joiner's Init reads.
@@ -303,6 +305,11 @@ func (c *Communicator) sayRunning(ctx context.Context, maxMessage int) error {
 	if err := c.calls.Put(ctx, transportPrefix+strconv.Itoa(c.cfg.Rank), []byte(what)); err != nil {
 		return err
 	}
+	// Every rank puts the same plan, before the job is said to run: a
+	// replacement finds it whichever rank said so first.
+	if err := c.calls.Put(ctx, jobPlanKey, []byte(c.plan.Encode())); err != nil {
+		return err
+	}
 	if err := c.calls.Put(ctx, bootstrap.ElasticRunningKey, []byte("1")); err != nil {
 		return err
 	}
@@ -397,7 +404,7 @@ func join(ctx context.Context, cfg Config, s settings, store *bootstrap.Client) 
 	if err != nil {
 		return fail("", err)
 	}
-	maxMessage, spare := 0, 0
+	spare := 0
 	for k, v := range ts {
 		var name string
 		var mm, sp int
@@ -405,18 +412,24 @@ func join(ctx context.Context, cfg Config, s settings, store *bootstrap.Client) 
 			return fail("", fmt.Errorf("%s runs over %s, which cannot link to new processes (%s): %w",
 				strings.Replace(k, transportPrefix, "rank ", 1), v, canGrow, ErrUnsupported))
 		}
-		if maxMessage == 0 || mm < maxMessage {
-			maxMessage = mm
-		}
 		spare = sp
 	}
 	if spare == 0 {
 		return fail("", fmt.Errorf("no rank said which transport it runs: %w", ErrUnsupported))
 	}
-	// Every rank cuts long buffers into messages of the job's agreed
-	// size (see agreeMaxMessage), which the members published: shared
-	// memory's slot, if smaller than TCP's, though this process itself
-	// talks TCP alone.
+	// The job's plan, not this process's: it cuts long buffers at the
+	// job's agreed message size (shared memory's slot, if smaller than
+	// TCP's, though this process talks TCP alone) and chooses the
+	// algorithms as the members do, though its own links are TCP's.
+	algos, err := collectives.ParseAlgos(s.algo)
+	if err != nil {
+		return fail("", err)
+	}
+	jobPlan, err := takeJobPlan(ctx, store, settingsPlan(s, algos, cfg.HalfAccum), s.logger.With("rank", cfg.Rank))
+	if err != nil {
+		return fail("", err)
+	}
+	maxMessage := jobPlan.MaxMessage
 	// A fresh job rank: the first past the job's size not taken yet.
 	taken, err := store.Scan(ctx, joinRankPrefix)
 	if err != nil {
@@ -505,16 +518,11 @@ func join(ctx context.Context, cfg Config, s settings, store *bootstrap.Client) 
 		abandon()
 		return fail("", fmt.Errorf("bad admission %q in the store: %w", admit, ErrInvalid))
 	}
-	algos, err := collectives.ParseAlgos(s.algo)
-	if err != nil {
-		abandon()
-		return fail("", err)
-	}
 	rcfg := cfg
 	rcfg.Rank = k
 	c := &Communicator{cfg: rcfg, log: s.logger.With("rank", k), closed: make(chan struct{}),
 		timeout: s.timeout, aborted: make(chan struct{}), stallAfter: s.stall,
-		t: t, store: store, linkStore: links, calls: store, tname: "tcp", elastic: true}
+		t: t, store: store, linkStore: links, calls: store, tname: "tcp", elastic: true, plan: jobPlan}
 	c.life, c.kill = context.WithCancelCause(context.Background())
 	c.ext.spare = spare
 	if maxMessage > t.MaxMessage() {
@@ -529,7 +537,12 @@ func join(ctx context.Context, cfg Config, s settings, store *bootstrap.Client) 
 		return fail("", err)
 	}
 	c.ext.ch = ch
-	c.g = collectives.NewGroup(ch, c.groupOptions(algos))
+	gopts, err := c.groupOptions()
+	if err != nil {
+		abandon()
+		return fail("", err)
+	}
+	c.g = collectives.NewGroup(ch, gopts)
 	go c.watchPending()
 	nc, err := c.child(id, all, f[3])
 	if err != nil {
@@ -540,6 +553,6 @@ func join(ctx context.Context, cfg Config, s settings, store *bootstrap.Client) 
 	nc.ext.shrunkFrom = c
 	c.ext.joined = true
 	c.log.Info("joined the running job", "job_rank", k, "rank", nc.Rank(), "size", nc.Size(),
-		"took", time.Since(start).Round(time.Microsecond))
+		"took", time.Since(start).Round(time.Microsecond), "plan", fmt.Sprintf("%016x", c.plan.Fingerprint()))
 	return nc, nil
 }

@@ -3,6 +3,7 @@ package comm_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -69,10 +70,10 @@ func TestHalfAccum(t *testing.T) {
 }
 
 // TestHalfAccumDisagree: ranks configured with different accumulations
-// would put different widths on the wire; their 16-bit sum fails with
-// ErrMismatch on every rank, saying which one reduces in float32, rather
-// than returning a result. Two ranks, where both widths would send the
-// same bytes, still disagree: the setting is the job's, not the call's.
+// would put different widths on the wire; the job's plan refuses them
+// at Init, naming the setting, rather than any call returning a result.
+// Two ranks, where both widths would send the same bytes, still
+// disagree: the setting is the job's, not the call's.
 func TestHalfAccumDisagree(t *testing.T) {
 	token := []byte("0123456789abcdef0123456789abcdef")
 	srv, err := bootstrap.Listen("127.0.0.1:0", token)
@@ -107,10 +108,15 @@ func TestHalfAccumDisagree(t *testing.T) {
 	}
 	wg.Wait()
 	for r, err := range errs {
-		if !errors.Is(err, comm.ErrMismatch) {
-			t.Errorf("rank %d (%s): %v, want ErrMismatch", r, modes[r], err)
-			continue
-		}
 		t.Logf("rank %d: %v", r, err)
+	}
+	// The job's plan catches it at Init: rank 1 compares its setting
+	// with rank 0's and fails naming it; rank 0 learns why from the
+	// store.
+	if !errors.Is(errs[1], comm.ErrEnv) || !strings.Contains(errs[1].Error(), `GOCOLL_HALF_ACCUM is "16bit" on rank 0 but "float32" on rank 1`) {
+		t.Errorf("rank 1: %v, want ErrEnv naming GOCOLL_HALF_ACCUM and both values", errs[1])
+	}
+	if errs[0] == nil || !strings.Contains(errs[0].Error(), "GOCOLL_HALF_ACCUM") {
+		t.Errorf("rank 0: %v, want an error naming rank 1's GOCOLL_HALF_ACCUM", errs[0])
 	}
 }

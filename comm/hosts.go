@@ -12,6 +12,7 @@ import (
 
 	"github.com/gocoll/gocoll/bootstrap"
 	"github.com/gocoll/gocoll/internal/mesh"
+	envset "github.com/gocoll/gocoll/internal/settings"
 	"github.com/gocoll/gocoll/transport"
 	"github.com/gocoll/gocoll/transport/rdma"
 	"github.com/gocoll/gocoll/transport/shm"
@@ -29,31 +30,23 @@ func WithSHMOptions(o shm.Options) Option { return func(s *settings) { s.shm = o
 func WithFakeHosts(k int) Option { return func(s *settings) { s.fakeHosts = k } }
 
 // fakeHost is the fake host of rank in a job of size under
-// GOCOLL_FAKE_HOSTS=v: either a number of hosts k, the ranks in contiguous
-// blocks (rank r on host r*k/size), or a list of ranks per host, host by
-// host ("1,4": rank 0 alone, ranks 1-4 together), which must add up to
-// size: an uneven layout.
-func fakeHost(v string, rank, size int) (int, error) {
-	if !strings.Contains(v, ",") {
-		k, err := strconv.Atoi(v)
-		if err != nil || k < 1 {
-			return 0, fmt.Errorf("GOCOLL_FAKE_HOSTS=%q: want a number of hosts or a list of ranks per host (1,4): %w", v, ErrInvalid)
-		}
-		return rank * k / size, nil
+// GOCOLL_FAKE_HOSTS (f): either a number of hosts k, the ranks in
+// contiguous blocks (rank r on host r*k/size), or a list of ranks per
+// host, host by host ("1,4": rank 0 alone, ranks 1-4 together), which
+// must add up to size: an uneven layout.
+func fakeHost(f envset.FakeHosts, rank, size int) (int, error) {
+	if f.Hosts > 0 {
+		return rank * f.Hosts / size, nil
 	}
 	host, sum := -1, 0
-	for i, f := range strings.Split(v, ",") {
-		k, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || k < 1 {
-			return 0, fmt.Errorf("GOCOLL_FAKE_HOSTS=%q: host %d: want a positive number of ranks: %w", v, i, ErrInvalid)
-		}
+	for i, k := range f.PerHost {
 		if host < 0 && rank < sum+k {
 			host = i
 		}
 		sum += k
 	}
 	if sum != size {
-		return 0, fmt.Errorf("GOCOLL_FAKE_HOSTS=%q lays out %d ranks, but the job has %d: %w", v, sum, size, ErrInvalid)
+		return 0, fmt.Errorf("GOCOLL_FAKE_HOSTS lays out %d ranks, but the job has %d: %w", sum, size, ErrInvalid)
 	}
 	return host, nil
 }
@@ -310,9 +303,9 @@ func (c *Communicator) connectTransport(ctx context.Context, store *bootstrap.Cl
 	fake := -1
 	if s.fakeHosts > 0 {
 		fake = cfg.Rank * s.fakeHosts / cfg.Size
-	} else if v := strings.TrimSpace(os.Getenv("GOCOLL_FAKE_HOSTS")); v != "" {
+	} else if f := s.fakeEnv; f.Hosts > 0 || len(f.PerHost) > 0 {
 		var err error
-		if fake, err = fakeHost(v, cfg.Rank, cfg.Size); err != nil {
+		if fake, err = fakeHost(f, cfg.Rank, cfg.Size); err != nil {
 			return nil, nil, "", err
 		}
 	}

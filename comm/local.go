@@ -7,10 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"sync"
 
 	"github.com/gocoll/gocoll/bootstrap"
+	envset "github.com/gocoll/gocoll/internal/settings"
 )
 
 // NewLocal builds a job of n ranks inside this process, one Communicator
@@ -37,7 +37,10 @@ func NewLocal(ctx context.Context, n int, opts ...Option) ([]*Communicator, erro
 	}
 	token := []byte(hex.EncodeToString(secret[:]))
 	// As Init's ranks do (bootstrap.FromEnv), from the environment.
-	halfAccum := strings.TrimSpace(os.Getenv("GOCOLL_HALF_ACCUM"))
+	halfAccum, err := envset.HalfAccum(os.LookupEnv)
+	if err != nil {
+		return nil, fmt.Errorf("comm: local job: %w: %w", err, ErrEnv)
+	}
 	srv, err := bootstrap.Listen("127.0.0.1:0", token)
 	if err != nil {
 		return nil, fmt.Errorf("comm: local job: %w", err)

@@ -36,18 +36,6 @@ func WithStall(d time.Duration) Option {
 	return func(s *settings) { s.stall, s.stallSet = d, true }
 }
 
-// parseStall reads GOCOLL_STALL: a duration, plain seconds, or "off".
-func parseStall(v string) (time.Duration, error) {
-	if v == "off" || v == "0" {
-		return 0, nil
-	}
-	d, err := parseTimeout(v)
-	if err != nil {
-		return 0, fmt.Errorf("GOCOLL_STALL=%q: want a positive duration such as 60s, or off: %w", v, ErrInvalid)
-	}
-	return d, nil
-}
-
 // activity is what the watchdog last saw this communicator doing, for
 // the report: reading the clock in the collectives would cost the small
 // ones more than the rest of their bookkeeping, and the report needs

@@ -127,7 +127,7 @@ func TestTransportChoice(t *testing.T) {
 }
 
 // TestMidSizeChoice: between 16 KiB and the ring's floor the choice
-// follows the transport (groupOptions): over TCP Rabenseifner, on 3 ranks
+// follows the job's step-cost hint (the plan): over TCP Rabenseifner, on 3 ranks
 // from 64 KiB and on 4 from 32 KiB, where shared memory keeps recursive
 // doubling and the ring; each shows in the info log with its reason.
 func TestMidSizeChoice(t *testing.T) {
@@ -137,7 +137,7 @@ func TestMidSizeChoice(t *testing.T) {
 		algo, why string
 	}{
 		{"tcp", 4, 32 << 10, "algo=rabenseifner", "ring step would carry 32768 bytes < 262144"},
-		{"tcp", 4, 8 << 10, "algo=rabenseifner", "32768 bytes > 16384"},
+		{"tcp", 4, 8 << 10, "algo=rabenseifner", "a ring step would carry 8192 bytes < 262144"},
 		{"tcp", 4, 4 << 10, "algo=rd", "16384 bytes <= 16384"},
 		{"tcp", 3, 32 << 10, "algo=rabenseifner", "ring step would carry 43690 bytes"},
 		{"tcp", 3, 8 << 10, "algo=rd", "32768 bytes <= 65536"},

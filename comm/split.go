@@ -55,7 +55,7 @@ type ext struct {
 // share puts the job's transport under a Mux, so that sub-communicators
 // and point-to-point messages can share its connections, and returns the
 // job communicator's channel (id 0, every rank). maxMessage is the job's
-// agreed message cap (see agreeMaxMessage).
+// agreed message cap (see agreeTransports).
 func (c *Communicator) share(maxMessage int) transport.Transport {
 	ranks := make([]int, c.cfg.Size)
 	for i := range ranks {
@@ -166,6 +166,7 @@ func (c *Communicator) child(id uint64, jobRanks []int, name string) (*Communica
 
 		stallAfter: c.stallAfter,
 		trace:      c.trace,
+		plan:       c.plan,
 	}
 	sub.ext.mux, sub.ext.ch, sub.ext.id = c.ext.mux, ch, id
 	sub.ext.name = name

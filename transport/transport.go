@@ -152,6 +152,24 @@ type PartSender interface {
 	SendParts(ctx context.Context, peer int, head, body []byte, wait bool) (sent bool, err error)
 }
 
+// StepCoster is implemented by transports on which every message costs
+// markedly more than its bytes (TCP: system calls, and wake-ups when
+// ranks outnumber cores), so that the algorithms should take fewer,
+// longer steps. It is a hint for the job's plan, which takes the
+// costliest any rank's transport reports, once, at Init: the algorithm
+// of a call must not depend on a rank's own transport, or ranks linked
+// differently (an elastic job's replacement, over TCP, among members
+// over shared memory) would choose differently.
+type StepCoster interface {
+	StepCostly() bool
+}
+
+// StepCostly says whether t is a StepCoster that reports costly steps.
+func StepCostly(t Transport) bool {
+	s, ok := t.(StepCoster)
+	return ok && s.StepCostly()
+}
+
 // Registrar is implemented by transports that can send straight from
 // memory registered with them ahead of time, as NCCL's ncclCommRegister
 // does: a large Send whose data lies inside a registered region is read

@@ -60,8 +60,13 @@ func main() {
 	pace := flag.Duration("pace", 0, "least time per step")
 	finalSize := flag.Int("final-size", 0, "after the last step, wait for replacements until the job has this many ranks")
 	growWait := flag.Duration("grow-wait", time.Minute, "how long -final-size waits")
+	pad := flag.String("pad", "", "N,...: step s adds N[s % len] float64s to the gradient's allreduce, checked, so that the steps run the algorithms of larger buffers")
 	flag.Parse()
-	o := opts{steps: *steps, lr: *lr, kills: *kills, inShrink: *inShrink, pace: *pace, finalSize: *finalSize, growWait: *growWait}
+	padding, err := parsePad(*pad)
+	if err != nil {
+		log.Fatal(err)
+	}
+	o := opts{steps: *steps, lr: *lr, kills: *kills, inShrink: *inShrink, pace: *pace, finalSize: *finalSize, growWait: *growWait, pad: padding}
 	if err := run(o); err != nil {
 		log.Fatal(err) // after run closed the communicator
 	}
@@ -75,6 +80,7 @@ type opts struct {
 	pace      time.Duration
 	finalSize int
 	growWait  time.Duration
+	pad       []int
 }
 
 func run(o opts) error {
@@ -142,7 +148,11 @@ func run(o opts) error {
 			}
 			giveUp = time.Now().After(waitEnd)
 		}
-		pending, quit, err := trainStep(ctx, c, x, y, w, rate, giveUp)
+		pad := 0
+		if len(o.pad) > 0 {
+			pad = o.pad[step%len(o.pad)]
+		}
+		pending, quit, err := trainStep(ctx, c, x, y, w, rate, giveUp, pad)
 		if err == nil {
 			if step == 0 && restarted != "" && restarted != "0" {
 				fmt.Printf("elastic: rank %d: restart %s by torchrun, first step done (t=%d)\n", me, restarted, time.Now().UnixNano())
@@ -251,9 +261,14 @@ func lost(err error) bool {
 // the whole data set, however many there are. The same allreduce sums
 // the replacements each rank sees waiting (c.Pending), so that all
 // decide alike whether to grow after this step, and whether any rank
-// gives up waiting for them (quit).
-func trainStep(ctx context.Context, c *comm.Communicator, x [][]float64, y []float64, w []float64, lr float64, giveUp bool) (pending int, quit bool, err error) {
-	g := make([]float64, dim+2)
+// gives up waiting for them (quit). pad more elements, each rank's 1,
+// ride along and must sum to the rank count: a larger buffer, which
+// runs another algorithm, checked.
+func trainStep(ctx context.Context, c *comm.Communicator, x [][]float64, y []float64, w []float64, lr float64, giveUp bool, pad int) (pending int, quit bool, err error) {
+	g := make([]float64, dim+2+pad)
+	for i := dim + 2; i < len(g); i++ {
+		g[i] = 1
+	}
 	for i := c.Rank(); i < samples; i += c.Size() {
 		d := dot(x[i], w) - y[i]
 		for k := range dim {
@@ -266,6 +281,11 @@ func trainStep(ctx context.Context, c *comm.Communicator, x [][]float64, y []flo
 	}
 	if err := comm.AllReduce(ctx, c, g, comm.Sum); err != nil {
 		return 0, false, err
+	}
+	for i := dim + 2; i < len(g); i++ {
+		if g[i] != float64(c.Size()) {
+			return 0, false, fmt.Errorf("allreduce of %d float64s on %d ranks: element %d is %v, want %d", len(g), c.Size(), i, g[i], c.Size())
+		}
 	}
 	for k := range w {
 		w[k] -= lr * g[k] / samples
@@ -329,6 +349,22 @@ func bytesOf(w []float64) []byte {
 
 // parseKills returns the step at which job rank me is to kill itself,
 // or -1.
+// parsePad reads -pad: element counts, comma-separated.
+func parsePad(s string) ([]int, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("-pad %q: want element counts such as 4096,131072", s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
 func parseKills(s string, me int) (int, error) {
 	if s == "" {
 		return -1, nil

@@ -293,7 +293,7 @@ func testAllGather(t *testing.T, ts []transport.Transport) {
 func testReduceScatter(t *testing.T, ts []transport.Transport) {
 	n := len(ts)
 	// Auto is the ring, or pairwise for the wide 16-bit reductions from 3
-	// ranks on (collectives.Group.wideChoice); each is also forced on the
+	// ranks on (the rules of collectives, choose.go); each is also forced on the
 	// heavy pairs.
 	for name, j := range algoJobs(ts, collectives.ReduceScatter, "ring", "pairwise") {
 		for _, dt := range suiteTypes() {

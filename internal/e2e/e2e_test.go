@@ -267,7 +267,7 @@ func TestBadSIMD(t *testing.T) {
 			}
 			continue
 		}
-		if code == 0 || !strings.Contains(out, `GOCOLL_SIMD="avx9000": unknown value`) {
+		if code == 0 || !strings.Contains(out, `GOCOLL_SIMD="avx9000": want one of off, sse2, avx2, avx512, auto: invalid argument`) {
 			t.Errorf("GOCOLL_SIMD=%s: exit %d, want a failure naming the variable:\n%s", v, code, out)
 		}
 	}

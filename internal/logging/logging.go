@@ -5,11 +5,11 @@
 package logging
 
 import (
-	"fmt"
 	"log/slog"
 	"os"
-	"strings"
 	"sync"
+
+	"github.com/gocoll/gocoll/internal/settings"
 )
 
 var (
@@ -17,34 +17,24 @@ var (
 	logger *slog.Logger
 )
 
-// L returns the library logger, reading GOCOLL_DEBUG on first use.
+// L returns the library logger, reading GOCOLL_DEBUG (internal/settings)
+// on first use. A value it cannot read leaves the default, warnings: comm's
+// Init refuses it, naming it, so the typo does not hide behind silence.
 func L() *slog.Logger {
 	once.Do(func() {
-		logger = New(os.Getenv("GOCOLL_DEBUG"))
+		lv, _ := settings.Debug(os.LookupEnv)
+		logger = newAt(lv)
 	})
 	return logger
 }
 
-// Check reports a GOCOLL_DEBUG value New would not understand (New treats
-// it as the default, which would hide the typo behind silence).
-func Check(level string) error {
-	switch strings.ToLower(strings.TrimSpace(level)) {
-	case "", "warn", "info", "debug", "trace", "off", "none":
-		return nil
-	}
-	return fmt.Errorf("GOCOLL_DEBUG=%q: unknown level (want info, debug, warn or off)", level)
+// New builds a logger for the given GOCOLL_DEBUG value (grun's -debug);
+// one it cannot read means the default.
+func New(level string) *slog.Logger {
+	lv, _ := settings.ParseDebug(level)
+	return newAt(lv)
 }
 
-// New builds a logger for the given GOCOLL_DEBUG value.
-func New(level string) *slog.Logger {
-	lv := slog.LevelWarn
-	switch strings.ToLower(strings.TrimSpace(level)) {
-	case "info":
-		lv = slog.LevelInfo
-	case "debug", "trace":
-		lv = slog.LevelDebug
-	case "off", "none":
-		lv = slog.LevelError + 4
-	}
+func newAt(lv slog.Level) *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv})).With("lib", "gocoll")
 }

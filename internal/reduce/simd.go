@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/gocoll/gocoll/internal/logging"
+	"github.com/gocoll/gocoll/internal/settings"
 )
 
 // level is a kernel instruction set. Higher levels include the lower ones.
@@ -140,7 +141,14 @@ func init() {
 		tables[l] = buildTable(l, feats)
 		wideTables[l] = buildWideTable(l, feats)
 	}
-	lvl, err := chooseLevel(os.Getenv("GOCOLL_SIMD"), best)
+	v, err := settings.SIMD(os.LookupEnv)
+	lvl := best
+	var bad *settings.Error
+	if errors.As(err, &bad) {
+		err = fmt.Errorf("%w=%q: unknown value, want %s", ErrSIMD, bad.Value, bad.Want)
+	} else {
+		lvl, err = chooseLevel(v, best)
+	}
 	setLevel(lvl)
 	configErr = err
 	if err != nil {

@@ -8,9 +8,11 @@ package testmode
 import (
 	"os"
 	"testing"
+
+	"github.com/gocoll/gocoll/internal/settings"
 )
 
-var quick = os.Getenv("GOCOLL_QUICK") != ""
+var quick = settings.Quick(os.LookupEnv)
 
 // Quick reports whether GOCOLL_QUICK asks for the quick check.
 func Quick() bool { return quick }
@@ -23,7 +25,7 @@ func SkipIfQuick(t testing.TB) {
 	}
 }
 
-var transportOnly = os.Getenv("GOCOLL_CONFORMANCE") == "transport"
+var transportOnly = settings.Conformance(os.LookupEnv) == "transport"
 
 // TransportOnly reports whether GOCOLL_CONFORMANCE=transport asks the
 // conformance suite to test a transport rather than the reductions: one
