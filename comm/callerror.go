@@ -208,6 +208,18 @@ func (c *Communicator) p2pError(what string, err error) error {
 // blame fills in ce's Cause and Culprit from text, the failure's chain as
 // read, and err, the chain itself.
 func (c *Communicator) blame(ce *CallError, text string, err error) {
+	var inner *CallError
+	if errors.As(err, &inner) && inner.Comm != ce.Comm && inner.JobCulprit >= 0 {
+		// The communicator this one was split from failed, and ended
+		// it: the root cause is that one's, which names the culprit by
+		// its job rank (the job's communicator, as "rank J").
+		j, cause := inner.JobCulprit, inner.Cause
+		if rest, ok := strings.CutPrefix(cause, "rank "+strconv.Itoa(j)+" "); ok && inner.Comm == "" {
+			cause = c.jobWho(j) + " " + rest
+		}
+		ce.Cause, ce.Culprit, ce.JobCulprit, ce.root = cause, c.fromJob(j), j, inner.root
+		return
+	}
 	cause, culprit := rootCause(text)
 	ce.Cause = cause
 	outside := -1 // the culprit's job rank, where it is no rank of this communicator

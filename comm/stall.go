@@ -195,7 +195,7 @@ func (c *Communicator) compareLast() error {
 	defer cancel()
 	prefix := c.callsKey()
 	seen := make(map[int]bool, c.cfg.Size)
-	var level int    // ranks seen at this rank's last call
+	var level int    // ranks that closed after this rank's last call, as it does
 	var beyond []int // ranks seen in a later call, which this one never made
 	var later []byte // the first of those ranks' calls
 	for {
@@ -208,16 +208,22 @@ func (c *Communicator) compareLast() error {
 			if r == c.cfg.Rank || seen[r] || !ok || collectives.CallNumber(v) < n {
 				continue
 			}
-			seen[r] = true
 			if collectives.CallNumber(v) > n {
+				seen[r] = true
 				if beyond = append(beyond, r); later == nil {
 					later = v
 				}
 				continue
 			}
-			level++
 			if err := collectives.Disagree(mine, v, r); err != nil {
 				return err
+			}
+			// At this rank's last call, as it closed; a record published
+			// while it waited in that call may be stale, the rank gone on
+			// to the next.
+			if _, closed := m[prefix+"closed/"+strconv.Itoa(r)]; closed {
+				seen[r] = true
+				level++
 			}
 		}
 		if f, ok := firstFault(m, prefix+"fault/"); ok && f.kind == "mismatch" {
@@ -264,7 +270,8 @@ func (c *Communicator) compareLast() error {
 }
 
 // othersDeparted reports whether the store saw a rank other than this one
-// leave the job abnormally by now.
+// die, or leave without closing, by now. A rank that gave up does not
+// count: it may have given up because of the very calls compared here.
 func (c *Communicator) othersDeparted() bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
@@ -273,12 +280,14 @@ func (c *Communicator) othersDeparted() bool {
 		return false
 	}
 	if c.ext.id == 0 {
-		return len(c.othersGone(ds)) > 0
+		ds = c.othersGone(ds)
+	} else {
+		// A sub-communicator: departures name job ranks, and any rank's
+		// breaks the job it shares.
+		me := c.jobRank(c.cfg.Rank)
+		ds = slices.DeleteFunc(ds, func(d bootstrap.Departure) bool { return d.Rank == me })
 	}
-	// A sub-communicator: departures name job ranks, and any rank's
-	// breaks the job it shares.
-	me := c.jobRank(c.cfg.Rank)
-	return slices.ContainsFunc(ds, func(d bootstrap.Departure) bool { return d.Rank != me })
+	return slices.ContainsFunc(ds, func(d bootstrap.Departure) bool { return !strings.HasPrefix(d.Why, "give up") })
 }
 
 // scope names what a rank that closes leaves: the job, or a
