@@ -3,6 +3,7 @@ package comm
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // run admits one collective at a time and turns the outcome into the
@@ -75,7 +76,9 @@ func (c *Communicator) runTurn(ctx context.Context, tk ticket, what string, f fu
 		ctx, stop = c.bindLife(ctx)
 		defer stop()
 	}
+	start := time.Now()
 	err := f(ctx)
+	c.ext.took.took(what, time.Since(start))
 	c.g.Ended(err)
 	if err != nil {
 		return c.failed(what, err)

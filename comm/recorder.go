@@ -121,15 +121,21 @@ type Stats struct {
 	// on that rank, as the watchdog samples it (to its 20 ms tick: short
 	// waits are not seen).
 	Waited map[int]time.Duration `json:"waited_ns"`
+	// Time is, by kind, how long this rank's calls took from their turn
+	// (this rank's earlier calls done) to their return: waiting for
+	// late peers included, so a kind whose time grows while its bytes
+	// do not points at a straggler, not the network.
+	Time map[string]time.Duration `json:"time_ns"`
 }
 
 // Stats returns the communicator's counters. It may be called from any
 // goroutine.
 func (c *Communicator) Stats() Stats {
-	s := Stats{Calls: map[string]uint64{}, Bytes: map[string]uint64{}, Waited: map[int]time.Duration{}}
+	s := Stats{Calls: map[string]uint64{}, Bytes: map[string]uint64{}, Waited: map[int]time.Duration{}, Time: map[string]time.Duration{}}
 	if c == nil || c.g == nil {
 		return s
 	}
+	c.ext.took.into(s.Time)
 	calls, bytes := c.g.Counts()
 	for k, n := range calls {
 		if n > 0 {

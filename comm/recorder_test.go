@@ -55,6 +55,9 @@ func TestRecords(t *testing.T) {
 	if st.Calls["allreduce"] != 1 || st.Bytes["allreduce"] != 80 || st.Calls["broadcast"] != 1 || st.Bytes["broadcast"] != 28 {
 		t.Errorf("Stats = %+v", st)
 	}
+	if st.Time["allreduce"] <= 0 || st.Time["broadcast"] <= 0 || st.Time["barrier"] <= 0 || len(st.Time) != 3 {
+		t.Errorf("Stats.Time = %v, want a positive time for each of the three kinds called, and no other", st.Time)
+	}
 	if err := cs[1].PublishStats("gocoll_test_rank1"); err != nil {
 		t.Fatal(err)
 	}

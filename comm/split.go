@@ -50,6 +50,10 @@ type ext struct {
 	grows   atomic.Int64
 	pending atomic.Int64
 	spare   int
+	// shapes are the layouts AllReduceMany checked (manyshape.go).
+	shapes manyShapes
+	// took is Stats.Time (kindtime.go).
+	took kindTimes
 }
 
 // share puts the job's transport under a Mux, so that sub-communicators
