@@ -37,13 +37,17 @@ type Elastic struct {
 	// this rank wants the loop to end after this step; it ends when any
 	// rank says so. An error that wraps ErrPeerLost or ErrBroken makes
 	// the survivors shrink and run the step again from the state Resync
-	// agrees on; any other error ends Run.
+	// agrees on; any other error ends Run. If a rank is lost just after
+	// the step that said done, Step is called again with the next
+	// step: it should say done again without working (step >= steps).
 	Step func(ctx context.Context, c *Communicator, step int) (done bool, err error)
 	// Resync makes every rank of c hold the same state, whatever the
 	// failed step left (typically: broadcast the parameters, the step
 	// and the optimizer state from rank 0; a replacement has no state
 	// before it), and reshards for c.Size() ranks. It returns the step
-	// to go on from (rank 0's, which it was given as step). Run calls it
+	// to go on from: rank 0's, which it was given as step (Run counts a
+	// step as soon as Step returns, so step is the number of steps rank
+	// 0's state holds). Run calls it
 	// on every rank of a communicator Shrink or Grow made, and on a
 	// replacement (c.Joined()) before its first step.
 	Resync func(ctx context.Context, c *Communicator, step int) (int, error)
@@ -98,13 +102,16 @@ func (e Elastic) Run(ctx context.Context, c *Communicator, step int) (*Communica
 		var done bool
 		done, err = e.Step(ctx, c, step)
 		if err == nil {
+			// Counted at once: if the agreement below fails, this
+			// rank's state is a step on, and so is its count, which
+			// Resync hands on if this rank is the new rank 0.
+			step++
 			pending, quit := c.Pending(), 0
 			if done {
 				quit = 1
 			}
 			err = AllReduceValues(ctx, c, Max, &pending, &quit)
 			if err == nil {
-				step++
 				if quit > 0 {
 					return c, step, nil
 				}

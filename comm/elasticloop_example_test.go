@@ -22,6 +22,9 @@ func ExampleElastic() {
 	params := make([]float64, 1000)
 	loop := comm.Elastic{
 		Step: func(ctx context.Context, c *comm.Communicator, step int) (bool, error) {
+			if step >= steps {
+				return true, nil // done already: a rank was lost just after
+			}
 			grads := make([]float64, len(params))
 			n := 0
 			for i := c.Rank(); i < samples; i += c.Size() {

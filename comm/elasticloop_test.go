@@ -33,6 +33,9 @@ func TestElasticRun(t *testing.T) {
 		var state [2]float64
 		loop := comm.Elastic{
 			Step: func(ctx context.Context, c *comm.Communicator, step int) (bool, error) {
+				if step >= steps {
+					return true, nil
+				}
 				if me == victim && step == dieAt {
 					comm.Die(c)
 					return false, errDied
