@@ -41,6 +41,7 @@ func TestMain(m *testing.M) {
 		"github.com/gocoll/gocoll/cmd/grun",
 		"github.com/gocoll/gocoll/examples/allreduce",
 		"github.com/gocoll/gocoll/examples/elastic",
+		"github.com/gocoll/gocoll/examples/train",
 		"github.com/gocoll/gocoll/internal/e2e/testdata/collcheck",
 		"github.com/gocoll/gocoll/internal/e2e/testdata/chaos",
 		"github.com/gocoll/gocoll/internal/e2e/testdata/jobshape",
