@@ -3,6 +3,7 @@ package comm
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"unsafe"
 )
@@ -113,6 +114,10 @@ func NewBucketer[T float32 | float64](c *Communicator, tensors [][]T, o BucketOp
 	}
 	b.left = make([]int, len(b.buckets))
 	b.reset()
+	if p := runtime.GOMAXPROCS(0); p == 1 && c.Size() > 1 {
+		c.log.Info("bucketer: GOMAXPROCS=1 (one CPU, as grun --bind-to core gives a rank): the buckets progress only when the computing goroutine blocks or is preempted; GOMAXPROCS=2, or grun --bind-to none, lets them overlap the backward pass",
+			"buckets", len(b.buckets), "cpus", cpuList())
+	}
 	return b, nil
 }
 

@@ -77,8 +77,15 @@ func (c *Communicator) runTurn(ctx context.Context, tk ticket, what string, f fu
 		defer stop()
 	}
 	start := time.Now()
+	before := c.g.Seq()
 	err := f(ctx)
 	c.ext.took.took(what, time.Since(start))
+	if n := c.g.Seq(); n != before {
+		if err != nil {
+			c.ext.failedSeq.Store(n)
+		}
+		c.ext.ended.Store(n)
+	}
 	c.g.Ended(err)
 	if err != nil {
 		return c.failed(what, err)

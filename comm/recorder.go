@@ -73,7 +73,6 @@ func (c *Communicator) callRecords(recs []collectives.Record, live bool) []CallR
 		}
 		a.mu.Unlock()
 	}
-	broken := c.broken.Load() != nil
 	out := make([]CallRecord, 0, len(recs))
 	for _, r := range recs {
 		cr := CallRecord{Comm: c.ext.name, Rank: c.cfg.Rank, JobRank: c.jobRank(c.cfg.Rank), Seq: r.Seq, Call: r.Desc(),
@@ -88,10 +87,14 @@ func (c *Communicator) callRecords(recs []collectives.Record, live bool) []CallR
 		if t, ok := sampled[r.Seq]; ok {
 			cr.Start, cr.End = t.first, t.last
 		}
+		// A call that failed before the group numbered it (refused, given
+		// up, found the communicator broken) is not in the recorder: it
+		// must not make the call before it, which returned, look failed
+		// or running.
+		cr.Failed = cr.Failed || r.Seq == c.ext.failedSeq.Load()
 		if live && r.Seq == latest {
-			cr.Running = running
-			cr.Failed = cr.Failed || broken && !running
-			if running {
+			cr.Running = running && r.Seq > c.ext.ended.Load()
+			if cr.Running {
 				cr.End = time.Time{}
 				if c.ext.mux != nil {
 					recv, send := c.ext.mux.Busy()

@@ -54,6 +54,11 @@ type ext struct {
 	shapes manyShapes
 	// took is Stats.Time (kindtime.go).
 	took kindTimes
+	// ended is the number of the latest call that began and returned,
+	// failed the latest that failed (0: none): a call the group has
+	// not numbered yet (refused, given up, or not past its preamble)
+	// must not make Records or a fault name the call before it.
+	ended, failedSeq atomic.Uint64
 }
 
 // share puts the job's transport under a Mux, so that sub-communicators
