@@ -42,7 +42,7 @@ const DefaultBucketBytes = 1 << 20
 // lets the kernel run the communication as soon as a message arrives (its
 // time on the core is taken from the compute, but the waits for peers
 // overlap), and grun --bind-to none, or fewer ranks than cores, gives it a
-// core of its own.
+// core of its own. docs/overlap.md has the measurements.
 //
 // A Bucketer is for one communicator and one set of tensors; its methods
 // may be called from several goroutines. Tensors must not be touched
