@@ -49,6 +49,17 @@ func kindIndex(what string) int {
 	return -1
 }
 
+// TimeCalls starts (on) or stops (off) timing this communicator's calls
+// for Stats.Time. It is off by default: reading the clock before and
+// after every call costs about 200 ns a call on a virtual machine whose
+// clock is kvm-clock, as much as a whole one-rank allreduce. It may be
+// called at any time, from any goroutine.
+func (c *Communicator) TimeCalls(on bool) {
+	if c != nil {
+		c.ext.timing.Store(on)
+	}
+}
+
 // took adds d to what's time.
 func (t *kindTimes) took(what string, d time.Duration) {
 	if i := kindIndex(what); i >= 0 {

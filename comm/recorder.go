@@ -125,9 +125,10 @@ type Stats struct {
 	// waits are not seen).
 	Waited map[int]time.Duration `json:"waited_ns"`
 	// Time is, by kind, how long this rank's calls took from their turn
-	// (this rank's earlier calls done) to their return: waiting for
-	// late peers included, so a kind whose time grows while its bytes
-	// do not points at a straggler, not the network.
+	// (this rank's earlier calls done) to their return, while
+	// Communicator.TimeCalls was on: waiting for late peers included, so
+	// a kind whose time grows while its bytes do not points at a
+	// straggler, not the network.
 	Time map[string]time.Duration `json:"time_ns"`
 }
 

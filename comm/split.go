@@ -52,8 +52,9 @@ type ext struct {
 	spare   int
 	// shapes are the layouts AllReduceMany checked (manyshape.go).
 	shapes manyShapes
-	// took is Stats.Time (kindtime.go).
-	took kindTimes
+	// took is Stats.Time, counted while timing is set (kindtime.go).
+	took   kindTimes
+	timing atomic.Bool
 	// ended is the number of the latest call that began and returned,
 	// failed the latest that failed (0: none): a call the group has
 	// not numbered yet (refused, given up, or not past its preamble)
