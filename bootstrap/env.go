@@ -187,14 +187,9 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 		}
 		c.Addr, v.addr = e.served()
 	}
-	if tok, ok := lookup("GRUN_TOKEN"); ok {
-		c.Token = []byte(tok)
-	}
-	halfAccum, err := settings.HalfAccum(settings.Lookup(lookup))
-	if err != nil {
+	if err := readShared(&c, lookup); err != nil {
 		return Config{}, fmt.Errorf("%s: %w: %w", c.Source, err, ErrEnv)
 	}
-	c.HalfAccum = halfAccum
 	if c.Source != "grun" {
 		// A lone rank given no address runs without a store (Validate
 		// would refuse to serve one at no address).
@@ -214,6 +209,40 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 		return Config{}, err
 	}
 	return c, nil
+}
+
+// readShared reads the variables FromEnv honours whatever the launcher.
+func readShared(c *Config, lookup func(string) (string, bool)) error {
+	if tok, ok := lookup("GRUN_TOKEN"); ok {
+		c.Token = []byte(tok)
+	}
+	halfAccum, err := settings.HalfAccum(settings.Lookup(lookup))
+	c.HalfAccum = halfAccum
+	return err
+}
+
+// launcherMarks are the variables by which pickLauncher recognises a
+// launcher; a process with none of them set was started by hand.
+var launcherMarks = []string{"GRUN_RANK", "GRUN_SIZE", "RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"}
+
+// Singleton is the configuration of a job of one rank, and true, when
+// lookup holds none of the variables by which FromEnv recognises a
+// launcher (GRUN_RANK, GRUN_SIZE, RANK, WORLD_SIZE, OMPI_COMM_WORLD_RANK,
+// SLURM_PROCID): a program started by hand runs alone, as MPI's singleton
+// init runs it, with no store. Otherwise it returns false, and FromEnv
+// reads the launcher's variables (or says what is wrong with them).
+func Singleton(lookup func(string) (string, bool)) (Config, bool) {
+	e := envReader{lookup: lookup}
+	for _, k := range launcherMarks {
+		if e.has(k) {
+			return Config{}, false
+		}
+	}
+	c := Config{Rank: 0, Size: 1, LocalRank: 0, LocalSize: 1, Source: "singleton"}
+	// An unreadable GOCOLL_HALF_ACCUM fails Init, which reads every
+	// setting (internal/settings), in the same words.
+	readShared(&c, lookup)
+	return c, true
 }
 
 // pickLauncher says which launcher's variables to read: "grun", "torchrun",

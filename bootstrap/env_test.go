@@ -360,3 +360,46 @@ func TestValidate(t *testing.T) {
 		})
 	}
 }
+
+// TestSingleton: a process with none of a launcher's marks is a job of one
+// rank; one with any of them is left to FromEnv, which then either reads a
+// launcher or names what is missing, never "no launcher".
+func TestSingleton(t *testing.T) {
+	tests := []struct {
+		name  string
+		env   env
+		alone bool
+	}{
+		{"empty", env{}, true},
+		{"store address only", env{"GRUN_ADDR": "127.0.0.1:1", "MASTER_ADDR": "node0", "MASTER_PORT": "29400"}, true},
+		{"blank marks", env{"RANK": " ", "GRUN_RANK": ""}, true},
+		{"half accumulation kept", env{"GOCOLL_HALF_ACCUM": "16bit"}, true},
+		{"grun", grunEnv, false},
+		{"grun size only", env{"GRUN_SIZE": "2"}, false},
+		{"torchrun", torchEnv, false},
+		{"torch world size only", env{"WORLD_SIZE": "1"}, false},
+		{"openmpi", ompiEnv, false},
+		{"slurm", slurmEnv, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, alone := Singleton(tt.env.lookup)
+			if alone != tt.alone {
+				t.Fatalf("Singleton = %v, want %v", alone, tt.alone)
+			}
+			_, err := FromEnv(tt.env.lookup)
+			if says := err != nil && strings.Contains(err.Error(), "no launcher environment"); says != tt.alone {
+				t.Errorf("FromEnv says no launcher: %v (%v), Singleton: %v", says, err, alone)
+			}
+			if !alone {
+				return
+			}
+			if err := c.Validate(); err != nil || c.Rank != 0 || c.Size != 1 || c.Addr != "" || c.Serve || c.Source != "singleton" {
+				t.Errorf("config %+v (%v), want rank 0 of 1, no store", c, err)
+			}
+			if c.HalfAccum != strings.TrimSpace(tt.env["GOCOLL_HALF_ACCUM"]) {
+				t.Errorf("HalfAccum = %q", c.HalfAccum)
+			}
+		})
+	}
+}

@@ -130,6 +130,11 @@ func (g *Group) Counts() (calls, bytes [kindLimit]uint64) {
 	}
 }
 
+// Seq is the number of the latest call the group began (0 before the
+// first). Like the calls, it belongs to the goroutine running them; other
+// goroutines read Recent.
+func (g *Group) Seq() uint64 { return g.seq }
+
 // Ended records how the latest call ended, for a Timed recorder (the
 // communicator calls it after each collective; an untimed recorder
 // ignores it).

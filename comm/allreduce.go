@@ -57,7 +57,10 @@ func allReduce[T Element](ctx context.Context, c *Communicator, buf []T, op Op) 
 // the buffers are packed into one, reduced together, and unpacked, so k
 // small allreduces cost one round of messages instead of k (gradient
 // bucketing). Every rank passes the same number of buffers with the same
-// lengths. The buffers must not overlap one another.
+// lengths: the first call with a layout checks that (two small
+// allreduces), and a rank whose layout differs makes every rank fail with
+// ErrMismatch naming the first buffer that differs and its lengths. The
+// buffers must not overlap one another.
 func AllReduceMany[T Element](ctx context.Context, c *Communicator, bufs [][]T, op Op) error {
 	return c.do(ctx, allReduceManyJob(c, bufs, op))
 }
@@ -92,7 +95,7 @@ func AllReduceManyAsync[T Element](ctx context.Context, c *Communicator, bufs []
 }
 
 func allReduceManyJob[T Element](c *Communicator, bufs [][]T, op Op) job {
-	const what = "allreducemany"
+	const what = "allreduce" // one name per kind of call, as Stats and traces count it
 	if c == nil {
 		return job{err: errNil(what)}
 	}
@@ -116,7 +119,14 @@ func allReduceManyJob[T Element](c *Communicator, bufs [][]T, op Op) job {
 		}
 	}
 	bufs = append([][]T(nil), bufs...)
+	lens := make([]int, len(bufs))
+	for i, b := range bufs {
+		lens[i] = len(b)
+	}
 	return job{what: what, f: func(ctx context.Context) error {
+		if err := c.checkShape(ctx, dtypeOf[T](), lens); err != nil {
+			return err
+		}
 		packed := make([]T, 0, total)
 		for _, b := range bufs {
 			packed = append(packed, b...)

@@ -3,6 +3,7 @@ package comm
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // run admits one collective at a time and turns the outcome into the
@@ -75,7 +76,22 @@ func (c *Communicator) runTurn(ctx context.Context, tk ticket, what string, f fu
 		ctx, stop = c.bindLife(ctx)
 		defer stop()
 	}
+	var start time.Time
+	timing := c.ext.timing.Load()
+	if timing {
+		start = time.Now()
+	}
+	before := c.g.Seq()
 	err := f(ctx)
+	if timing {
+		c.ext.took.took(what, time.Since(start))
+	}
+	if n := c.g.Seq(); n != before {
+		if err != nil {
+			c.ext.failedSeq.Store(n)
+		}
+		c.ext.ended.Store(n)
+	}
 	c.g.Ended(err)
 	if err != nil {
 		return c.failed(what, err)

@@ -179,6 +179,9 @@ func (c *Communicator) callError(what string, ran bool, err error) error {
 		ce.Call = collectives.DescribeCall(last)
 	} else {
 		// Never started, but numbered as every rank counts.
+		if what == "" {
+			what = "call" // a fault the watchdog saw, before the call was numbered
+		}
 		ce.Call = fmt.Sprintf("%s #%d (not started)", what, collectives.CallNumber(last)+1)
 	}
 	c.blame(ce, text, err)

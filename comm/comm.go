@@ -206,7 +206,9 @@ func WithTCPOptions(o tcp.Options) Option { return func(s *settings) { s.tcp = o
 const DefaultTimeout = 10 * time.Minute
 
 // Init joins the job described by the launcher's environment (grun,
-// torchrun-style, Open MPI or Slurm; see bootstrap.FromEnv) and connects to
+// torchrun-style, Open MPI or Slurm; see bootstrap.FromEnv), or, in a
+// process no launcher started (none of their variables set), returns a
+// communicator of one rank (see bootstrap.Singleton), and connects to
 // the other ranks: to every one with GOCOLL_TCP_CONNECT=eager (TCP) or
 // GOCOLL_RDMA_CONNECT=eager (RDMA), or by default to the partners of a
 // first allreduce, the rest (links, shared-memory rings, RDMA queue pairs)
@@ -221,7 +223,7 @@ func Init(ctx context.Context, opts ...Option) (*Communicator, error) {
 	if ctx == nil {
 		return nil, errNilContext("init")
 	}
-	cfg, err := bootstrap.FromEnv(os.LookupEnv)
+	cfg, err := launchConfig(os.LookupEnv)
 	if err != nil {
 		return nil, fmt.Errorf("comm: init: %w", err)
 	}
@@ -234,6 +236,9 @@ func Init(ctx context.Context, opts ...Option) (*Communicator, error) {
 		err = fmt.Errorf("comm: init: %w", context.Cause(ctx))
 	}
 	made.Store(c)
+	if err == nil {
+		saySingleton(c)
+	}
 	return c, err
 }
 

@@ -447,7 +447,9 @@ func TestInitEnv(t *testing.T) {
 		want error
 		says string
 	}{
-		{"no launcher", nil, comm.ErrEnv, "GRUN_RANK"},
+		{"no launcher: a job of one rank", nil, nil, ""},
+		{"no launcher but a store address", map[string]string{"GRUN_ADDR": "127.0.0.1:1", "MASTER_ADDR": "127.0.0.1"}, nil, ""},
+		{"grun's rank without its size", map[string]string{"GRUN_RANK": "0"}, comm.ErrEnv, "GRUN_SIZE"},
 		{"rank out of range", map[string]string{"GRUN_RANK": "3", "GRUN_SIZE": "2", "GRUN_ADDR": "127.0.0.1:1"}, comm.ErrEnv, "GRUN_RANK=3"},
 		{"bad transport", map[string]string{"RANK": "0", "WORLD_SIZE": "1", "GOCOLL_TRANSPORT": "carrier-pigeon"}, comm.ErrInvalid, "carrier-pigeon"},
 		{"bad timeout", map[string]string{"RANK": "0", "WORLD_SIZE": "1", "GOCOLL_TIMEOUT": "abc"}, comm.ErrInvalid, "GOCOLL_TIMEOUT"},

@@ -37,8 +37,10 @@ func BFloat16Of(f float32) BFloat16 { return BFloat16(reduce.F32ToBF16(f)) }
 
 // Element lists the types the collectives carry. The types are exact
 // (no ~): a program with its own named float type converts its slice.
+// int and uint travel as int64 and uint64 (int32 and uint32 on a 32-bit
+// platform, whose ranks must not share a job with 64-bit ones).
 type Element interface {
-	float32 | float64 | int8 | int16 | int32 | int64 | uint8 | uint16 | uint32 | uint64 | Float16 | BFloat16
+	float32 | float64 | int8 | int16 | int32 | int64 | uint8 | uint16 | uint32 | uint64 | Float16 | BFloat16 | int | uint
 }
 
 // Op is a reduction operation.
@@ -55,7 +57,11 @@ const (
 	Max = Op(reduce.Max)
 	// Avg is Sum divided by the number of ranks, for floating-point types
 	// only; on integers it returns ErrUnsupported (use Sum and divide, with
-	// the rounding your program wants).
+	// the rounding your program wants). Avg weighs every rank alike: the
+	// Avg of per-rank means is the mean over all samples only when every
+	// rank holds as many samples. After Shrink leaves 2048 samples on 3
+	// ranks (683, 683, 682), or with any uneven shards, use AllReduceMean
+	// with each rank's sample count as its weight.
 	Avg = Op(reduce.Avg)
 )
 
@@ -88,6 +94,16 @@ func dtypeOf[T Element]() reduce.DType {
 		return reduce.Float16
 	case BFloat16:
 		return reduce.BFloat16
+	case int:
+		if unsafe.Sizeof(zero) == 8 {
+			return reduce.Int64
+		}
+		return reduce.Int32
+	case uint:
+		if unsafe.Sizeof(zero) == 8 {
+			return reduce.Uint64
+		}
+		return reduce.Uint32
 	}
 	panic("unreachable: Element lists every type")
 }

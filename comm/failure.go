@@ -353,7 +353,7 @@ func (c *Communicator) setFault(err error) {
 	c.faultMu.Unlock()
 	c.log.Info("communicator fault; "+c.howPeersLearn(), "err", err)
 	// The peers read the one line as the reason this rank gave up.
-	c.drop(c.callError("", true, err))
+	c.drop(c.callError("", c.latestRunning(), err))
 }
 
 func (c *Communicator) faultErr() error {

@@ -19,6 +19,23 @@ var ErrLauncherGone = bootstrap.ErrLauncherGone
 // rendezvous port and no GRUN_TOKEN).
 var ErrJoinRefused = bootstrap.ErrJoinRefused
 
+// launchConfig is the job Init joins: the launcher's, or, in a process no
+// launcher started, a job of this one rank.
+func launchConfig(lookup func(string) (string, bool)) (Config, error) {
+	if cfg, alone := bootstrap.Singleton(lookup); alone {
+		return cfg, nil
+	}
+	return bootstrap.FromEnv(lookup)
+}
+
+// saySingleton says, once per Init, that no launcher started this process,
+// so a user who meant to start several ranks learns why there is one.
+func saySingleton(c *Communicator) {
+	if c.cfg.Source == "singleton" {
+		c.log.Info("no launcher environment (no GRUN_*, torchrun, Open MPI or Slurm variables): running as a job of one rank; start the program with grun -n N for more")
+	}
+}
+
 // launcherPoll is how often a rank checks that its launcher lives.
 const launcherPoll = 250 * time.Millisecond
 

@@ -73,7 +73,6 @@ func (c *Communicator) callRecords(recs []collectives.Record, live bool) []CallR
 		}
 		a.mu.Unlock()
 	}
-	broken := c.broken.Load() != nil
 	out := make([]CallRecord, 0, len(recs))
 	for _, r := range recs {
 		cr := CallRecord{Comm: c.ext.name, Rank: c.cfg.Rank, JobRank: c.jobRank(c.cfg.Rank), Seq: r.Seq, Call: r.Desc(),
@@ -88,10 +87,14 @@ func (c *Communicator) callRecords(recs []collectives.Record, live bool) []CallR
 		if t, ok := sampled[r.Seq]; ok {
 			cr.Start, cr.End = t.first, t.last
 		}
+		// A call that failed before the group numbered it (refused, given
+		// up, found the communicator broken) is not in the recorder: it
+		// must not make the call before it, which returned, look failed
+		// or running.
+		cr.Failed = cr.Failed || r.Seq == c.ext.failedSeq.Load()
 		if live && r.Seq == latest {
-			cr.Running = running
-			cr.Failed = cr.Failed || broken && !running
-			if running {
+			cr.Running = running && r.Seq > c.ext.ended.Load()
+			if cr.Running {
 				cr.End = time.Time{}
 				if c.ext.mux != nil {
 					recv, send := c.ext.mux.Busy()
@@ -121,15 +124,22 @@ type Stats struct {
 	// on that rank, as the watchdog samples it (to its 20 ms tick: short
 	// waits are not seen).
 	Waited map[int]time.Duration `json:"waited_ns"`
+	// Time is, by kind, how long this rank's calls took from their turn
+	// (this rank's earlier calls done) to their return, while
+	// Communicator.TimeCalls was on: waiting for late peers included, so
+	// a kind whose time grows while its bytes do not points at a
+	// straggler, not the network.
+	Time map[string]time.Duration `json:"time_ns"`
 }
 
 // Stats returns the communicator's counters. It may be called from any
 // goroutine.
 func (c *Communicator) Stats() Stats {
-	s := Stats{Calls: map[string]uint64{}, Bytes: map[string]uint64{}, Waited: map[int]time.Duration{}}
+	s := Stats{Calls: map[string]uint64{}, Bytes: map[string]uint64{}, Waited: map[int]time.Duration{}, Time: map[string]time.Duration{}}
 	if c == nil || c.g == nil {
 		return s
 	}
+	c.ext.took.into(s.Time)
 	calls, bytes := c.g.Counts()
 	for k, n := range calls {
 		if n > 0 {

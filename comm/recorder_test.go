@@ -20,6 +20,7 @@ import (
 // through expvar.
 func TestRecords(t *testing.T) {
 	cs := local(t, 3, comm.WithTransport("tcp"))
+	cs[1].TimeCalls(true)
 	each(t, cs, func(ctx context.Context, c *comm.Communicator) error {
 		if err := comm.AllReduce(ctx, c, make([]float64, 10), comm.Max); err != nil {
 			return err
@@ -54,6 +55,12 @@ func TestRecords(t *testing.T) {
 	st := cs[1].Stats()
 	if st.Calls["allreduce"] != 1 || st.Bytes["allreduce"] != 80 || st.Calls["broadcast"] != 1 || st.Bytes["broadcast"] != 28 {
 		t.Errorf("Stats = %+v", st)
+	}
+	if st.Time["allreduce"] <= 0 || st.Time["broadcast"] <= 0 || st.Time["barrier"] <= 0 || len(st.Time) != 3 {
+		t.Errorf("Stats.Time = %v, want a positive time for each of the three kinds called, and no other", st.Time)
+	}
+	if st := cs[0].Stats(); len(st.Time) != 0 {
+		t.Errorf("Stats.Time = %v without TimeCalls, want none", st.Time)
 	}
 	if err := cs[1].PublishStats("gocoll_test_rank1"); err != nil {
 		t.Fatal(err)

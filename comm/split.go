@@ -50,6 +50,16 @@ type ext struct {
 	grows   atomic.Int64
 	pending atomic.Int64
 	spare   int
+	// shapes are the layouts AllReduceMany checked (manyshape.go).
+	shapes manyShapes
+	// took is Stats.Time, counted while timing is set (kindtime.go).
+	took   kindTimes
+	timing atomic.Bool
+	// ended is the number of the latest call that began and returned,
+	// failed the latest that failed (0: none): a call the group has
+	// not numbered yet (refused, given up, or not past its preamble)
+	// must not make Records or a fault name the call before it.
+	ended, failedSeq atomic.Uint64
 }
 
 // share puts the job's transport under a Mux, so that sub-communicators

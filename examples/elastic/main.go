@@ -4,9 +4,9 @@
 // the survivors shrink the communicator, agree on the model again and go
 // on with the step they were at. Under grun --elastic MIN:MAX, grun
 // starts a replacement for a rank that died; the ranks see it waiting
-// (Pending, summed in each step's allreduce), grow the communicator
-// back at the next step boundary and broadcast the model and the step
-// to it. It ends by printing, on every rank, the loss and a checksum of
+// (Pending), grow the communicator back at the next step boundary and
+// broadcast the model and the step to it. comm.Elastic runs that loop:
+// the program gives it the step and how to agree on the model. It ends by printing, on every rank, the loss and a checksum of
 // the parameters, which must be the same on all.
 //
 //	go run ./cmd/grun -n 4 --elastic 2 go run ./examples/elastic
@@ -122,38 +122,34 @@ func run(o opts) error {
 	w := make([]float64, dim)
 	shrinks, grows := 0, 0
 	start := time.Now()
-	step := 0
-	if c.Joined() {
-		// The others broadcast the model and the step after their Grow.
-		if step, err = agree(ctx, c, w, 0); err != nil {
-			return fmt.Errorf("%s: taking the model from rank 0: %w", who, err)
-		}
-		fmt.Printf("elastic: %s: joined %d ranks at step %d (Init waited %v)\n",
-			who, c.Size(), step, time.Since(born).Round(time.Millisecond))
-	}
 	var waitEnd time.Time
-	for step < steps || o.finalSize > c.Size() {
-		if step == killAt {
-			die(me, fmt.Sprintf("at step %d", step))
-		}
-		t0 := time.Now()
-		rate := lr
-		giveUp := false
-		if step >= steps {
-			// Done: only waiting for replacements (a step that
-			// changes nothing, for its Pending).
-			rate = 0
-			if waitEnd.IsZero() {
-				waitEnd = time.Now().Add(o.growWait)
+	// comm.Elastic runs the steps, shrinks when a rank is lost, grows
+	// when replacements wait, and calls agree to give every rank of a
+	// new communicator rank 0's model and step.
+	loop := comm.Elastic{
+		Step: func(ctx context.Context, c *comm.Communicator, step int) (bool, error) {
+			if step == killAt {
+				die(me, fmt.Sprintf("at step %d", step))
 			}
-			giveUp = time.Now().After(waitEnd)
-		}
-		pad := 0
-		if len(o.pad) > 0 {
-			pad = o.pad[step%len(o.pad)]
-		}
-		pending, quit, err := trainStep(ctx, c, x, y, w, rate, giveUp, pad)
-		if err == nil {
+			t0 := time.Now()
+			rate := lr
+			giveUp := false
+			if step >= steps {
+				// Done: only waiting for replacements (a step that
+				// changes nothing, while Run watches Pending).
+				rate = 0
+				if waitEnd.IsZero() {
+					waitEnd = time.Now().Add(o.growWait)
+				}
+				giveUp = time.Now().After(waitEnd)
+			}
+			pad := 0
+			if len(o.pad) > 0 {
+				pad = o.pad[step%len(o.pad)]
+			}
+			if err := trainStep(ctx, c, x, y, w, rate, pad); err != nil {
+				return false, err
+			}
 			if step == 0 && restarted != "" && restarted != "0" {
 				fmt.Printf("elastic: rank %d: restart %s by torchrun, first step done (t=%d)\n", me, restarted, time.Now().UnixNano())
 			}
@@ -162,71 +158,44 @@ func run(o opts) error {
 					who, c.Size(), time.Since(born).Round(time.Millisecond))
 				born = time.Time{}
 			}
-			if step < steps {
-				step++
-			}
-			if quit {
+			if giveUp {
 				fmt.Printf("elastic: %s: no replacement came within -grow-wait %v\n", who, o.growWait)
-				break
+				return true, nil
 			}
-			if pending > 0 {
-				// Every rank saw the same sum: all grow here.
-				g0 := time.Now()
-				nc, gerr := c.Grow(ctx)
-				if gerr != nil {
-					return fmt.Errorf("%s: grow at step %d: %w", who, step, gerr)
+			if d := o.pace - time.Since(t0); d > 0 {
+				time.Sleep(d)
+			}
+			return step+1 >= steps && o.finalSize <= c.Size(), nil
+		},
+		Resync: func(ctx context.Context, c *comm.Communicator, step int) (int, error) {
+			return agree(ctx, c, w, step)
+		},
+		Event: func(ev comm.ElasticEvent) {
+			switch ev.Kind {
+			case "lost":
+				if me == inShrink {
+					go func() {
+						time.Sleep(time.Millisecond)
+						die(me, "while the others shrink")
+					}()
 				}
-				if nc != c {
-					c = nc
-					grows++
-					if _, err = agree(ctx, c, w, step); err != nil {
-						if !lost(err) {
-							return err
-						}
-						// A joiner died already: shrink below.
-					} else {
-						fmt.Printf("elastic: %s: grew to %d ranks at step %d (grow and resync took %v)\n",
-							who, c.Size(), step, time.Since(g0).Round(time.Millisecond))
-					}
-				}
-			}
-			if err == nil {
-				if d := o.pace - time.Since(t0); d > 0 {
-					time.Sleep(d)
-				}
-				continue
-			}
-		}
-		// A rank was lost, or the step failed on another rank: shrink
-		// and go on with the survivors. Another rank may die during the
-		// shrink or just after it, so the loop tries again until the
-		// survivors agree on the model.
-		for lost(err) {
-			if me == inShrink {
-				go func() {
-					time.Sleep(time.Millisecond)
-					die(me, "while the others shrink")
-				}()
-			}
-			t0 := time.Now()
-			nc, serr := c.Shrink(ctx)
-			if serr != nil {
-				return fmt.Errorf("%s: step %d failed (%v), and shrinking failed: %w", who, step, err, serr)
-			}
-			c = nc
-			shrinks++
-			// The failed step may have updated the model on some ranks
-			// and not on others: take rank 0's model and step.
-			var at int
-			if at, err = agree(ctx, c, w, step); err == nil {
-				step = at
+			case "shrank":
+				shrinks++
 				fmt.Printf("elastic: %s: %d ranks left, going on from step %d (shrink and resync took %v; t=%d)\n",
-					who, c.Size(), step, time.Since(t0).Round(time.Millisecond), time.Now().UnixNano())
+					who, ev.Comm.Size(), ev.Step, ev.Took.Round(time.Millisecond), time.Now().UnixNano())
+			case "grew":
+				grows++
+				fmt.Printf("elastic: %s: grew to %d ranks at step %d (grow and resync took %v)\n",
+					who, ev.Comm.Size(), ev.Step, ev.Took.Round(time.Millisecond))
+			case "joined":
+				fmt.Printf("elastic: %s: joined %d ranks at step %d (Init waited %v)\n",
+					who, ev.Comm.Size(), ev.Step, time.Since(born).Round(time.Millisecond))
 			}
-		}
-		if err != nil {
-			return err
-		}
+		},
+	}
+	c, _, err = loop.Run(ctx, c, 0)
+	if err != nil {
+		return fmt.Errorf("%s: %w", who, err)
 	}
 	sum := sha256.Sum256(bytesOf(w))
 	grown := ""
@@ -249,24 +218,15 @@ func die(me int, when string) {
 	os.Exit(137)
 }
 
-// lost reports whether err is a failure the survivors can shrink away:
-// a peer lost, or the communicator broken by a failure elsewhere.
-func lost(err error) bool {
-	return errors.Is(err, comm.ErrPeerLost) || errors.Is(err, comm.ErrBroken)
-}
-
 // trainStep computes this rank's share of the gradient of the squared
 // error, sums it with the others' and takes one step. The shares are
 // the samples i with i % size == rank, so the live ranks always cover
-// the whole data set, however many there are. The same allreduce sums
-// the replacements each rank sees waiting (c.Pending), so that all
-// decide alike whether to grow after this step, and whether any rank
-// gives up waiting for them (quit). pad more elements, each rank's 1,
-// ride along and must sum to the rank count: a larger buffer, which
-// runs another algorithm, checked.
-func trainStep(ctx context.Context, c *comm.Communicator, x [][]float64, y []float64, w []float64, lr float64, giveUp bool, pad int) (pending int, quit bool, err error) {
-	g := make([]float64, dim+2+pad)
-	for i := dim + 2; i < len(g); i++ {
+// the whole data set, however many there are. pad more elements, each
+// rank's 1, ride along and must sum to the rank count: a larger buffer,
+// which runs another algorithm, checked.
+func trainStep(ctx context.Context, c *comm.Communicator, x [][]float64, y []float64, w []float64, lr float64, pad int) error {
+	g := make([]float64, dim+pad)
+	for i := dim; i < len(g); i++ {
 		g[i] = 1
 	}
 	for i := c.Rank(); i < samples; i += c.Size() {
@@ -275,32 +235,29 @@ func trainStep(ctx context.Context, c *comm.Communicator, x [][]float64, y []flo
 			g[k] += d * x[i][k]
 		}
 	}
-	g[dim] = float64(c.Pending())
-	if giveUp {
-		g[dim+1] = 1
-	}
 	if err := comm.AllReduce(ctx, c, g, comm.Sum); err != nil {
-		return 0, false, err
+		return err
 	}
-	for i := dim + 2; i < len(g); i++ {
+	for i := dim; i < len(g); i++ {
 		if g[i] != float64(c.Size()) {
-			return 0, false, fmt.Errorf("allreduce of %d float64s on %d ranks: element %d is %v, want %d", len(g), c.Size(), i, g[i], c.Size())
+			return fmt.Errorf("allreduce of %d float64s on %d ranks: element %d is %v, want %d", len(g), c.Size(), i, g[i], c.Size())
 		}
 	}
 	for k := range w {
 		w[k] -= lr * g[k] / samples
 	}
-	return int(g[dim]), g[dim+1] > 0, nil
+	return nil
 }
 
 // agree makes every rank of c hold rank 0's model and step.
 func agree(ctx context.Context, c *comm.Communicator, w []float64, step int) (int, error) {
-	buf := append(append([]float64(nil), w...), float64(step))
-	if err := comm.Broadcast(ctx, c, buf, 0); err != nil {
+	if err := comm.Broadcast(ctx, c, w, 0); err != nil {
 		return 0, err
 	}
-	copy(w, buf)
-	return int(buf[dim]), nil
+	if err := comm.BroadcastValue(ctx, c, &step, 0); err != nil {
+		return 0, err
+	}
+	return step, nil
 }
 
 // data is the same synthetic data set on every rank: y = x·w* + noise.

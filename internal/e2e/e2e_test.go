@@ -41,6 +41,7 @@ func TestMain(m *testing.M) {
 		"github.com/gocoll/gocoll/cmd/grun",
 		"github.com/gocoll/gocoll/examples/allreduce",
 		"github.com/gocoll/gocoll/examples/elastic",
+		"github.com/gocoll/gocoll/examples/train",
 		"github.com/gocoll/gocoll/internal/e2e/testdata/collcheck",
 		"github.com/gocoll/gocoll/internal/e2e/testdata/chaos",
 		"github.com/gocoll/gocoll/internal/e2e/testdata/jobshape",
@@ -242,17 +243,32 @@ func TestKillAtRandomPoints(t *testing.T) {
 	t.Logf("kills tried %d, survived (every survivor failed in time naming the dead rank) %d, worst detection %v", kills, survived, worst)
 }
 
-// TestBadEnvironment starts the example without a launcher's environment:
-// it must fail at once with a message naming what is missing.
-func TestBadEnvironment(t *testing.T) {
-	cmd := exec.Command(filepath.Join(bin, "allreduce"))
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+// TestSingleton starts the example by hand, with no launcher's variables:
+// it runs as a job of one rank and says so once at info level. A
+// launcher's environment that is incomplete still fails at once, naming
+// what is missing.
+func TestSingleton(t *testing.T) {
+	cmd := exec.Command(filepath.Join(bin, "allreduce"), "-count", "1000", "-iters", "2")
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "GOCOLL_DEBUG=info"}
 	out, err := cmd.CombinedOutput()
-	if err == nil {
-		t.Fatalf("ran without any launcher environment:\n%s", out)
+	if err != nil {
+		t.Fatalf("without a launcher: %v\n%s", err, out)
 	}
-	if !strings.Contains(string(out), "bad launch environment") {
-		t.Errorf("error does not say the environment is bad:\n%s", out)
+	if !regexp.MustCompile(`(?m)^allreduce ok: 1 ranks, 1000 float32`).Match(out) {
+		t.Errorf("no one-rank result line:\n%s", out)
+	}
+	if n := strings.Count(string(out), "running as a job of one rank"); n != 1 {
+		t.Errorf("the singleton line appears %d times, want once:\n%s", n, out)
+	}
+
+	cmd = exec.Command(filepath.Join(bin, "allreduce"))
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "GRUN_RANK=0"}
+	out, err = cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("ran with half of grun's environment:\n%s", out)
+	}
+	if !strings.Contains(string(out), "bad launch environment") || !strings.Contains(string(out), "GRUN_SIZE") {
+		t.Errorf("error does not name the missing variable:\n%s", out)
 	}
 }
 
