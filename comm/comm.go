@@ -416,6 +416,11 @@ func readSettings(opts []Option) (settings, error) {
 	default:
 		return s, fmt.Errorf("GOCOLL_TCP_CONNECT=%q: want warm, lazy or eager: %w", v, ErrInvalid)
 	}
+	encrypt, err := tcp.EncryptFromEnv(os.LookupEnv)
+	if err != nil {
+		return s, fmt.Errorf("%w: %w", err, ErrInvalid)
+	}
+	s.tcp.Encrypt = s.tcp.Encrypt || encrypt
 	switch v := strings.ToLower(strings.TrimSpace(os.Getenv("GOCOLL_RDMA_CONNECT"))); v {
 	case "", "lazy":
 	case "eager":
@@ -474,8 +479,12 @@ func (c *Communicator) connect(ctx context.Context, s settings) error {
 	}
 	if cfg.Size == 1 && cfg.Addr == "" {
 		t, err := tcp.Connect(ctx, nil, 0, 1, cfg.Token, s.tcp)
+		if err != nil {
+			// A nil *Transport would be a transport that is not nil.
+			return err
+		}
 		c.t, c.tname = t, "none (one rank)"
-		return err
+		return nil
 	}
 	store, err := bootstrap.Dial(ctx, cfg.Addr, cfg.Token)
 	if err != nil {

@@ -79,7 +79,7 @@ func FuzzFrames(f *testing.F) {
 		unix.Shutdown(fds[1], unix.SHUT_WR)
 
 		tr := &Transport{opts: Options{Slots: slots, SlotSize: slotSize}}
-		p := tr.peerOnFd(1, fds[0])
+		p := tr.peerOnFd(1, fds[0], nil)
 		defer p.closeFd()
 		for i := 0; i < len(wire)+2 && !p.ended && p.failed() == nil; i++ {
 			p.readAll()
