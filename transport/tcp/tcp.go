@@ -257,7 +257,7 @@ func Connect(ctx context.Context, store Store, rank, size int, token []byte, opt
 type hello struct {
 	rank, size, slots, slotSize uint32
 	namespace                   uint64
-	flags                       uint32         // helloEncrypt
+	flags                       uint32        // helloEncrypt
 	salt                        [saltLen]byte // random, fresh for each connection: keys a sealed link
 }
 
