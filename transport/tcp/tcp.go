@@ -20,6 +20,24 @@
 // directions: a 12-byte header (kind, slot, length, piggybacked credits)
 // and the payload.
 //
+// Encryption in transit is opt-in: Options.Encrypt, or GOCOLL_ENCRYPT=1
+// for a communicator (parsed by EncryptFromEnv; 0 or unset leaves it
+// off). Every frame, credits and goodbyes included, is then sealed with
+// AES-256-GCM (AES-NI where the CPU has it) under keys derived from the
+// job token, GRUN_TOKEN, by HKDF-SHA256, salted with both ends' hellos:
+// each connection and each direction has a key of its own, and the nonce
+// is the count of frames sent, which the receiver counts too. A frame
+// altered, replayed, dropped or reordered in transit loses its sender:
+// the error wraps ErrPeerLost and ErrFrameAuth and names the rank. The
+// frame header (kind, slot, length, credits) travels in the clear, bound
+// to its frame as additional data. Encryption without a token fails
+// Connect (ErrNoToken, naming GRUN_TOKEN), and a rank that encrypts
+// refuses a link to one that does not, and vice versa, at the handshake
+// (ErrEncryptMismatch), so every rank must set the same. Shared memory
+// (transport/shm) stays plaintext, being on one host under one uid; a
+// job over shared memory and TCP seals its TCP links. See
+// docs/security-encryption.md for what it costs.
+//
 // Data moves only inside Send, Recv and Close, as in MPI (the background
 // goroutines only accept and dial links): whichever call is waiting
 // becomes the progress engine, drains every linked peer's socket
