@@ -11,8 +11,8 @@
 // each peer's.
 //
 // -variant NAME:GOCOLL_X=V adds gocoll itself as a side, run with those
-// settings, to measure what a setting costs, runs alternating (with
-// -peers ” gocoll against itself only):
+// settings, to measure what a setting costs, runs alternating (an empty
+// -peers leaves gocoll against itself only):
 //
 //	go run ./bench/compare -peers '' -variant encrypt:GOCOLL_ENCRYPT=1 -hosts 2 -rate 1gbit -min 64K -max 16M -repeat 5
 //
