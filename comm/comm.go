@@ -397,6 +397,9 @@ func readSettings(opts []Option) (settings, error) {
 	case "eager":
 		s.tcp.Eager = true
 	}
+	if env.Encrypt {
+		s.tcp.Encrypt = true
+	}
 	if env.RDMAConnect == "eager" {
 		s.rdma.Eager = true
 	}
@@ -437,8 +440,12 @@ func (c *Communicator) connect(ctx context.Context, s settings) error {
 	}
 	if cfg.Size == 1 && cfg.Addr == "" {
 		t, err := tcp.Connect(ctx, nil, 0, 1, cfg.Token, s.tcp)
+		if err != nil {
+			// A nil *Transport would be a transport that is not nil.
+			return err
+		}
 		c.t, c.tname = t, "none (one rank)"
-		return err
+		return nil
 	}
 	store, err := bootstrap.Dial(ctx, cfg.Addr, cfg.Token)
 	if err != nil {

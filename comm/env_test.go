@@ -11,6 +11,7 @@ import (
 	"github.com/gocoll/gocoll/comm"
 	"github.com/gocoll/gocoll/internal/freeport"
 	"github.com/gocoll/gocoll/transport/rdma"
+	"github.com/gocoll/gocoll/transport/tcp"
 )
 
 // setLaunchEnv leaves exactly env's launcher and GOCOLL_ variables set.
@@ -61,6 +62,8 @@ func TestInitMistakes(t *testing.T) {
 		{"GOCOLL_RDMA_CONNECT typo", map[string]string{"RANK": "0", "WORLD_SIZE": "1", "GOCOLL_RDMA_CONNECT": "warm"}, comm.ErrInvalid, []string{`GOCOLL_RDMA_CONNECT="warm"`, "lazy or eager"}},
 		{"GOCOLL_TRACE unwritable", map[string]string{"RANK": "0", "WORLD_SIZE": "1", "GOCOLL_TRACE": "/nonexistent-dir/t-%r"}, comm.ErrInvalid,
 			[]string{`GOCOLL_TRACE="/nonexistent-dir/t-%r"`, "/nonexistent-dir/t-0"}},
+		{"GOCOLL_ENCRYPT typo", map[string]string{"RANK": "0", "WORLD_SIZE": "1", "GOCOLL_ENCRYPT": "aes"}, comm.ErrInvalid, []string{`GOCOLL_ENCRYPT="aes"`, "want 1"}},
+		{"GOCOLL_ENCRYPT without a token", map[string]string{"RANK": "0", "WORLD_SIZE": "1", "GOCOLL_ENCRYPT": "1"}, tcp.ErrNoToken, []string{"GRUN_TOKEN"}},
 		{"torchrun static rendezvous", map[string]string{"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port,
 			"TORCHELASTIC_RUN_ID": "none", "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_USE_AGENT_STORE": "True"},
 			comm.ErrEnv, []string{"GRUN_ADDR", "--standalone"}},

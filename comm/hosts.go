@@ -329,8 +329,13 @@ func (c *Communicator) connectTransport(ctx context.Context, store *bootstrap.Cl
 		"this_rank_cpus", runtime.NumCPU(), "spin_shm", mesh.Spin(s.shm.Spin, s.shm.Crowded), "spin_tcp", mesh.Spin(s.tcp.Spin, false))
 	// The network between hosts: RDMA when every rank has a usable device.
 	network := "rdma"
-	if noRDMA != "" {
+	switch {
+	case noRDMA != "":
 		network = "tcp"
+	case s.tcp.Encrypt:
+		// Only TCP links are sealed: with GOCOLL_ENCRYPT=1 the network
+		// is TCP, even where RDMA would run.
+		network, noRDMA = "tcp", "GOCOLL_ENCRYPT=1 seals TCP links only"
 	}
 	var local []int
 	for r, h := range hosts {
@@ -510,6 +515,9 @@ func (c *Communicator) connectNetwork(ctx context.Context, store *bootstrap.Clie
 	}
 	if name != "rdma" {
 		return tcp.Connect(ctx, c.linkStore, cfg.Rank, cfg.Size, cfg.Token, s.tcp)
+	}
+	if s.tcp.Encrypt {
+		return nil, fmt.Errorf("GOCOLL_TRANSPORT=rdma with GOCOLL_ENCRYPT=1: RDMA links are not encrypted, only TCP ones (GOCOLL_TRANSPORT=tcp or auto): %w", ErrInvalid)
 	}
 	if cfg.Size == 1 {
 		// One rank opens no connection, so Connect would not find out

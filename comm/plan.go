@@ -28,7 +28,7 @@ const (
 // parsed GOCOLL_ALGO algos and the job's half accumulation.
 func settingsPlan(s settings, algos map[collectives.Kind]collectives.Algo, halfAccum string) plan.Plan {
 	p := plan.Plan{Algos: plan.Canon(algos), HalfAccum: halfAccum, Transport: s.transport, Elastic: s.elastic,
-		TCPConnect: "lazy", RDMAConnect: "lazy"}
+		Encrypt: s.tcp.Encrypt, TCPConnect: "lazy", RDMAConnect: "lazy"}
 	if p.HalfAccum == "" {
 		p.HalfAccum = bootstrap.HalfAccumFloat32
 	}

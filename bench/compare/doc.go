@@ -10,6 +10,12 @@
 // time (median, fastest and slowest round), busbw, and gocoll's time over
 // each peer's.
 //
+// -variant NAME:GOCOLL_X=V adds gocoll itself as a side, run with those
+// settings, to measure what a setting costs, runs alternating (an empty
+// -peers leaves gocoll against itself only):
+//
+//	go run ./bench/compare -peers '' -variant encrypt:GOCOLL_ENCRYPT=1 -hosts 2 -rate 1gbit -min 64K -max 16M -repeat 5
+//
 // The peers' benchmark programs live in peers/ and are carried inside
 // this binary: peers/allreduce.c is compiled with mpicc.openmpi and
 // mpicc.mpich into a temporary directory, peers/gloo_allreduce.py runs

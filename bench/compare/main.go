@@ -60,6 +60,10 @@ type options struct {
 	rate    string
 	rateBps float64
 	cl      *cluster
+	// -variant: a second gocoll side, variantName, run with variantEnv
+	// (GOCOLL_ settings) added.
+	variantName string
+	variantEnv  []string
 }
 
 func main() {
@@ -101,8 +105,22 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.hosts, "hosts", 0, "run across this many network-namespace hosts (needs root) joined by links shaped to -rate; 0: all ranks on this host")
 	perHost := fs.String("ranks-per-host", "1", "with -hosts: ranks on each host: one number for every host, or one per host, comma-separated (4,1: four on the first host, one on the second; -hosts may then be left out); -n is their sum")
 	fs.StringVar(&o.rate, "rate", "1gbit", "with -hosts: each host's link rate in each direction, as tc's tbf takes it (1gbit, 4gbit, 500mbit)")
+	variant := fs.String("variant", "", "a second gocoll side, NAME:GOCOLL_X=V[,GOCOLL_Y=W]: the same runs with those settings added (encrypt:GOCOLL_ENCRYPT=1)")
 	if err := fs.Parse(args); err != nil {
 		return o, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if *variant != "" {
+		name, env, ok := strings.Cut(*variant, ":")
+		if !ok || name == "" || contains(knownPeers, name) || name == "gocoll" {
+			return o, fmt.Errorf("-variant %q: want NAME:GOCOLL_X=V, NAME not gocoll or a peer's: %w", *variant, errUsage)
+		}
+		for _, kv := range strings.Split(env, ",") {
+			if k, _, ok := strings.Cut(kv, "="); !ok || !strings.HasPrefix(k, "GOCOLL_") {
+				return o, fmt.Errorf("-variant %q: %q is not GOCOLL_X=V: %w", *variant, kv, errUsage)
+			}
+			o.variantEnv = append(o.variantEnv, kv)
+		}
+		o.variantName = name
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected argument %q: %w", fs.Arg(0), errUsage)
@@ -262,11 +280,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	sides := []side{}
-	ours, err := gocollSide(ctx, o, work, stderr)
+	ours, err := gocollSide(ctx, &o, work, stderr, "gocoll", nil)
 	if err != nil {
 		return err
 	}
 	sides = append(sides, ours)
+	if o.variantName != "" {
+		v, err := gocollSide(ctx, &o, work, stderr, o.variantName, o.variantEnv)
+		if err != nil {
+			return err
+		}
+		sides = append(sides, v)
+	}
 	for _, p := range o.peers {
 		var s side
 		switch p {
@@ -341,9 +366,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// gocollSide builds collbench and grun unless given, and runs collbench
-// under grun (or the -ours template).
-func gocollSide(ctx context.Context, o options, work string, stderr io.Writer) (side, error) {
+// gocollSide builds collbench and grun unless given (into o, for the
+// next side), and runs collbench under grun (or the -ours template), with
+// env added to the ranks' environment.
+func gocollSide(ctx context.Context, o *options, work string, stderr io.Writer, name string, env []string) (side, error) {
 	needGrun := o.ours == "" || strings.Contains(o.ours, "{grun}")
 	if o.collbench == "" || (needGrun && o.grun == "") {
 		root, err := moduleRoot()
@@ -373,8 +399,8 @@ func gocollSide(ctx context.Context, o options, work string, stderr io.Writer) (
 	if o.algo != "" {
 		flags = append(flags, "-algo", o.algo)
 	}
-	s := side{name: "gocoll", label: fmt.Sprintf("gocoll %s", o.transport),
-		about: fmt.Sprintf("collbench under grun, transport %s", o.transport)}
+	s := side{name: name, label: strings.TrimSpace(fmt.Sprintf("gocoll %s %s", o.transport, strings.Join(env, " "))),
+		about: strings.TrimSpace(fmt.Sprintf("collbench under grun, transport %s %s", o.transport, strings.Join(env, " ")))}
 	if o.ours != "" {
 		s.about = "collbench launched by -ours"
 	}
@@ -387,6 +413,9 @@ func gocollSide(ctx context.Context, o options, work string, stderr io.Writer) (
 			exports = append(exports, "-x", kv)
 		}
 	}
+	for _, kv := range env {
+		exports = append(exports, "-x", kv)
+	}
 	if o.cl != nil {
 		s.about = fmt.Sprintf("collbench under grun %s-H %s --rsh (ip netns exec) --bind-to none, transport %s", strings.Join(slices.Concat(exports, []string{""}), " "), o.cl.hostList(o.layout), o.transport)
 	}
@@ -398,13 +427,13 @@ func gocollSide(ctx context.Context, o options, work string, stderr io.Writer) (
 				"--bind-to", "none", o.collbench}, flags)...)
 			out, err = command(ctx, o.timeout, []string{"GOCOLL_IFACE="}, name, args...)
 		} else if o.ours == "" {
-			out, err = command(ctx, o.timeout, nil, o.grun, append([]string{"-n", strconv.Itoa(o.n), o.collbench}, flags...)...)
+			out, err = command(ctx, o.timeout, env, o.grun, append([]string{"-n", strconv.Itoa(o.n), o.collbench}, flags...)...)
 		} else {
 			line := fill(o.ours, map[string]string{"np": strconv.Itoa(o.n), "collbench": o.collbench, "grun": o.grun})
 			for _, f := range flags {
 				line += " " + shellQuote(f)
 			}
-			out, err = command(ctx, o.timeout, nil, "bash", "-c", line)
+			out, err = command(ctx, o.timeout, env, "bash", "-c", line)
 		}
 		if err != nil {
 			return report.Result{}, err

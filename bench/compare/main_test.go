@@ -97,10 +97,52 @@ func TestParseOptions(t *testing.T) {
 	for _, args := range [][]string{
 		{"-n", "0"}, {"-repeat", "0"}, {"-iters", "-1"}, {"-min", "1M", "-max", "8"}, {"-min", "x"},
 		{"-min", "6"}, {"-mpi", "ib"}, {"-peers", "nccl"}, {"stray"},
+		{"-variant", "GOCOLL_ENCRYPT=1"}, {"-variant", "ompi:GOCOLL_ENCRYPT=1"}, {"-variant", "x:PATH=/"}, {"-variant", "x:GOCOLL_A=1,B"},
 	} {
 		if _, err := parseOptions(args, io.Discard); !errors.Is(err, errUsage) {
 			t.Errorf("%v: %v, want a usage error", args, err)
 		}
+	}
+}
+
+func TestParseVariant(t *testing.T) {
+	o, err := parseOptions([]string{"-variant", "enc:GOCOLL_ENCRYPT=1,GOCOLL_SPIN=0"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.variantName != "enc" || strings.Join(o.variantEnv, " ") != "GOCOLL_ENCRYPT=1 GOCOLL_SPIN=0" {
+		t.Errorf("variant %q %q", o.variantName, o.variantEnv)
+	}
+}
+
+// TestCompareVariant runs gocoll against itself with GOCOLL_ENCRYPT=1:
+// both sides measured in every round, and the ratio printed.
+func TestCompareVariant(t *testing.T) {
+	testmode.SkipIfQuick(t)
+	dir := t.TempDir()
+	args := []string{"-n", "2", "-min", "8", "-max", "4K", "-iters", "5", "-repeat", "2", "-membw=false",
+		"-peers", "", "-variant", "encrypt:GOCOLL_ENCRYPT=1", "-save", dir, "-timeout", "3m"}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var out, stderr bytes.Buffer
+	if err := run(ctx, args, &out, &stderr); err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	for _, name := range []string{"gocoll", "encrypt"} {
+		for _, round := range []string{"1", "2"} {
+			r, err := report.ReadFile(filepath.Join(dir, name+"-"+round+".json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, row := range r.Rows {
+				if row.TimeUS <= 0 || row.Wrong != 0 {
+					t.Errorf("%s round %s: row %+v", name, round, row)
+				}
+			}
+		}
+	}
+	if !strings.Contains(out.String(), "gocoll vs encrypt") || !strings.Contains(out.String(), "GOCOLL_ENCRYPT=1") {
+		t.Errorf("no ratio of the variant, or it is not named:\n%s", out.String())
 	}
 }
 

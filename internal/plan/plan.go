@@ -49,6 +49,9 @@ type Plan struct {
 	Transport string
 	// Elastic is GOCOLL_ELASTIC (or WithElastic).
 	Elastic bool
+	// Encrypt is GOCOLL_ENCRYPT (or tcp.Options.Encrypt): every TCP
+	// frame sealed.
+	Encrypt bool
 	// TCPConnect and RDMAConnect are GOCOLL_TCP_CONNECT (lazy, warm,
 	// eager) and GOCOLL_RDMA_CONNECT (lazy, eager).
 	TCPConnect, RDMAConnect string
@@ -113,6 +116,7 @@ func (p Plan) fields() []field {
 		{"GOCOLL_HALF_ACCUM", p.HalfAccum},
 		{"GOCOLL_TRANSPORT", p.Transport},
 		{"GOCOLL_ELASTIC", strconv.FormatBool(p.Elastic)},
+		{"GOCOLL_ENCRYPT", strconv.FormatBool(p.Encrypt)},
 		{"GOCOLL_TCP_CONNECT", p.TCPConnect},
 		{"GOCOLL_RDMA_CONNECT", p.RDMAConnect},
 		{"step cost", strconv.FormatBool(p.StepCostly)},
@@ -156,13 +160,14 @@ func Decode(s string) (Plan, error) {
 			return Plan{}, fmt.Errorf("%w: no %s", ErrBadPlan, f.name)
 		}
 	}
-	var err1, err2, err3 error
+	var err1, err2, err3, err4 error
 	p.Algos, p.HalfAccum, p.Transport = vals["GOCOLL_ALGO"], vals["GOCOLL_HALF_ACCUM"], vals["GOCOLL_TRANSPORT"]
 	p.TCPConnect, p.RDMAConnect = vals["GOCOLL_TCP_CONNECT"], vals["GOCOLL_RDMA_CONNECT"]
 	p.Elastic, err1 = strconv.ParseBool(vals["GOCOLL_ELASTIC"])
+	p.Encrypt, err4 = strconv.ParseBool(vals["GOCOLL_ENCRYPT"])
 	p.StepCostly, err2 = strconv.ParseBool(vals["step cost"])
 	p.MaxMessage, err3 = strconv.Atoi(vals["message size"])
-	if err := errors.Join(err1, err2, err3); err != nil {
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
 		return Plan{}, fmt.Errorf("%w: %w", ErrBadPlan, err)
 	}
 	if _, err := p.Options(); err != nil {

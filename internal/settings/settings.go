@@ -57,6 +57,7 @@ type Settings struct {
 	IBDev       string // GOCOLL_IB_DEV
 	IBGIDIndex  int    // GOCOLL_IB_GID_INDEX
 	Elastic     bool   // GOCOLL_ELASTIC
+	Encrypt     bool   // GOCOLL_ENCRYPT: seal every TCP frame (AES-GCM)
 	FakeHosts   FakeHosts
 	HalfAccum   string     // GOCOLL_HALF_ACCUM: "" (unset), float32 or 16bit
 	Debug       slog.Level // GOCOLL_DEBUG: warn (unset), info, debug, off
@@ -151,17 +152,8 @@ var variables = []variable{
 		s.IBGIDIndex = i
 		return nil
 	}},
-	{"GOCOLL_ELASTIC", func(v string, s *Settings) error {
-		switch strings.ToLower(v) {
-		case "0", "false", "off", "no":
-			s.Elastic = false
-		case "1", "true", "on", "yes":
-			s.Elastic = true
-		default:
-			return want("1 or 0")
-		}
-		return nil
-	}},
+	{"GOCOLL_ELASTIC", func(v string, s *Settings) error { return flag(v, &s.Elastic) }},
+	{"GOCOLL_ENCRYPT", func(v string, s *Settings) error { return flag(v, &s.Encrypt) }},
 	{"GOCOLL_FAKE_HOSTS", func(v string, s *Settings) error {
 		if !strings.Contains(v, ",") {
 			k, err := strconv.Atoi(v)
@@ -195,6 +187,19 @@ var variables = []variable{
 	}},
 	{"GOCOLL_QUICK", func(v string, s *Settings) error { s.Quick = true; return nil }},
 	{"GOCOLL_CONFORMANCE", func(v string, s *Settings) error { s.Conformance = v; return nil }},
+}
+
+// flag reads a switch: 1, true, on or yes; 0, false, off or no.
+func flag(v string, dst *bool) error {
+	switch strings.ToLower(v) {
+	case "0", "false", "off", "no":
+		*dst = false
+	case "1", "true", "on", "yes":
+		*dst = true
+	default:
+		return want("1 or 0")
+	}
+	return nil
 }
 
 // wantError is a row's refusal before the variable's name and value are

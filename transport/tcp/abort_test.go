@@ -3,6 +3,7 @@ package tcp_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -15,8 +16,17 @@ import (
 // before it resets, so that their errors carry the cause, not a bare
 // reset; a peer whose link was mid-frame still sees the rank lost at
 // once; and a peer never linked to it finds it lost at its first call.
+// Over sealed links (Options.Encrypt) the abort frame is sealed too.
 func TestAbortTellsPeers(t *testing.T) {
-	ts := mesh(t, 4, tcp.Options{})
+	for _, encrypt := range []bool{false, true} {
+		t.Run(fmt.Sprintf("encrypt=%v", encrypt), func(t *testing.T) {
+			abortTellsPeers(t, tcp.Options{Encrypt: encrypt})
+		})
+	}
+}
+
+func abortTellsPeers(t *testing.T, opts tcp.Options) {
+	ts := mesh(t, 4, opts)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 

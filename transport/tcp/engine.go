@@ -133,7 +133,7 @@ type peer struct {
 	pending    atomic.Int32  // slots released here, not yet reported to the peer
 	wmu        sync.Mutex    // one frame on the wire at a time
 	wbuf       []byte        // header + small payload scratch, under wmu
-	tailBuf    [frameHdrLen]byte
+	tailBuf    [frameHdrLen + tagLen]byte
 	tail       []byte       // unwritten rest of a credit frame, under wmu
 	tailLen    atomic.Int32 // len(tail), readable without wmu
 	closeFdOne sync.Once
@@ -141,9 +141,20 @@ type peer struct {
 	failOnce sync.Once
 	dead     chan struct{}
 	err      error // set before dead is closed
+
+	// A sealed link's (Options.Encrypt), nil on a plain one. seal,
+	// ebuf are under wmu; open, rhdr, rcredits are the progress
+	// holder's. Each slot of the slab is stride bytes apart: SlotSize,
+	// and a tag's room on a sealed link.
+	seal     *sealer
+	open     *sealer
+	ebuf     []byte // a sealed frame being written
+	rhdr     [frameHdrLen]byte
+	rcredits int
+	stride   int
 }
 
-func (t *Transport) newPeer(r int, c *net.TCPConn) (*peer, error) {
+func (t *Transport) newPeer(r int, c *net.TCPConn, keys *linkKeys) (*peer, error) {
 	// The descriptor leaves the runtime's netpoller: progress is driven by
 	// the calls themselves, with non-blocking reads and poll(2).
 	rc, err := c.SyscallConn()
@@ -167,7 +178,7 @@ func (t *Transport) newPeer(r int, c *net.TCPConn) (*peer, error) {
 		unix.Close(fd)
 		return nil, err
 	}
-	return t.peerOnFd(r, fd), nil
+	return t.peerOnFd(r, fd, keys), nil
 }
 
 // sockopt is one socket option watchSilence sets.
@@ -205,14 +216,19 @@ func watchSilence(fd int, d time.Duration) error {
 }
 
 // peerOnFd sets up the state of peer r around an open, non-blocking
-// stream socket.
-func (t *Transport) peerOnFd(r, fd int) *peer {
+// stream socket; keys, if not nil, seal its frames.
+func (t *Transport) peerOnFd(r, fd int, keys *linkKeys) *peer {
+	stride := t.opts.SlotSize
+	if keys != nil {
+		stride += tagLen
+	}
 	p := &peer{
 		t:        t,
 		rank:     r,
 		fd:       fd,
 		rbuf:     make([]byte, rbufSize),
-		slab:     make([]byte, t.opts.Slots*t.opts.SlotSize),
+		slab:     make([]byte, t.opts.Slots*stride),
+		stride:   stride,
 		ready:    make(chan transport.Message, t.opts.Slots),
 		recvNote: make(chan struct{}, 1),
 		sendNote: make(chan struct{}, 1),
@@ -222,6 +238,10 @@ func (t *Transport) peerOnFd(r, fd int) *peer {
 	}
 	for i := 0; i < t.opts.Slots; i++ {
 		p.credits <- struct{}{}
+	}
+	if keys != nil {
+		p.seal, p.open = keys.send, keys.recv
+		p.ebuf = make([]byte, frameHdrLen+t.opts.SlotSize+tagLen)
 	}
 	return p
 }
@@ -570,7 +590,11 @@ func (p *peer) readAll() {
 			if n > 0 {
 				p.bodyGot += n
 				if p.bodyGot == len(p.body) {
-					p.deliver()
+					if p.open != nil {
+						p.openData()
+					} else {
+						p.deliver()
+					}
 				}
 			}
 		} else {
@@ -613,6 +637,10 @@ func (p *peer) readAll() {
 
 // parse consumes the frames buffered in rbuf.
 func (p *peer) parse() {
+	if p.open != nil {
+		p.parseSealed()
+		return
+	}
 	opts := p.t.opts
 	for {
 		if p.body != nil {
@@ -747,6 +775,8 @@ func (p *peer) writeData(ctx context.Context, slot int, head, body []byte) error
 		iov = append(iov, p.tail)
 	}
 	switch {
+	case p.seal != nil:
+		iov = append(iov, p.sealData(hdr, head, body))
 	case len(head)+len(body) <= smallSend:
 		n := copy(p.wbuf[frameHdrLen:], head)
 		n += copy(p.wbuf[frameHdrLen+n:], body)
@@ -791,6 +821,9 @@ func (p *peer) writeData(ctx context.Context, slot int, head, body []byte) error
 			p.tailLen.Store(int32(len(p.tail)))
 			p.pending.Add(credits)
 			p.t.returnCredit(p)
+			if p.seal != nil {
+				p.seal.seq-- // no byte of the frame left: its nonce is unused
+			}
 			return &transport.PeerError{Peer: p.rank, Op: "send to", Err: err}
 		}
 		p.fail(fmt.Errorf("stream cut mid-frame: %w", err))
@@ -865,10 +898,13 @@ func (p *peer) flushCreditsLocked() {
 	if c == 0 {
 		return
 	}
-	frame := p.tailBuf[:]
+	frame := p.tailBuf[:frameHdrLen]
 	clear(frame)
 	frame[0] = frameCredit
 	binary.LittleEndian.PutUint32(frame[8:], uint32(c))
+	if p.seal != nil {
+		frame = p.seal.aead.Seal(frame, p.seal.next(), nil, frame)
+	}
 	n, err := unix.Write(p.fd, frame)
 	switch {
 	case n == len(frame):
@@ -877,6 +913,9 @@ func (p *peer) flushCreditsLocked() {
 		p.tailLen.Store(int32(len(p.tail)))
 	case err == unix.EAGAIN || err == unix.EINTR:
 		p.pending.Add(c)
+		if p.seal != nil {
+			p.seal.seq-- // not a byte went: its nonce is unused
+		}
 	default:
 		p.fail(fmt.Errorf("%w: %v", transport.ErrPeerLost, err))
 	}
@@ -1053,7 +1092,12 @@ func (p *peer) tellAbort(why []byte) {
 	var hdr [frameHdrLen]byte
 	hdr[0] = frameAbort
 	binary.LittleEndian.PutUint32(hdr[4:], uint32(len(why)))
-	out = append(append(out, hdr[:]...), why...)
+	if p.seal != nil {
+		out = append(out, hdr[:]...)
+		out = p.seal.aead.Seal(out, p.seal.next(), why, hdr[:])
+	} else {
+		out = append(append(out, hdr[:]...), why...)
+	}
 	for len(out) > 0 {
 		n, err := unix.Write(p.fd, out)
 		if n > 0 {
@@ -1072,6 +1116,9 @@ func (p *peer) goodbye(deadline time.Time) {
 	var bye [frameHdrLen]byte
 	bye[0] = frameBye
 	out := append(append([]byte(nil), p.tail...), bye[:]...)
+	if p.seal != nil {
+		out = p.seal.aead.Seal(out, p.seal.next(), nil, bye[:])
+	}
 	for len(out) > 0 && time.Now().Before(deadline) {
 		n, err := unix.Write(p.fd, out)
 		if n > 0 {

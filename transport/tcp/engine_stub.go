@@ -57,7 +57,9 @@ func (t *Transport) AddressLookups() int { return 0 }
 // peer stands in for a connected peer, which this system never has.
 type peer struct{ rank int }
 
-func (t *Transport) newPeer(r int, c *net.TCPConn) (*peer, error) { return nil, errNoEngine }
+func (t *Transport) newPeer(r int, c *net.TCPConn, _ *linkKeys) (*peer, error) {
+	return nil, errNoEngine
+}
 
 func (t *Transport) start() error { return errNoEngine }
 

@@ -231,7 +231,8 @@ func (t *Transport) dial(ctx context.Context, r int) (p *peer, declined bool, er
 		return nil, false, fmt.Errorf("%w: %w", transport.ErrPeerLost, err)
 	}
 	tc := c.(*net.TCPConn)
-	if _, err := t.handshake(dctx, tc, true, r); err != nil {
+	_, keys, err := t.handshake(dctx, tc, true, r)
+	if err != nil {
 		c.Close()
 		return nil, false, fmt.Errorf("%w: %w", transport.ErrPeerLost, err)
 	}
@@ -244,7 +245,7 @@ func (t *Transport) dial(ctx context.Context, r int) (p *peer, declined bool, er
 		c.Close()
 		return nil, true, nil
 	}
-	p, err = t.newPeer(r, tc)
+	p, err = t.newPeer(r, tc, keys)
 	if err != nil {
 		c.Close()
 		return nil, false, err
@@ -347,7 +348,7 @@ func (t *Transport) acceptLoop(ln net.Listener) {
 // admit runs the accepting end of one connection.
 func (t *Transport) admit(c *net.TCPConn) {
 	defer t.bg.Done()
-	r, err := t.handshake(t.life, c, false, -1)
+	r, keys, err := t.handshake(t.life, c, false, -1)
 	if err != nil {
 		c.Close()
 		if t.life.Err() == nil {
@@ -382,7 +383,7 @@ func (t *Transport) admit(c *net.TCPConn) {
 	}
 	var p *peer
 	if werr == nil {
-		p, werr = t.newPeer(r, c)
+		p, werr = t.newPeer(r, c, keys)
 	}
 	if werr == nil {
 		if t.register(p) != nil {
@@ -398,8 +399,8 @@ func (t *Transport) admit(c *net.TCPConn) {
 
 // handshake authenticates c, exchanges hellos and checks the peer's. want
 // is the rank expected, or -1 on the accepting end. It returns the
-// peer's rank.
-func (t *Transport) handshake(ctx context.Context, c *net.TCPConn, dialer bool, want int) (int, error) {
+// peer's rank and, with Options.Encrypt, the link's keys.
+func (t *Transport) handshake(ctx context.Context, c *net.TCPConn, dialer bool, want int) (int, *linkKeys, error) {
 	deadline := time.Now().Add(t.opts.HandshakeTimeout)
 	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
 		deadline = dl
@@ -407,28 +408,43 @@ func (t *Transport) handshake(ctx context.Context, c *net.TCPConn, dialer bool, 
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 	if err := auth.Handshake(c, t.token, auth.Mesh, dialer, deadline); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	c.SetDeadline(deadline)
-	if _, err := c.Write(t.hello().marshal()); err != nil {
-		return 0, fmt.Errorf("send hello: %w", err)
+	salt, err := newSalt()
+	if err != nil {
+		return 0, nil, fmt.Errorf("hello salt: %w", err)
+	}
+	mine := t.hello(salt).marshal()
+	if _, err := c.Write(mine); err != nil {
+		return 0, nil, fmt.Errorf("send hello: %w", err)
 	}
 	buf := make([]byte, helloLen)
 	if _, err := io.ReadFull(c, buf); err != nil {
-		return 0, fmt.Errorf("read hello: %w", err)
+		return 0, nil, fmt.Errorf("read hello: %w", err)
 	}
 	h, err := parseHello(buf)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	if err := t.check(h, want); err != nil {
-		return 0, err
+		return 0, nil, err
+	}
+	var keys *linkKeys
+	if t.opts.Encrypt {
+		dialerHello, listenerHello := mine, buf
+		if !dialer {
+			dialerHello, listenerHello = buf, mine
+		}
+		if keys, err = deriveKeys(t.token, dialerHello, listenerHello, t.rank, int(h.rank)); err != nil {
+			return 0, nil, err
+		}
 	}
 	if !stop() && ctx.Err() != nil {
-		return 0, ctx.Err()
+		return 0, nil, ctx.Err()
 	}
 	c.SetDeadline(time.Time{})
-	return int(h.rank), nil
+	return int(h.rank), keys, nil
 }
 
 // connect publishes this rank's address and, with Options.Eager, builds

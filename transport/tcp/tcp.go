@@ -20,6 +20,24 @@
 // directions: a 12-byte header (kind, slot, length, piggybacked credits)
 // and the payload.
 //
+// Encryption in transit is opt-in: Options.Encrypt, or GOCOLL_ENCRYPT=1
+// for a communicator (comm reads it with the other settings; 0 or unset leaves it
+// off). Every frame, credits and goodbyes included, is then sealed with
+// AES-256-GCM (AES-NI where the CPU has it) under keys derived from the
+// job token, GRUN_TOKEN, by HKDF-SHA256, salted with both ends' hellos:
+// each connection and each direction has a key of its own, and the nonce
+// is the count of frames sent, which the receiver counts too. A frame
+// altered, replayed, dropped or reordered in transit loses its sender:
+// the error wraps ErrPeerLost and ErrFrameAuth and names the rank. The
+// frame header (kind, slot, length, credits) travels in the clear, bound
+// to its frame as additional data. Encryption without a token fails
+// Connect (ErrNoToken, naming GRUN_TOKEN), and a rank that encrypts
+// refuses a link to one that does not, and vice versa, at the handshake
+// (ErrEncryptMismatch), so every rank must set the same. Shared memory
+// (transport/shm) stays plaintext, being on one host under one uid; a
+// job over shared memory and TCP seals its TCP links. See
+// docs/security-encryption.md for what it costs.
+//
 // Data moves only inside Send, Recv and Close, as in MPI (the background
 // goroutines only accept and dial links): whichever call is waiting
 // becomes the progress engine, drains every linked peer's socket
@@ -130,6 +148,13 @@ type Options struct {
 	// mode (not Eager, whose listener closes once the first ranks are
 	// linked).
 	Spare int
+	// Encrypt seals every frame with AES-256-GCM under keys derived from
+	// the job token (which must not be empty), fresh for each connection
+	// and each direction (see encrypt.go). Every rank must set the same:
+	// a link between a rank that encrypts and one that does not is
+	// refused at its handshake (ErrEncryptMismatch). GOCOLL_ENCRYPT=1
+	// sets it for a communicator.
+	Encrypt bool
 }
 
 // DefaultSilentPeer is how long a silent peer host is waited for by
@@ -223,6 +248,9 @@ func Connect(ctx context.Context, store Store, rank, size int, token []byte, opt
 			return nil, fmt.Errorf("tcp: Warm names rank %d, outside a job of %d", r, size)
 		}
 	}
+	if opts.Encrypt && len(token) == 0 {
+		return nil, fmt.Errorf("tcp: GOCOLL_ENCRYPT=1 derives its keys from the job's secret: set GRUN_TOKEN to the same secret on every rank (grun sets one): %w", ErrNoToken)
+	}
 	t := newTransport(rank, size, opts)
 	if size == 1 && opts.Spare == 0 {
 		return t, nil
@@ -239,7 +267,7 @@ func Connect(ctx context.Context, store Store, rank, size int, token []byte, opt
 		return nil, err
 	}
 	logging.L().Debug("tcp transport connected", "rank", rank, "size", size, "eager", opts.Eager, "links", t.Links(),
-		"slots", opts.Slots, "slot_size", opts.SlotSize)
+		"slots", opts.Slots, "slot_size", opts.SlotSize, "encrypt", opts.Encrypt)
 	return t, nil
 }
 
@@ -247,6 +275,8 @@ func Connect(ctx context.Context, store Store, rank, size int, token []byte, opt
 type hello struct {
 	rank, size, slots, slotSize uint32
 	namespace                   uint64
+	flags                       uint32        // helloEncrypt
+	salt                        [saltLen]byte // random, fresh for each connection: keys a sealed link
 }
 
 // maxSpare bounds Options.Spare: each spare rank costs a pointer here
@@ -257,13 +287,14 @@ const maxSpare = 1 << 12
 // and Options.Spare ranks past it.
 func (t *Transport) Capacity() int { return t.size + t.opts.Spare }
 
-const helloLen = 4 + 4*4 + 8
+const helloLen = 4 + 4*4 + 8 + 4 + saltLen
 
 // helloMagic opens a hello. The accepting end answers the hellos with a
 // verdict byte (links.go), which the all-at-once mesh of before had no
 // use for: its "MESH" is refused, so that ranks of the two versions
-// cannot half-connect.
-const helloMagic = "MSH2"
+// cannot half-connect. "MSH2", before hellos carried flags and a salt, is
+// refused too.
+const helloMagic = "MSH3"
 
 func (h hello) marshal() []byte {
 	b := make([]byte, helloLen)
@@ -273,6 +304,8 @@ func (h hello) marshal() []byte {
 	binary.LittleEndian.PutUint32(b[12:], h.slots)
 	binary.LittleEndian.PutUint32(b[16:], h.slotSize)
 	binary.LittleEndian.PutUint64(b[20:], h.namespace)
+	binary.LittleEndian.PutUint32(b[28:], h.flags)
+	copy(b[32:], h.salt[:])
 	return b
 }
 
@@ -286,19 +319,34 @@ func parseHello(b []byte) (hello, error) {
 		slots:     binary.LittleEndian.Uint32(b[12:]),
 		slotSize:  binary.LittleEndian.Uint32(b[16:]),
 		namespace: binary.LittleEndian.Uint64(b[20:]),
+		flags:     binary.LittleEndian.Uint32(b[28:]),
+		salt:      [saltLen]byte(b[32:]),
 	}, nil
 }
 
-func (t *Transport) hello() hello {
+// hello is what this rank says to a peer; salt is the connection's
+// random part.
+func (t *Transport) hello(salt [saltLen]byte) hello {
 	h := fnv.New64a()
 	h.Write([]byte(t.opts.Namespace))
-	return hello{uint32(t.rank), uint32(t.size), uint32(t.opts.Slots), uint32(t.opts.SlotSize), h.Sum64()}
+	var flags uint32
+	if t.opts.Encrypt {
+		flags |= helloEncrypt
+	}
+	return hello{uint32(t.rank), uint32(t.size), uint32(t.opts.Slots), uint32(t.opts.SlotSize), h.Sum64(), flags, salt}
+}
+
+func onOff(flags uint32) string {
+	if flags&helloEncrypt != 0 {
+		return "GOCOLL_ENCRYPT=1"
+	}
+	return "no encryption"
 }
 
 // check validates a peer's hello against ours. want is the expected rank,
 // or -1 when any other rank may be calling.
 func (t *Transport) check(h hello, want int) error {
-	mine := t.hello()
+	mine := t.hello([saltLen]byte{})
 	switch {
 	case h.namespace != mine.namespace:
 		return fmt.Errorf("peer belongs to another communicator: %w", errProtocol)
@@ -311,6 +359,9 @@ func (t *Transport) check(h hello, want int) error {
 	case h.slots != mine.slots || h.slotSize != mine.slotSize:
 		return fmt.Errorf("peer uses %d slots of %d bytes, this rank %d of %d (every rank must use the same transport options)",
 			h.slots, h.slotSize, mine.slots, mine.slotSize)
+	case h.flags&helloEncrypt != mine.flags&helloEncrypt:
+		return fmt.Errorf("rank %d runs with %s, rank %d with %s: set GOCOLL_ENCRYPT the same on every rank: %w",
+			h.rank, onOff(h.flags), t.rank, onOff(mine.flags), ErrEncryptMismatch)
 	}
 	return nil
 }
