@@ -1,6 +1,6 @@
 module github.com/gocoll/gocoll
 
-go 1.22.0
+go 1.24.0
 
 require (
 	github.com/klauspost/cpuid/v2 v2.2.10

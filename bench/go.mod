@@ -1,6 +1,6 @@
 module github.com/gocoll/gocoll/bench
 
-go 1.22.0
+go 1.24.0
 
 require (
 	github.com/gocoll/gocoll v0.0.0

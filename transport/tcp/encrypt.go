@@ -3,7 +3,7 @@ package tcp
 import (
 	"crypto/aes"
 	"crypto/cipher"
-	"crypto/hmac"
+	"crypto/hkdf"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
@@ -65,16 +65,9 @@ func (s *sealer) next() []byte {
 }
 
 // hkdfKey is HKDF-SHA256 (RFC 5869) of secret, salt and info, 32 bytes
-// long: one block of the expansion. It is crypto/hkdf.Key, which needs
-// Go 1.24 while the module builds with Go 1.22; a test checks that the
-// two agree.
-func hkdfKey(secret, salt []byte, info string) []byte {
-	extract := hmac.New(sha256.New, salt)
-	extract.Write(secret)
-	expand := hmac.New(sha256.New, extract.Sum(nil))
-	expand.Write([]byte(info))
-	expand.Write([]byte{1})
-	return expand.Sum(nil)
+// long: an AES-256 key.
+func hkdfKey(secret, salt []byte, info string) ([]byte, error) {
+	return hkdf.Key(sha256.New, secret, salt, info, 32)
 }
 
 // linkKeys are the two directions of one connection, from this end.
@@ -110,7 +103,11 @@ func deriveKeys(token, dialerHello, listenerHello []byte, me, peer int) (*linkKe
 // newSealer keys the direction from rank from to rank to.
 func newSealer(token, salt []byte, from, to int) (*sealer, error) {
 	info := fmt.Sprintf("gocoll tcp frame key v1: rank %d to rank %d", from, to)
-	block, err := aes.NewCipher(hkdfKey(token, salt, info))
+	key, err := hkdfKey(token, salt, info)
+	if err != nil {
+		return nil, fmt.Errorf("tcp: link key: %w", err)
+	}
+	block, err := aes.NewCipher(key)
 	if err != nil {
 		return nil, fmt.Errorf("tcp: link cipher: %w", err)
 	}

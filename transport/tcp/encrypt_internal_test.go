@@ -13,7 +13,11 @@ func TestHKDF(t *testing.T) {
 	salt, _ := hex.DecodeString("000102030405060708090a0b0c")
 	info, _ := hex.DecodeString("f0f1f2f3f4f5f6f7f8f9")
 	want := "3cb25f25faacd57a90434f64d0362f2a2d2d0a90cf1a5a4c5db02d56ecc4c5bf"
-	if got := hex.EncodeToString(hkdfKey(ikm, salt, string(info))); got != want {
+	key, err := hkdfKey(ikm, salt, string(info))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := hex.EncodeToString(key); got != want {
 		t.Fatalf("hkdfKey = %s, want %s", got, want)
 	}
 }
