@@ -9,6 +9,8 @@ import (
 	"sort"
 	"testing"
 	"unsafe"
+
+	"github.com/gocoll/gocoll/internal/exactref"
 )
 
 // The oracle: the exact sum in a math/big.Float, rounded to the type by
@@ -17,6 +19,10 @@ import (
 // special values by the rules documented in exact.go.
 
 var exactTypes = []DType{Float16, BFloat16, Float32, Float64}
+
+// formats are exactref's names for them: its oracle, with its own
+// rounding, is checked against this file's.
+var formats = map[DType]exactref.Format{Float16: exactref.Float16, BFloat16: exactref.BFloat16, Float32: exactref.Float32, Float64: exactref.Float64}
 
 // bitsOf reads element i of b as raw bits.
 func bitsOf(dt DType, b []byte, i int) uint64 {
@@ -164,52 +170,9 @@ func oracle(dt DType, xs []uint64) uint64 {
 	return r
 }
 
-// adversarial is a random bit pattern of dt, drawn to hit what an exact
-// sum gets wrong: exponents over the whole range, subnormals, values
-// that cancel another, values half an ulp of another (ties), and
-// occasionally Inf or NaN.
+// adversarial is exactref's adversarial draw for dt.
 func adversarial(rng *rand.Rand, dt DType, prev []uint64) uint64 {
-	var expBits, mantBits uint
-	switch dt {
-	case Float16:
-		expBits, mantBits = 5, 10
-	case BFloat16:
-		expBits, mantBits = 8, 7
-	case Float32:
-		expBits, mantBits = 8, 23
-	default:
-		expBits, mantBits = 11, 52
-	}
-	sign := uint64(rng.Intn(2)) << (expBits + mantBits)
-	maxExp := uint64(1)<<expBits - 2
-	switch k := rng.Intn(20); {
-	case k < 6: // any finite: any exponent, any mantissa
-		return sign | uint64(rng.Int63n(int64(maxExp+1)))<<mantBits | uint64(rng.Int63())&(1<<mantBits-1)
-	case k < 8: // subnormal
-		return sign | uint64(rng.Int63())&(1<<mantBits-1)
-	case k < 11 && len(prev) > 0: // cancels an earlier input
-		return prev[rng.Intn(len(prev))] ^ signBit[dt]
-	case k < 14 && len(prev) > 0: // half an ulp (or a few ulps) of an earlier one: a tie
-		p := prev[rng.Intn(len(prev))]
-		e := p >> mantBits & (1<<expBits - 1)
-		shift := uint64(1 + rng.Intn(3))
-		if e == 0 || e == maxExp+1 || e <= uint64(mantBits)+shift {
-			return sign | 1
-		}
-		return sign | (e-uint64(mantBits)-shift)<<mantBits
-	case k < 16: // few significant bits, near the top or bottom
-		e := uint64(rng.Intn(4))
-		if rng.Intn(2) == 0 {
-			e = maxExp - e
-		}
-		return sign | e<<mantBits | uint64(rng.Intn(4))<<(mantBits-2)
-	case k == 16: // random bits: NaNs and Infs of every kind included
-		return uint64(rng.Int63()) & (1<<(expBits+mantBits+1) - 1)
-	case k == 17:
-		return sign | infBits[dt]
-	default: // zeros
-		return sign
-	}
+	return exactref.Adversarial(rng, formats[dt], prev)
 }
 
 func alignedBuf(n int) []byte {
@@ -237,6 +200,9 @@ func checkExact(t *testing.T, dt DType, rows [][]uint64) {
 			xs[q] = rows[q][i]
 		}
 		want := oracle(dt, xs)
+		if ref := exactref.Sum(formats[dt], xs); ref != want {
+			t.Fatalf("%v element %d: the two oracles disagree on %#x: %#x and %#x", dt, i, xs, want, ref)
+		}
 		if got := bitsOf(dt, out, i); got != want {
 			vals := make([]float64, n)
 			for q := range xs {
