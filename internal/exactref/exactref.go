@@ -192,3 +192,12 @@ func Value(f Format, x uint64) float64 {
 	r, _ := v.Float64()
 	return r
 }
+
+// Ordinary draws bits of f for an ordinary finite value: any sign and
+// mantissa, an exponent within 2^±8 of 1. Its sums are cheap for Sum
+// above, which adversarial ones are not.
+func Ordinary(rng *rand.Rand, f Format) uint64 {
+	sign := uint64(rng.Intn(2)) * f.SignBit()
+	e := uint64(f.bias() + rng.Intn(17) - 8)
+	return sign | e<<f.MantBits | uint64(rng.Int63())&f.mantMask()
+}
