@@ -15,8 +15,9 @@ import (
 // the exact kernel: every rank sends block q of its input, in the element
 // type's own width, to rank q, which then holds all n inputs of its block
 // and computes their exact sum in one pass (reduce.Exact). The allreduce
-// follows it with the ring allgather of the rounded blocks; Reduce with a
-// gather of the blocks to the root. The wire carries what a Sum's ring
+// follows it with a direct allgather of the rounded blocks (each rank
+// sends its block to every other at once); Reduce with a gather of the
+// blocks to the root. The wire carries what a Sum's ring
 // carries, (n-1)/n of the buffer out and in per rank for the
 // reduce-scatter, in n-1 concurrent messages instead of n-1 dependent
 // steps.
@@ -89,7 +90,44 @@ func (g *Group) exactAllReduce(ctx context.Context, buf []byte, count int, dt re
 	if err := c.exactReduceScatter(block, block(r), dt); err != nil {
 		return err
 	}
-	return c.ringAllGather(buf, count, es)
+	return c.directAllGather(block)
+}
+
+// directAllGather sends block(rank) to every other rank and receives
+// every other rank's block into block(q): the ring allgather's bytes, in
+// one step of n-1 concurrent messages instead of n-1 dependent ones, like
+// the reduce-scatter before it, pipelined by message in the same way.
+func (c *call) directAllGather(block func(q int) []byte) error {
+	n, r := c.g.n, c.g.rank
+	mine := block(r)
+	rounds := 0
+	for q := 0; q < n; q++ {
+		rounds = max(rounds, c.segments(len(block(q))))
+	}
+	for k := 0; k < rounds; k++ {
+		if k < c.segments(len(mine)) {
+			for s := 1; s < n; s++ {
+				if err := c.send(mod(r+s, n), c.seg(mine, k)); err != nil {
+					return err
+				}
+			}
+		}
+		for s := 1; s < n; s++ {
+			from := mod(r-s, n)
+			b := block(from)
+			if k >= c.segments(len(b)) {
+				continue
+			}
+			dst := c.seg(b, k)
+			msg, err := c.recv(from, len(dst))
+			if err != nil {
+				return err
+			}
+			copy(dst, msg.Data)
+			c.release(msg)
+		}
+	}
+	return nil
 }
 
 // exactReduceScatter is pairwiseReduceScatter with the exact kernel: it

@@ -3,6 +3,7 @@ package reduce
 import (
 	"math"
 	"math/big"
+	"math/bits"
 )
 
 // ExactSum: the correctly rounded sum.
@@ -176,62 +177,126 @@ func accumulate(s, c, x float64) (float64, float64, bool) {
 	return s, c, f == 0
 }
 
+// The fast path. Most elements need no TwoSum at all: float32 and
+// bfloat16 inputs are exact float64s, and their float64 sum s is exact
+// when the exponents of the nonzero inputs span little enough: all are
+// multiples of the ulp u of the one of smallest exponent emin (for a
+// subnormal, of exponent field 1), and |S| and every partial sum stay
+// below n·2^(emax+1) in units of the largest exponent emax, so they need
+// at most (emax - emin) + (mantissa bits + 1) + ceil(log2 n) bits, which
+// float64 holds when that is at most 53. Then s is S, and one rounding of
+// s is the answer. The exponents come from the bits, with integer min and
+// max, cheaper than TwoSum's six dependent additions per input. Elements
+// outside the window (or with an Inf or NaN: exponent field 255) take
+// the TwoSum path, exactElem.
+
+// window is the largest exponent span for which n inputs of mant stored
+// mantissa bits sum exactly in float64.
+func window(n, mant int) int32 {
+	return int32(53 - (mant + 1) - bits.Len(uint(n-1)))
+}
+
+// exactBlock is how many elements exactF32 takes at a time: one input
+// at a time over the block, so that the inner loop is a tight loop with
+// no bounds checks, on state that stays in L1.
+const exactBlock = 512
+
 func exactF32(out []float32, ins [][]byte, vals []float64) {
 	n := len(ins)
-	v0 := view[float32](ins[0])[:len(out)]
-	if n == 2 {
-		// The common pair: one TwoSum.
-		v1 := view[float32](ins[1])[:len(out)]
-		for i := range out {
-			a, b := float64(v0[i]), float64(v1[i])
-			h, l := twoSum(a, b)
-			if l == 0 && h-h == 0 {
-				out[i] = float32(h)
-				continue
-			}
-			if h-h != 0 || l-l != 0 {
-				out[i] = exactSlowF32(ins, i, vals)
-				continue
-			}
-			out[i] = float32(roundTo(h, l, paramsF32))
-		}
-		return
-	}
 	vs := make([][]float32, n)
 	for q := range ins {
 		vs[q] = view[float32](ins[q])[:len(out)]
 	}
-	for i := range out {
-		s, c := float64(v0[i]), 0.0
-		ok := s-s == 0
-		for q := 1; q < n; q++ {
-			// accumulate, by hand: the call is not inlined, and e is
-			// almost always zero on data of a few nearby scales.
-			x := float64(vs[q][i])
-			t := s + x
-			bb := t - s
-			e := (s - (t - bb)) + (x - bb)
-			s = t
-			if e != 0 {
-				var f float64
-				c, f = twoSum(c, e)
-				ok = ok && f == 0
+	// The exponent span, from the magnitudes' bits, which order as the
+	// magnitudes do: amax is the largest, amin1 the smallest nonzero
+	// minus one (a zero, minus one, wraps to the largest uint32).
+	w := uint32(window(n, 23))
+	var sum [exactBlock]float64
+	var amax, amin1 [exactBlock]uint32
+	for lo := 0; lo < len(out); lo += exactBlock {
+		hi := min(lo+exactBlock, len(out))
+		s, mx, mn := sum[:hi-lo], amax[:hi-lo], amin1[:hi-lo]
+		// -0 is the identity of addition, for -0 too.
+		for j := range s {
+			s[j], mx[j], mn[j] = math.Copysign(0, -1), 0, math.MaxUint32
+		}
+		for _, vq := range vs {
+			v := vq[lo:hi]
+			v = v[:len(s)]
+			for j := exactAccF32Vec(s, mx, mn, v); j < len(v); j++ {
+				x := v[j]
+				a := math.Float32bits(x) & 0x7fffffff
+				s[j] += float64(x)
+				mx[j] = max(mx[j], a)
+				mn[j] = min(mn[j], a-1)
 			}
 		}
-		if !ok {
-			out[i] = exactSlowF32(ins, i, vals)
-			continue
-		}
-		h, l := s, 0.0
-		if c != 0 {
-			h, l = twoSum(s, c)
-		}
-		if l == 0 {
-			out[i] = float32(h) // one rounding of the exact sum
-		} else {
-			out[i] = float32(roundTo(h, l, paramsF32))
+		o := out[lo:hi]
+		o = o[:len(s)]
+		for j := range o {
+			emax := mx[j] >> 23
+			emin := max((mn[j]+1)>>23, 1) // subnormals: the ulp of exponent 1
+			if mn[j] == math.MaxUint32 {
+				emin = 255 // every input zero: no bits at all
+			}
+			if emax < 255 && emax <= emin+w {
+				o[j] = float32(s[j]) // s is the exact sum: one rounding
+				continue
+			}
+			o[j] = exactElemF32(vs, lo+j, vals)
 		}
 	}
+}
+
+// exactElemF32 is element i of float32 inputs vs by TwoSum (or the slow
+// path).
+func exactElemF32(vs [][]float32, i int, vals []float64) float32 {
+	s, c := float64(vs[0][i]), 0.0
+	ok := s-s == 0
+	for _, v := range vs[1:] {
+		var good bool
+		s, c, good = accumulate(s, c, float64(v[i]))
+		ok = ok && good
+	}
+	if !ok {
+		for _, v := range vs {
+			vals = append(vals, float64(v[i]))
+		}
+		r, nan := exactSlow(vals, paramsF32)
+		if nan {
+			return math.Float32frombits(exactNaN32)
+		}
+		return float32(r)
+	}
+	h, l := s, 0.0
+	if c != 0 {
+		h, l = twoSum(s, c)
+	}
+	if l == 0 {
+		return float32(h) // one rounding of the exact sum
+	}
+	return float32(roundTo(h, l, paramsF32))
+}
+
+// toOdd is s rounded to float32 toward the odd neighbour when inexact
+// (round to odd): rounding that to a format of at most 22 bits of
+// precision to nearest gives s rounded to it once (Boldo and Melquiond),
+// so the 16-bit types round an exact float64 sum through float32 without
+// double rounding. Overflow gives MaxFloat32 (odd), which rounds to Inf.
+func toOdd(s float64) float32 {
+	f := float32(s)
+	if float64(f) == s {
+		return f
+	}
+	b := math.Float32bits(f)
+	if b&1 == 0 {
+		if math.Abs(float64(f)) > math.Abs(s) {
+			b--
+		} else {
+			b++
+		}
+	}
+	return math.Float32frombits(b)
 }
 
 func exactF64(out []float64, ins [][]byte, vals []float64) {
@@ -278,7 +343,35 @@ func exactHalf(dt DType, out []uint16, ins [][]byte, vals []float64) {
 	if dt == BFloat16 {
 		widen, narrow, p, nanBits = BF16ToF32, F32ToBF16, paramsBF16, exactNaNBF
 	}
+	// Float16: any sum of fewer than 2^13 inputs is exact (see the top of
+	// this file), so only Inf and NaN leave the fast path; bfloat16: the
+	// exponent window, as for float32.
+	w, expShift, expMask := window(n, 7), 7, int32(0xff)
+	if dt == Float16 {
+		w, expShift, expMask = 1<<20, 10, 0x1f
+		if n >= 1<<13 {
+			w = -1
+		}
+	}
 	for i := range out {
+		emax, emin, s := int32(0), expMask, 0.0
+		for q, v := range vs {
+			b := v[i]
+			e := int32(b>>expShift) & expMask
+			emax = max(emax, e)
+			if b&0x7fff != 0 {
+				emin = min(emin, max(e, 1))
+			}
+			if q == 0 {
+				s = float64(widen(b))
+			} else {
+				s += float64(widen(b))
+			}
+		}
+		if emax < expMask && emax-emin <= w {
+			out[i] = narrow(toOdd(s)) // s is the exact sum: one rounding
+			continue
+		}
 		s, c := float64(widen(vs[0][i])), 0.0
 		ok := s-s == 0
 		for q := 1; q < n; q++ {
