@@ -201,6 +201,17 @@ func window(n, mant int) int32 {
 // no bounds checks, on state that stays in L1.
 const exactBlock = 512
 
+// exactInit holds exactF32's starting state of a block, copied in.
+var exactInit = func() (z struct {
+	s  [exactBlock]float64
+	mn [exactBlock]uint32
+}) {
+	for j := range z.s {
+		z.s[j], z.mn[j] = math.Copysign(0, -1), math.MaxUint32
+	}
+	return z
+}()
+
 func exactF32(out []float32, ins [][]byte, vals []float64) {
 	n := len(ins)
 	vs := make([][]float32, n)
@@ -213,13 +224,15 @@ func exactF32(out []float32, ins [][]byte, vals []float64) {
 	w := uint32(window(n, 23))
 	var sum [exactBlock]float64
 	var amax, amin1 [exactBlock]uint32
+	var flags [exactBlock / 4]uint8
+	var res [exactBlock]float32
 	for lo := 0; lo < len(out); lo += exactBlock {
 		hi := min(lo+exactBlock, len(out))
 		s, mx, mn := sum[:hi-lo], amax[:hi-lo], amin1[:hi-lo]
 		// -0 is the identity of addition, for -0 too.
-		for j := range s {
-			s[j], mx[j], mn[j] = math.Copysign(0, -1), 0, math.MaxUint32
-		}
+		copy(s, exactInit.s[:])
+		clear(mx)
+		copy(mn, exactInit.mn[:])
 		for _, vq := range vs {
 			v := vq[lo:hi]
 			v = v[:len(s)]
@@ -231,9 +244,20 @@ func exactF32(out []float32, ins [][]byte, vals []float64) {
 				mn[j] = min(mn[j], a-1)
 			}
 		}
-		o := out[lo:hi]
-		o = o[:len(s)]
-		for j := range o {
+		// The results go to res first: out may be one of the inputs,
+		// which the elements outside the fast path read again.
+		o := res[:len(s)]
+		k, bad := exactFinishF32Vec(o, s, mx, mn, int32(w), flags[:])
+		if bad != 0 {
+			for g, f := range flags[:k/4] {
+				for b := 0; f != 0; b, f = b+1, f>>1 {
+					if f&1 != 0 {
+						o[4*g+b] = exactElemF32(vs, lo+4*g+b, vals)
+					}
+				}
+			}
+		}
+		for j := k; j < len(o); j++ {
 			emax := mx[j] >> 23
 			emin := max((mn[j]+1)>>23, 1) // subnormals: the ulp of exponent 1
 			if mn[j] == math.MaxUint32 {
@@ -245,6 +269,7 @@ func exactF32(out []float32, ins [][]byte, vals []float64) {
 			}
 			o[j] = exactElemF32(vs, lo+j, vals)
 		}
+		copy(out[lo:hi], o)
 	}
 }
 

@@ -43,3 +43,62 @@ loop:
 done:
 	VZEROUPPER
 	RET
+
+// func exactFinishF32AVX2(out *float32, s *float64, mx, mn *uint32, n int, w int32, flags *uint8) uint32
+//
+// For i < n (a multiple of 4): out[i] = float32(s[i]), and bit i%4 of
+// flags[i/4] set where the element is outside the fast path (exponent
+// 255, or a span emax - emin over w; exact.go, exactF32). Returns the OR
+// of the flags.
+TEXT ·exactFinishF32AVX2(SB), NOSPLIT, $0-60
+	MOVQ out+0(FP), DI
+	MOVQ s+8(FP), SI
+	MOVQ mx+16(FP), R8
+	MOVQ mn+24(FP), R9
+	MOVQ n+32(FP), CX
+	MOVL w+40(FP), AX
+	MOVQ AX, X12
+	VPBROADCASTD X12, X12
+	MOVQ flags+48(FP), R10
+	MOVQ $255, AX
+	MOVQ AX, X10
+	VPBROADCASTD X10, X10
+	MOVQ $1, AX
+	MOVQ AX, X11
+	VPBROADCASTD X11, X11
+	VPCMPEQD X13, X13, X13
+	XORL BX, BX
+
+floop:
+	CMPQ CX, $4
+	JLT  fdone
+	VMOVUPD    (SI), Y0
+	VCVTPD2PSY Y0, X0
+	VMOVUPS    X0, (DI)
+	VMOVDQU    (R8), X1
+	VPSRLD     $23, X1, X1
+	VMOVDQU    (R9), X2
+	VPCMPEQD   X13, X2, X3
+	VPADDD     X11, X2, X4
+	VPSRLD     $23, X4, X4
+	VPMAXSD    X11, X4, X4
+	VBLENDVPS  X3, X10, X4, X4
+	VPSUBD     X4, X1, X5
+	VPCMPGTD   X12, X5, X6
+	VPCMPEQD   X10, X1, X7
+	VPOR       X7, X6, X6
+	VMOVMSKPS  X6, AX
+	MOVB       AX, (R10)
+	ORL        AX, BX
+	ADDQ       $16, DI
+	ADDQ       $32, SI
+	ADDQ       $16, R8
+	ADDQ       $16, R9
+	ADDQ       $1, R10
+	SUBQ       $4, CX
+	JMP        floop
+
+fdone:
+	VZEROUPPER
+	MOVL BX, ret+56(FP)
+	RET

@@ -194,6 +194,15 @@ func checkExact(t *testing.T, dt DType, rows [][]uint64) {
 	}
 	out := alignedBuf(count * es)
 	Exact(dt, out, ins)
+	// The same into the last input, as the collectives do with the
+	// owner's own block: the result must not change.
+	last := alignedBuf(count * es)
+	copy(last, ins[n-1])
+	aliased := append(append([][]byte(nil), ins[:n-1]...), last)
+	Exact(dt, last, aliased)
+	if string(last) != string(out) {
+		t.Fatalf("%v: the result into one of the inputs differs from the result elsewhere", dt)
+	}
 	xs := make([]uint64, n)
 	for i := 0; i < count; i++ {
 		for q := range rows {
