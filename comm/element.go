@@ -71,13 +71,16 @@ const (
 	//
 	// Cost: one algorithm runs it, a pairwise reduce-scatter (each rank
 	// sends block q of its input, in the type's own width, to rank q,
-	// which sums the n inputs of its block exactly) and an allgather of
-	// the rounded blocks, so the wire carries what Sum's ring does; the
-	// extra is the exact arithmetic (float64 error-free additions per
-	// input, with a multi-precision fallback for elements whose inputs
-	// span many distant scales, about a microsecond each) and a copy of
-	// each received block. GOCOLL_ALGO does not change it (see the
-	// collectives package). On integer types ExactSum is Sum.
+	// which sums the n inputs of its block exactly) and a direct
+	// allgather of the rounded blocks, so the wire carries what Sum's
+	// ring does, in two steps of n-1 concurrent messages. The extra is
+	// the arithmetic and a copy of each received block: per element, a
+	// float64 sum with a check that the inputs' exponents span few enough
+	// bits for it to be exact (AVX2 for float32), error-free TwoSum
+	// additions where they span more, and math/big (about a microsecond)
+	// for the rare element whose inputs lie at three or more far-apart
+	// scales. GOCOLL_ALGO does not change it (see package collectives).
+	// On integer types ExactSum is Sum. docs/exactsum.md has measurements.
 	ExactSum = Op(reduce.ExactSum)
 )
 

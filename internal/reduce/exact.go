@@ -16,8 +16,10 @@ import (
 //
 // # Method
 //
-// Every input of every float type is exactly a float64. Per element the
-// kernel adds the inputs in float64 with TwoSum (Knuth), which gives the
+// Every input of every float type is exactly a float64. Most float32,
+// bfloat16 and float16 elements take the fast path (below): a plain
+// float64 sum that is provably exact. The others, and every float64
+// element, add the inputs in float64 with TwoSum (Knuth), which gives the
 // rounded sum t = fl(s+x) and its error e = (s+x) - t exactly, with no
 // condition on the operands' order or magnitude (as long as nothing
 // overflows): s + c + (all later inputs) stays equal to the exact sum so
