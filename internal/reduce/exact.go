@@ -223,7 +223,7 @@ func exactF32(out []float32, ins [][]byte, vals []float64) {
 	// The exponent span, from the magnitudes' bits, which order as the
 	// magnitudes do: amax is the largest, amin1 the smallest nonzero
 	// minus one (a zero, minus one, wraps to the largest uint32).
-	w := uint32(window(n, 23))
+	w := window(n, 23) // negative beyond 2^29 inputs: no fast path
 	var sum [exactBlock]float64
 	var amax, amin1 [exactBlock]uint32
 	var flags [exactBlock / 4]uint8
@@ -249,7 +249,7 @@ func exactF32(out []float32, ins [][]byte, vals []float64) {
 		// The results go to res first: out may be one of the inputs,
 		// which the elements outside the fast path read again.
 		o := res[:len(s)]
-		k, bad := exactFinishF32Vec(o, s, mx, mn, int32(w), flags[:])
+		k, bad := exactFinishF32Vec(o, s, mx, mn, w, flags[:])
 		if bad != 0 {
 			for g, f := range flags[:k/4] {
 				for b := 0; f != 0; b, f = b+1, f>>1 {
@@ -260,12 +260,12 @@ func exactF32(out []float32, ins [][]byte, vals []float64) {
 			}
 		}
 		for j := k; j < len(o); j++ {
-			emax := mx[j] >> 23
-			emin := max((mn[j]+1)>>23, 1) // subnormals: the ulp of exponent 1
+			emax := int32(mx[j] >> 23)
+			emin := int32(max((mn[j]+1)>>23, 1)) // subnormals: the ulp of exponent 1
 			if mn[j] == math.MaxUint32 {
 				emin = 255 // every input zero: no bits at all
 			}
-			if emax < 255 && emax <= emin+w {
+			if emax < 255 && emax-emin <= w {
 				o[j] = float32(s[j]) // s is the exact sum: one rounding
 				continue
 			}
