@@ -104,7 +104,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&cfg.op, "op", "allreduce", "collective: "+strings.Join(opNames(), ", "))
 	fs.StringVar(&cfg.dtype, "dtype", "float32", "element type: "+strings.Join(dtypeNames(), ", "))
-	fs.StringVar(&cfg.redop, "redop", "sum", "reduction for reducing collectives: sum, prod, min, max, avg (floats only)")
+	fs.StringVar(&cfg.redop, "redop", "sum", "reduction for reducing collectives: sum, prod, min, max, avg (floats only), exactsum (correctly rounded sum; sum on integers)")
 	fs.IntVar(&cfg.root, "root", 0, "root rank for rooted collectives")
 	fs.Var(sizeValue{&cfg.min}, "min", "smallest size in bytes (K/M/G suffixes, powers of 1024)")
 	fs.Var(sizeValue{&cfg.max}, "max", "largest size in bytes (K/M/G suffixes)")
@@ -164,7 +164,7 @@ func validate(cfg *config, set map[string]bool) error {
 	cfg.redop = strings.ToLower(cfg.redop)
 	rop, ok := redops[cfg.redop]
 	if !ok {
-		return bad("-redop %q: unknown reduction (known: sum, prod, min, max, avg)", cfg.redop)
+		return bad("-redop %q: unknown reduction (known: sum, prod, min, max, avg, exactsum)", cfg.redop)
 	}
 	if spec, _ := findOp(cfg.op); spec.reduces && rop.floatOnly && !dt.float {
 		return bad("-redop %s needs a floating-point -dtype, not %s (use sum and divide)", cfg.redop, cfg.dtype)

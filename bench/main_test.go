@@ -338,7 +338,7 @@ func TestEveryCollectiveTypeAndRedop(t *testing.T) {
 			spec, _ := findOp(op)
 			reds := []string{"sum"}
 			if spec.reduces {
-				reds = []string{"sum", "prod", "min", "max"}
+				reds = []string{"sum", "prod", "min", "max", "exactsum"}
 				if d.float {
 					reds = append(reds, "avg")
 				}

@@ -63,7 +63,7 @@ type redopInfo struct {
 
 var redops = map[string]redopInfo{
 	"sum": {comm.Sum, false}, "prod": {comm.Prod, false}, "min": {comm.Min, false},
-	"max": {comm.Max, false}, "avg": {comm.Avg, true},
+	"max": {comm.Max, false}, "avg": {comm.Avg, true}, "exactsum": {comm.ExactSum, false},
 }
 
 func isFloat[T comm.Element]() bool {
@@ -186,7 +186,7 @@ func fold[T comm.Element](op comm.Op, vals []T) T {
 		for _, v := range vals[1:] {
 			x := toF64(v)
 			switch op {
-			case comm.Sum, comm.Avg:
+			case comm.Sum, comm.Avg, comm.ExactSum:
 				acc += x
 			case comm.Prod:
 				acc *= x
@@ -204,7 +204,7 @@ func fold[T comm.Element](op comm.Op, vals []T) T {
 	acc := vals[0]
 	for _, v := range vals[1:] {
 		switch op {
-		case comm.Sum:
+		case comm.Sum, comm.ExactSum:
 			acc = fromI64[T](toI64(acc) + toI64(v))
 		case comm.Prod:
 			acc = fromI64[T](toI64(acc) * toI64(v))

@@ -19,6 +19,12 @@ func (g *Group) AllReduce(ctx context.Context, buf []byte, dt reduce.DType, op r
 	if !whole {
 		return lenError("allreduce", buf, dt)
 	}
+	if op == reduce.ExactSum {
+		if exactFloat(dt, op) {
+			return g.exactAllReduce(ctx, buf, count, dt) // exact.go
+		}
+		op = exactOp(op)
+	}
 	algo, wide := g.chooseReduction(AllReduce, dt, op, len(buf))
 	c := g.newCall(ctx, spec{what: tag(AllReduce, algo, dt, op), count: uint64(count)})
 	if algo != Local && wide {

@@ -28,4 +28,16 @@
 // float32, on the wire too, and round to 16 bits once (wide.go says what
 // travels in which width for each algorithm); the call header says so,
 // so that ranks that would disagree on the width get ErrMismatch.
+//
+// ExactSum (reduce.ExactSum) on a float type is the exact sum of every
+// rank's input rounded once: the same bits for any rank count, algorithm,
+// transport or arrival order. It has one algorithm of its own (exact.go),
+// whatever the table or GOCOLL_ALGO pick for other ops: a pairwise
+// reduce-scatter that brings each block's n raw inputs, in the element
+// width, to the block's owner, which sums them exactly (reduce.Exact),
+// then a direct allgather of the rounded blocks. The algorithms that
+// forward partial results would need exact partials on the wire (up to
+// 277 bits per float32 element as fixed point, 2100 per float64); raw
+// inputs need no wider format and one exact computation per element.
+// On integers ExactSum is Sum.
 package collectives

@@ -21,6 +21,14 @@ func (g *Group) ReduceScatter(ctx context.Context, send, recv []byte, dt reduce.
 	if len(send) != n*len(recv) {
 		return fmt.Errorf("reducescatter: send buffer of %d bytes, want %d ranks x %d bytes = %d", len(send), n, len(recv), n*len(recv))
 	}
+	if op == reduce.ExactSum {
+		if exactFloat(dt, op) {
+			// exact.go
+			c := g.newCall(ctx, spec{what: tag(ReduceScatter, g.chooseExact(ReduceScatter), dt, op), count: uint64(count)})
+			return c.exactReduceScatterOrLocal(func(q int) []byte { return send[q*len(recv) : (q+1)*len(recv)] }, send, recv, dt)
+		}
+		op = exactOp(op)
+	}
 	algo, wide := g.chooseReduction(ReduceScatter, dt, op, len(send))
 	c := g.newCall(ctx, spec{what: tag(ReduceScatter, algo, dt, op), count: uint64(count)})
 	block := func(b []byte, i int) []byte { return b[i*len(recv) : (i+1)*len(recv)] }
@@ -87,6 +95,14 @@ func (g *Group) ReduceScatterV(ctx context.Context, send, recv []byte, counts []
 	}
 	if len(recv) != counts[r]*es {
 		return invalid("reducescatterv: receive buffer of %d elements, but counts[%d] = %d", len(recv)/es, r, counts[r])
+	}
+	if op == reduce.ExactSum {
+		if exactFloat(dt, op) {
+			// exact.go
+			c := g.newCall(ctx, spec{what: tag(ReduceScatterV, g.chooseExact(ReduceScatterV), dt, op), count: uint64(total(counts)), extra: countsSum(counts)})
+			return c.exactReduceScatterOrLocal(func(q int) []byte { return send[offs[q]:offs[q+1]] }, send, recv, dt)
+		}
+		op = exactOp(op)
 	}
 	algo, wide := g.chooseReduction(ReduceScatterV, dt, op, len(send))
 	c := g.newCall(ctx, spec{what: tag(ReduceScatterV, algo, dt, op), count: uint64(total(counts)), extra: countsSum(counts)})

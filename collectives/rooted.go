@@ -127,6 +127,12 @@ func (g *Group) Reduce(ctx context.Context, send, recv []byte, dt reduce.DType, 
 	if atRoot && len(recv) != len(send) {
 		return invalid("reduce: receive buffer of %d bytes at the root, want %d like send", len(recv), len(send))
 	}
+	if op == reduce.ExactSum {
+		if exactFloat(dt, op) {
+			return g.exactReduce(ctx, send, recv, count, dt, root) // exact.go
+		}
+		op = exactOp(op)
+	}
 	algo := g.choose(Reduce, len(send))
 	c := g.newCall(ctx, spec{what: tag(Reduce, algo, dt, op), count: uint64(count), root: uint32(root)})
 	parent, children := g.tree(root)

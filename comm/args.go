@@ -22,7 +22,7 @@ func checkDTypeOp(what string, dt reduce.DType, op Op) error {
 //go:noinline
 func opError(what string, dt reduce.DType, op Op) error {
 	if !reduce.Op(op).Valid() {
-		return fmt.Errorf("comm: %s: unknown op %d (want Sum, Prod, Min, Max or Avg): %w", what, op, ErrInvalid)
+		return fmt.Errorf("comm: %s: unknown op %d (want Sum, Prod, Min, Max, Avg or ExactSum): %w", what, op, ErrInvalid)
 	}
 	if err := reduce.Check(dt, reduce.Op(op)); err != nil {
 		return fmt.Errorf("comm: %s: %w: %w", what, ErrUnsupported, err)

@@ -72,9 +72,17 @@
 //		return comm.AllReduce(ctx, c, grads, comm.Sum)
 //	}
 //
+// Reproducible sums: a float Sum depends on the order of its additions,
+// so its bits change with the rank count, the algorithm, the transport
+// and, for some algorithms, the order messages arrive in. ExactSum is the
+// exact sum of every rank's input rounded once: the same bits under any
+// of those, and as accurate as the type allows (see ExactSum for the
+// special values, what it costs and ExampleExactSum for the difference;
+// docs/exactsum.md for the method and measurements).
+//
 // The algorithms (package collectives) are chosen by message size and rank
-// count, can be forced with GOCOLL_ALGO, and say what they chose with
-// GOCOLL_DEBUG=info. They run over a transport (package transport); which
+// count, can be forced with GOCOLL_ALGO (except ExactSum's), and say what
+// they chose with GOCOLL_DEBUG=info. They run over a transport (package transport); which
 // one is picked by GOCOLL_TRANSPORT.
 //
 // # Environment

@@ -63,6 +63,31 @@ const (
 	// ranks (683, 683, 682), or with any uneven shards, use AllReduceMean
 	// with each rank's sample count as its weight.
 	Avg = Op(reduce.Avg)
+	// ExactSum is the correctly rounded sum: for Float16, BFloat16,
+	// float32 and float64, each result element is the exact sum of every
+	// rank's input rounded once, to nearest with ties to even. Being a
+	// function of the inputs alone, it is the same bits whatever the
+	// number of ranks, the algorithm, the transport or the order in which
+	// messages arrive, and as accurate as the type allows. Overflow gives
+	// ±Inf as one IEEE addition of the exact sum would; any NaN input,
+	// or +Inf and -Inf together, give the canonical quiet NaN (positive,
+	// no payload: 0x7fc00000 for float32, 0x7ff8000000000000 for float64,
+	// 0x7e00 for Float16, 0x7fc0 for BFloat16), whatever the inputs'
+	// payloads; an exact zero sum is -0 only when every input is -0.
+	//
+	// Cost: one algorithm runs it, a pairwise reduce-scatter (each rank
+	// sends block q of its input, in the type's own width, to rank q,
+	// which sums the n inputs of its block exactly) and a direct
+	// allgather of the rounded blocks, so the wire carries what Sum's
+	// ring does, in two steps of n-1 concurrent messages. The extra is
+	// the arithmetic and a copy of each received block: per element, a
+	// float64 sum with a check that the inputs' exponents span few enough
+	// bits for it to be exact (AVX2 for float32), error-free TwoSum
+	// additions where they span more, and math/big (about a microsecond)
+	// for the rare element whose inputs lie at three or more far-apart
+	// scales. GOCOLL_ALGO does not change it (see package collectives).
+	// On integer types ExactSum is Sum. docs/exactsum.md has measurements.
+	ExactSum = Op(reduce.ExactSum)
 )
 
 func (o Op) String() string { return reduce.Op(o).String() }

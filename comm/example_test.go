@@ -525,3 +525,39 @@ func ExampleCommunicator_Records() {
 	// #2 broadcast of 1 x int32, 4 bytes, running: false
 	// allreduces: 1 bytes: 16
 }
+
+// ExactSum returns the exact sum of the ranks' inputs rounded once, so
+// its bits do not depend on the algorithm (or the rank count, transport
+// or arrival order), where Sum's follow the order of its additions.
+// Here four ranks hold 1e8, 4, 4 and -1e8 in float32, whose spacing at
+// 1e8 is 8: the ring adds 4+4 first and keeps the 8, recursive doubling
+// adds each 4 to a 1e8 first and loses both to ties-to-even.
+func ExampleExactSum() {
+	ctx := context.Background()
+	inputs := []float32{1e8, 4, 4, -1e8}
+	for _, algo := range []string{"ring", "rd", "tree"} {
+		cs, err := comm.NewLocal(ctx, len(inputs), comm.WithAlgorithm("allreduce="+algo))
+		if err != nil {
+			log.Fatal(err)
+		}
+		var sum, exact [4]float32
+		onEveryRank(cs, func(c *comm.Communicator) {
+			defer c.Close()
+			buf := []float32{inputs[c.Rank()]}
+			if err := comm.AllReduce(ctx, c, buf, comm.Sum); err != nil {
+				log.Fatal(err)
+			}
+			sum[c.Rank()] = buf[0]
+			buf[0] = inputs[c.Rank()]
+			if err := comm.AllReduce(ctx, c, buf, comm.ExactSum); err != nil {
+				log.Fatal(err)
+			}
+			exact[c.Rank()] = buf[0]
+		})
+		fmt.Printf("%-4s Sum %v, ExactSum %v\n", algo, sum[0], exact[0])
+	}
+	// Output:
+	// ring Sum 8, ExactSum 8
+	// rd   Sum 0, ExactSum 8
+	// tree Sum 0, ExactSum 8
+}

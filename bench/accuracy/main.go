@@ -20,6 +20,14 @@
 //     and reduce;
 //   - "float32": the same with GOCOLL_HALF_ACCUM=float32, the default,
 //     which keeps partial sums in float32 and rounds once;
+//   - "exactsum": the same for comm.ExactSum (every way computes it the
+//     same way, whatever GOCOLL_ALGO says; it is run under each anyway):
+//     the exact sum rounded once, so its error is the one rounding's;
+//   - "sum!=RN" and "exact!=RN": how many results (over every way and
+//     every rank holding one) differ from the exact sum correctly rounded
+//     to the type, computed with math/big (internal/exactref): Sum's
+//     float32 partials give the correctly rounded sum most of the time but
+//     not always; ExactSum's count is zero, and the test asserts it;
 //   - "of bound": float32's largest |error| over the documented bound,
 //     u16·|S| + (1+u16)·γ(n-1)·Σ|x| + η, where u16 is the 16-bit unit
 //     roundoff (2^-11, 2^-8), γ(k) = k·2^-24/(1-k·2^-24) float32's
@@ -51,6 +59,7 @@ import (
 	"time"
 
 	"github.com/gocoll/gocoll/comm"
+	"github.com/gocoll/gocoll/internal/exactref"
 	"github.com/gocoll/gocoll/internal/reduce"
 )
 
@@ -108,7 +117,7 @@ var (
 
 func table(ctx context.Context, w io.Writer, ns []int, count int, transport string) error {
 	fmt.Fprintf(w, "max |error| / sum|x| over %d elements per rank; \"of bound\": max |error| / documented bound\n", count)
-	fmt.Fprintf(w, "%-9s %-7s %4s  %10s  %10s  %10s  %8s\n", "type", "data", "n", "model16", "16bit", "float32", "of bound")
+	fmt.Fprintf(w, "%-9s %-7s %4s  %10s  %10s  %10s  %10s  %8s  %9s  %8s\n", "type", "data", "n", "model16", "16bit", "float32", "exactsum", "sum!=RN", "exact!=RN", "of bound")
 	for _, dt := range dtypes {
 		for _, data := range datasets {
 			for _, n := range ns {
@@ -116,7 +125,7 @@ func table(ctx context.Context, w io.Writer, ns []int, count int, transport stri
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(w, "%-9v %-7s %4d  %10.3e  %10.3e  %10.3e  %8.3f\n", dt, data, n, res.Partials16, res.Lib16, res.Lib, res.OfBound)
+				fmt.Fprintf(w, "%-9v %-7s %4d  %10.3e  %10.3e  %10.3e  %10.3e  %8d  %9d  %8.3f\n", dt, data, n, res.Partials16, res.Lib16, res.Lib, res.Exact, res.SumOff, res.ExactOff, res.OfBound)
 			}
 		}
 	}
@@ -124,12 +133,15 @@ func table(ctx context.Context, w io.Writer, ns []int, count int, transport stri
 }
 
 // Result is one measurement: the largest |error|/Σ|x| of the 16-bit
-// partials model, of the library rounding 16-bit partials (Lib16) and
-// keeping them in float32 (Lib), and Lib's largest |error|/bound, with
-// the way of computing that gave it.
+// partials model, of the library rounding 16-bit partials (Lib16),
+// keeping them in float32 (Lib) and of ExactSum (Exact), and Lib's
+// largest |error|/bound, with the way of computing that gave it; and
+// how many of Sum's (float32 partials) and ExactSum's results differ
+// from the correctly rounded sum.
 type Result struct {
-	Partials16, Lib16, Lib, OfBound float64
-	Worst                           string
+	Partials16, Lib16, Lib, Exact, OfBound float64
+	SumOff, ExactOff                       int
+	Worst                                  string
 }
 
 // inputs returns every rank's count elements of dt for data, as float64
@@ -203,6 +215,7 @@ func Measure(ctx context.Context, n, count int, dt reduce.DType, data Data, tran
 	in := inputs(n, count, dt, data)
 	var res Result
 	exact, abs := make([]float64, count), make([]float64, count)
+	rn := correctlyRounded(dt, in)
 	for i := 0; i < count; i++ {
 		p := float32(in[0][i])
 		for q := 0; q < n; q++ {
@@ -224,10 +237,15 @@ func Measure(ctx context.Context, n, count int, dt reduce.DType, data Data, tran
 			os.Unsetenv(accumVar)
 		}
 	}()
-	for _, mode := range []string{"16bit", "float32"} {
-		os.Setenv(accumVar, mode)
+	for _, mode := range []string{"16bit", "float32", "exactsum"} {
+		op := comm.Sum
+		if mode == "exactsum" {
+			op = comm.ExactSum
+		} else {
+			os.Setenv(accumVar, mode)
+		}
 		for _, way := range ways(n) {
-			results, err := compute(ctx, n, count, dt, in, way, transport)
+			results, err := compute(ctx, n, count, dt, in, way, transport, op)
 			if err != nil {
 				return res, fmt.Errorf("%v %s n=%d %s %s=%s: %w", dt, data, n, way, accumVar, mode, err)
 			}
@@ -239,6 +257,26 @@ func Measure(ctx context.Context, n, count int, dt reduce.DType, data Data, tran
 				}
 			}
 			if mode == "16bit" {
+				continue
+			}
+			for _, got := range results {
+				for i := 0; i < count; i++ {
+					if got[i] == rn[i] {
+						continue
+					}
+					if mode == "exactsum" {
+						res.ExactOff++
+					} else {
+						res.SumOff++
+					}
+				}
+			}
+			if mode == "exactsum" {
+				for _, got := range results {
+					for i := 0; i < count; i++ {
+						res.Exact = max(res.Exact, math.Abs(got[i]-exact[i])/abs[i])
+					}
+				}
 				continue
 			}
 			for q, got := range results {
@@ -262,7 +300,7 @@ func Measure(ctx context.Context, n, count int, dt reduce.DType, data Data, tran
 // allreduce every rank, after checking that all hold the same bits; for
 // reduce-scatter every rank, each block summed along its own path; for
 // reduce the root.
-func compute(ctx context.Context, n, count int, dt reduce.DType, in [][]float64, way, transport string) ([][]float64, error) {
+func compute(ctx context.Context, n, count int, dt reduce.DType, in [][]float64, way, transport string, op comm.Op) ([][]float64, error) {
 	opts := []comm.Option{comm.WithTransport(transport), comm.WithTimeout(2 * time.Minute)}
 	switch way {
 	case "reducescatter", "reduce":
@@ -295,12 +333,12 @@ func compute(ctx context.Context, n, count int, dt reduce.DType, in [][]float64,
 		wg.Wait()
 	}()
 	if dt == reduce.BFloat16 {
-		return run(ctx, cs, count, in, way, comm.BFloat16Of, comm.BFloat16.Float32)
+		return run(ctx, cs, count, in, way, op, comm.BFloat16Of, comm.BFloat16.Float32)
 	}
-	return run(ctx, cs, count, in, way, comm.Float16Of, comm.Float16.Float32)
+	return run(ctx, cs, count, in, way, op, comm.Float16Of, comm.Float16.Float32)
 }
 
-func run[T comm.Float16 | comm.BFloat16](ctx context.Context, cs []*comm.Communicator, count int, in [][]float64, way string, of func(float32) T, to func(T) float32) ([][]float64, error) {
+func run[T comm.Float16 | comm.BFloat16](ctx context.Context, cs []*comm.Communicator, count int, in [][]float64, way string, op comm.Op, of func(float32) T, to func(T) float32) ([][]float64, error) {
 	n := len(cs)
 	send, out := make([][]T, n), make([][]T, n)
 	for q := range send {
@@ -320,12 +358,12 @@ func run[T comm.Float16 | comm.BFloat16](ctx context.Context, cs []*comm.Communi
 			case "reducescatter":
 				// Rank q's block is the same count elements as in every
 				// block, so every rank's result is the whole sum.
-				errs[q] = comm.ReduceScatter(ctx, c, send[q], out[q][:count], comm.Sum)
+				errs[q] = comm.ReduceScatter(ctx, c, send[q], out[q][:count], op)
 			case "reduce":
-				errs[q] = comm.Reduce(ctx, c, send[q][:count], out[q][:count], comm.Sum, 0)
+				errs[q] = comm.Reduce(ctx, c, send[q][:count], out[q][:count], op, 0)
 			default:
 				copy(out[q], send[q][:count])
-				errs[q] = comm.AllReduce(ctx, c, out[q][:count], comm.Sum)
+				errs[q] = comm.AllReduce(ctx, c, out[q][:count], op)
 			}
 		}()
 	}
@@ -356,4 +394,22 @@ func run[T comm.Float16 | comm.BFloat16](ctx context.Context, cs []*comm.Communi
 		}
 	}
 	return got, nil
+}
+
+// correctlyRounded is each element's exact sum rounded once to dt, by
+// exactref's math/big reference, as a float64.
+func correctlyRounded(dt reduce.DType, in [][]float64) []float64 {
+	f, bits := exactref.Float16, func(v float64) uint64 { return uint64(reduce.F32ToF16(float32(v))) }
+	if dt == reduce.BFloat16 {
+		f, bits = exactref.BFloat16, func(v float64) uint64 { return uint64(reduce.F32ToBF16(float32(v))) }
+	}
+	out := make([]float64, len(in[0]))
+	xs := make([]uint64, len(in))
+	for i := range out {
+		for q := range in {
+			xs[q] = bits(in[q][i]) // exact: in holds values of dt
+		}
+		out[i] = exactref.Value(f, exactref.Sum(f, xs))
+	}
+	return out
 }

@@ -39,6 +39,9 @@ func TestBound(t *testing.T) {
 					if res.OfBound > 1 {
 						t.Fatalf("error %.3f times the bound (%s)", res.OfBound, res.Worst)
 					}
+					if res.ExactOff != 0 {
+						t.Fatalf("ExactSum: %d results differ from the correctly rounded sum", res.ExactOff)
+					}
 					if data != Swamp {
 						return
 					}
@@ -75,8 +78,13 @@ func TestTable(t *testing.T) {
 		t.Fatalf("%d lines, want %d:\n%s", len(lines), want, out.String())
 	}
 	for _, l := range lines[2:] {
-		if f := strings.Fields(l); len(f) != 7 {
-			t.Errorf("row %q: %d fields, want 7", l, len(f))
+		f := strings.Fields(l)
+		if len(f) != 10 {
+			t.Errorf("row %q: %d fields, want 10", l, len(f))
+			continue
+		}
+		if f[8] != "0" {
+			t.Errorf("row %q: exact!=RN is %s, want 0", l, f[8])
 		}
 	}
 }

@@ -111,6 +111,7 @@ func Run(t *testing.T, mesh Mesh) {
 			t.Run("ReduceScatter", func(t *testing.T) { testReduceScatter(t, ts) })
 			t.Run("Barrier", func(t *testing.T) { testBarrier(t, ts) })
 			t.Run("RandomFloats", func(t *testing.T) { testRandomFloats(t, ts) })
+			t.Run("ExactSum", func(t *testing.T) { testExactSum(t, ts) })
 			t.Run("Reduce", func(t *testing.T) { testReduce(t, ts) })
 			t.Run("Gather", func(t *testing.T) { testGather(t, ts) })
 			t.Run("Scatter", func(t *testing.T) { testScatter(t, ts) })

@@ -28,7 +28,7 @@ var allTypes = []reduce.DType{
 	reduce.Uint8, reduce.Uint16, reduce.Uint32, reduce.Uint64, reduce.Float16, reduce.BFloat16,
 }
 
-var allOps = []reduce.Op{reduce.Sum, reduce.Prod, reduce.Min, reduce.Max, reduce.Avg}
+var allOps = []reduce.Op{reduce.Sum, reduce.Prod, reduce.Min, reduce.Max, reduce.Avg, reduce.ExactSum}
 
 // transportTypes are the types a transport-only run tries (see
 // testmode.TransportOnly): each element size, the 16-bit float whose
@@ -104,7 +104,7 @@ func reference(op reduce.Op, dt reduce.DType, n, i int) float64 {
 		for q := 1; q < n; q++ {
 			x := int64(input(op, dt, q, i))
 			switch op {
-			case reduce.Sum:
+			case reduce.Sum, reduce.ExactSum:
 				a += x
 			case reduce.Prod:
 				a *= x
@@ -119,7 +119,7 @@ func reference(op reduce.Op, dt reduce.DType, n, i int) float64 {
 	for q := 1; q < n; q++ {
 		x := input(op, dt, q, i)
 		switch op {
-		case reduce.Sum, reduce.Avg:
+		case reduce.Sum, reduce.Avg, reduce.ExactSum:
 			acc += x
 		case reduce.Prod:
 			acc *= x

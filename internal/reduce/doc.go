@@ -91,6 +91,14 @@
 // Avg is reduced exactly as Sum; the caller divides once at the end with
 // [Scale].
 //
+// ExactSum is not computed by Reduce on floats (it panics there): it needs
+// all n inputs of an element at once, which [Exact] takes, and returns
+// their exact sum rounded once (exact.go says how, and proves it). On
+// integers Reduce computes it as Sum. Exact's accumulation step has an
+// AVX2 kernel for float32 (exact_amd64.s, written by hand, not by _gen:
+// it is one loop, not a family per type and op), used at the AVX2 level
+// and above; both give the same bits.
+//
 // The conversion helpers ([F16ToF32], [F32ToF16], [BF16ToF32], [F32ToBF16])
 // round to nearest with ties to even, keep NaN as a quiet NaN and ±Inf as
 // ±Inf, overflow to ±Inf, handle subnormals exactly and preserve -0.

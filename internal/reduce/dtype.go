@@ -95,16 +95,20 @@ const (
 	Min
 	Max
 	Avg // reduced as Sum; the caller divides once at the end with Scale
+	// ExactSum is the correctly rounded sum (exact.go): on floats only
+	// through ExactSum, never Reduce; on integers the same as Sum.
+	ExactSum
 
-	maxOp = Avg
+	maxOp = ExactSum
 )
 
 var opNames = [maxOp + 1]string{
-	Sum:  "sum",
-	Prod: "prod",
-	Min:  "min",
-	Max:  "max",
-	Avg:  "avg",
+	Sum:      "sum",
+	Prod:     "prod",
+	Min:      "min",
+	Max:      "max",
+	Avg:      "avg",
+	ExactSum: "exactsum",
 }
 
 // Valid reports whether o is one of the defined operations.

@@ -67,7 +67,8 @@ func TestOpProperties(t *testing.T) {
 		{Max, "max", true},
 		{Avg, "avg", true},
 		{0, "op(0)", false},
-		{6, "op(6)", false},
+		{ExactSum, "exactsum", true},
+		{7, "op(7)", false},
 		{200, "op(200)", false},
 	}
 	for _, tc := range tests {
@@ -78,8 +79,8 @@ func TestOpProperties(t *testing.T) {
 			t.Errorf("%v.Valid() = %v, want %v", tc.op, got, tc.valid)
 		}
 	}
-	if Sum != 1 || Avg != 5 {
-		t.Errorf("Op constants moved: Sum=%d Avg=%d", Sum, Avg)
+	if Sum != 1 || Avg != 5 || ExactSum != 6 {
+		t.Errorf("Op constants moved: Sum=%d Avg=%d ExactSum=%d", Sum, Avg, ExactSum)
 	}
 }
 

@@ -151,7 +151,7 @@ func reduceAligned(dt DType, op Op, dst, a, b []byte) {
 
 func reduceInt[T integer](op Op, d, a, b []T) {
 	switch op {
-	case Sum, Avg:
+	case Sum, Avg, ExactSum:
 		sumLoop(d, a, b)
 	case Prod:
 		prodLoop(d, a, b)
@@ -172,6 +172,8 @@ func reduceF32(op Op, d, a, b []float32) {
 		minLoop(d, a, b)
 	case Max:
 		maxLoop(d, a, b)
+	default:
+		notReduced(op)
 	}
 }
 
@@ -185,6 +187,8 @@ func reduceF64(op Op, d, a, b []float64) {
 		minLoop(d, a, b)
 	case Max:
 		maxLoop(d, a, b)
+	default:
+		notReduced(op)
 	}
 }
 
@@ -289,6 +293,8 @@ func reduceF16(op Op, d, a, b []uint16) {
 		for i := range d {
 			d[i] = F32ToF16(max(F16ToF32(a[i]), F16ToF32(b[i])))
 		}
+	default:
+		notReduced(op)
 	}
 }
 
@@ -316,6 +322,8 @@ func reduceBF16(op Op, d, a, b []uint16) {
 		for i := range d {
 			d[i] = F32ToBF16(max(bf16Bits(a[i]), bf16Bits(b[i])))
 		}
+	default:
+		notReduced(op)
 	}
 }
 
@@ -389,4 +397,10 @@ func scaleAligned(dt DType, buf []byte, n int) {
 			s[i] = F32ToBF16(BF16ToF32(s[i]) / div)
 		}
 	}
+}
+
+// notReduced panics for an op that Reduce does not compute on floats:
+// ExactSum goes through Exact.
+func notReduced(op Op) {
+	panic("reduce: Reduce cannot compute " + op.String() + " on floats (use Exact)")
 }

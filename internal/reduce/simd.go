@@ -178,6 +178,9 @@ func buildTable(l level, feats feature) *kernTable {
 	}
 	for dt := range t {
 		t[dt][Avg] = t[dt][Sum]
+		if !DType(dt).IsFloat() {
+			t[dt][ExactSum] = t[dt][Sum]
+		}
 	}
 	return t
 }
