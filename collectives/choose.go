@@ -42,11 +42,17 @@ import (
 //     pairwiseRanks every rank would talk to every other at once, which
 //     nothing has measured: the float32 table applies.
 //
-// GOCOLL_ALGO (Options.Algos) overrides every row but a job of one rank.
+// GOCOLL_ALGO (Options.Algos) overrides every row but a job of one rank
+// and an exact sum (exact.go), whose bits must not depend on it.
 var rules = [...]rule{
 	{anyKind, Local,
 		func(g *Group, s shape) bool { return s.n == 1 },
 		func(g *Group, s shape) string { return "one rank" }},
+	{anyKind, Pairwise,
+		func(g *Group, s shape) bool { return s.exact },
+		func(g *Group, s shape) string {
+			return "exactsum: every block's inputs summed exactly by its owner (GOCOLL_ALGO does not apply)"
+		}},
 	{anyKind, Auto,
 		func(g *Group, s shape) bool { return s.kind < kindLimit && g.forced[s.kind] != Auto },
 		func(g *Group, s shape) string { return "forced (GOCOLL_ALGO)" }},
@@ -127,6 +133,7 @@ type shape struct {
 	kind     Kind
 	n, bytes int
 	wide     bool // 16-bit data reduced with float32 partials (wideFor)
+	exact    bool // an ExactSum of floats (exactFloat)
 }
 
 // pairwiseRanks is the most ranks on which the wide path runs the
@@ -210,8 +217,11 @@ type lastChoice struct {
 func (g *Group) Choice(kind Kind, bytes int, dt reduce.DType, op reduce.Op) (Algo, string) {
 	s := shape{kind: kind, n: g.n, bytes: bytes}
 	switch kind {
-	case AllReduce, ReduceScatter, ReduceScatterV:
-		s.wide = g.wideFor(dt, op)
+	case AllReduce, ReduceScatter, ReduceScatterV, Reduce:
+		s.exact = exactFloat(dt, op)
+		if kind != Reduce && !s.exact {
+			s.wide = g.wideFor(dt, op)
+		}
 	}
 	a, row := g.pick(s)
 	return a, rules[row].why(g, s)

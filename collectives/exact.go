@@ -56,25 +56,10 @@ func exactOp(op reduce.Op) reduce.Op {
 	return op
 }
 
-// chooseExact is the algorithm of an exact sum, logged the first time as
-// choose logs.
+// chooseExact is the algorithm of an exact sum of kind: a row of the
+// choice table (see rules), logged as every choice is.
 func (g *Group) chooseExact(kind Kind) Algo {
-	a := Pairwise
-	if g.n == 1 {
-		a = Local
-	}
-	if g.logInfo {
-		key := decision{kind, a}
-		g.logMu.Lock()
-		first := !g.logged[key]
-		g.logged[key] = true
-		g.logMu.Unlock()
-		if first {
-			g.opts.Logger.Info("algorithm chosen", "collective", kind.String(), "algo", a.String(), "ranks", g.n,
-				"why", "exactsum: every block's inputs summed exactly by its owner (GOCOLL_ALGO does not apply)")
-		}
-	}
-	return a
+	return g.decide(shape{kind: kind, n: g.n, exact: true})
 }
 
 // exactAllReduce is AllReduce for ExactSum on a float type.
