@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gocoll/gocoll/internal/auth"
 	"github.com/gocoll/gocoll/internal/logging"
 )
 
@@ -119,7 +120,9 @@ const DefaultMasterPort = "29500"
 // GRUN_TOKEN is honoured whatever the launcher. Its text is the token, byte
 // for byte: it is not hex- or otherwise decoded and not trimmed (grun sets 64
 // hex digits and keys its store with those same 64 bytes), so every rank and
-// the store must be given the identical string.
+// the store must be given the identical string. It must have at least
+// auth.MinTokenLen (16) bytes: the handshake leaks nothing a dictionary can
+// be checked against offline, but every connection may try one guess.
 //
 // Every error wraps ErrEnv and names the variable to fix.
 func FromEnv(lookup func(string) (string, bool)) (Config, error) {
@@ -187,6 +190,10 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 		c.Addr, v.addr = e.served()
 	}
 	if tok, ok := lookup("GRUN_TOKEN"); ok {
+		if len(tok) < auth.MinTokenLen {
+			return Config{}, fmt.Errorf("GRUN_TOKEN has %d characters, want at least %d (random, e.g. GRUN_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n')): %w",
+				len(tok), auth.MinTokenLen, ErrEnv)
+		}
 		c.Token = []byte(tok)
 	}
 	if v, ok := lookup("GOCOLL_HALF_ACCUM"); ok {

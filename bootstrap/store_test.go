@@ -505,7 +505,7 @@ func TestStoreStrangers(t *testing.T) {
 			if err != nil && !errors.Is(err, syscall.ECONNRESET) {
 				t.Fatalf("stranger was not cut off: read %d bytes, %v", n, err)
 			}
-			if n > 24 {
+			if n > 40 { // auth's hello
 				t.Fatalf("stranger was sent %d bytes, want at most a hello", n)
 			}
 			eventually(t, fmt.Sprintf("Refused() == %d", i+1), func() bool { return s.Refused() == i+1 })
