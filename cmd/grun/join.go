@@ -41,6 +41,7 @@ import (
 
 	"github.com/gocoll/gocoll/bootstrap"
 	"github.com/gocoll/gocoll/internal/auth"
+	"github.com/gocoll/gocoll/internal/privfile"
 )
 
 const (
@@ -94,8 +95,13 @@ func (f jobFile) text() string {
 }
 
 // writeJobFile writes f to path with mode 0600, all at once (a joiner
-// never reads half a file).
+// never reads half a file). Something at path other than a regular file of
+// this user, a planted symlink say, is refused (privfile.ErrUnsafe); the
+// rename would replace a symlink planted later, never write through it.
 func writeJobFile(path string, f jobFile) error {
+	if err := privfile.Check(path); err != nil {
+		return fmt.Errorf("--job-file: %w", err)
+	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".grun-job-*")
 	if err != nil {
 		return fmt.Errorf("--job-file: %w", err)

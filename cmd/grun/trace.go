@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/gocoll/gocoll/internal/privfile"
+
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
@@ -228,7 +230,7 @@ func writeChromeTrace(path string, recs []traced) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(path, b, 0o644)
+	return privfile.WriteFile(path, b)
 }
 
 // kindColors gives each kind its colour, in a fixed order so that a
@@ -350,7 +352,7 @@ func drawTimeline(path string, recs []traced) (err error) {
 	height := vg.Length(160+28*(float64(len(lanes))+room)) * (vg.Inch / 96)
 	c := vgimg.PngCanvas{Canvas: vgimg.NewWith(vgimg.UseWH(1400*(vg.Inch/96), height), vgimg.UseDPI(96))}
 	p.Draw(draw.New(c.Canvas))
-	f, err := os.Create(path)
+	f, err := privfile.Create(path)
 	if err != nil {
 		return err
 	}
