@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gocoll/gocoll/internal/auth"
+	"github.com/gocoll/gocoll/internal/gate"
 	"github.com/gocoll/gocoll/internal/logging"
 	"github.com/gocoll/gocoll/internal/safetext"
 )
@@ -68,6 +69,10 @@ const (
 // that connects and says nothing is cut off. A Server takes its value when
 // it starts; tests shorten it.
 var handshakeTimeout = 10 * time.Second
+
+// preAuthMax bounds the connections a Server authenticates at once (see
+// internal/gate). A Server takes its value when it starts; tests shrink it.
+var preAuthMax = gate.Max
 
 var (
 	// ErrStoreClosed reports that the store server went away.
@@ -121,6 +126,7 @@ type Server struct {
 	done     chan struct{}
 
 	refused          atomic.Int64
+	gate             *gate.Gate // connections not yet authenticated
 	wg               sync.WaitGroup
 	handshakeTimeout time.Duration
 }
@@ -148,6 +154,7 @@ func Serve(ln net.Listener, token []byte) *Server {
 		done:     make(chan struct{}),
 
 		handshakeTimeout: handshakeTimeout,
+		gate:             gate.New("rendezvous", preAuthMax, gate.Every, logging.L()),
 	}
 	s.wg.Add(1)
 	go s.acceptLoop()
@@ -223,14 +230,30 @@ func (s *Server) Close() error {
 	s.mu.Unlock()
 	err := s.ln.Close()
 	s.wg.Wait()
+	s.gate.Close()
 	return err
 }
 
 func (s *Server) acceptLoop() {
 	defer s.wg.Done()
+	life, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-s.done:
+			cancel()
+		case <-life.Done():
+		}
+	}()
 	for {
+		// At most gate.Max connections authenticate at once; the rest
+		// wait in the backlog, costing no descriptor.
+		if !s.gate.Acquire(life) {
+			return
+		}
 		c, err := s.ln.Accept()
 		if err != nil {
+			s.gate.Release()
 			select {
 			case <-s.done:
 				return
@@ -246,6 +269,7 @@ func (s *Server) acceptLoop() {
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
+			s.gate.Release()
 			c.Close()
 			return
 		}
@@ -269,9 +293,11 @@ func (s *Server) serveConn(c net.Conn) {
 			s.MarkGone(rank, diedWhy)
 		}
 	}()
-	if err := auth.Handshake(c, s.token, auth.Store, false, time.Now().Add(s.handshakeTimeout)); err != nil {
+	err := auth.Handshake(c, s.token, auth.Store, false, time.Now().Add(s.handshakeTimeout))
+	s.gate.Release()
+	if err != nil {
 		s.refused.Add(1)
-		logging.L().Warn("rendezvous: refused a connection", "remote", c.RemoteAddr().String(), "err", err)
+		s.gate.Refuse(c.RemoteAddr(), err)
 		return
 	}
 	r := bufio.NewReader(c)

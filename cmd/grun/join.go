@@ -41,6 +41,8 @@ import (
 
 	"github.com/gocoll/gocoll/bootstrap"
 	"github.com/gocoll/gocoll/internal/auth"
+	"github.com/gocoll/gocoll/internal/gate"
+	"github.com/gocoll/gocoll/internal/logging"
 	"github.com/gocoll/gocoll/internal/privfile"
 )
 
@@ -200,22 +202,31 @@ type joinRequest struct {
 // serveJoins accepts joining gruns on ln until it is closed, and hands
 // each one that proves the token (it touches no other field of j), once the job runs (its ranks said so in
 // the store), to the supervisor through j.joins.
+// At most gate.Max connections authenticate at once; refusals are logged
+// in summary.
 func (j *job) serveJoins(ln net.Listener, store *bootstrap.Server, token string, over <-chan struct{}) {
+	g := gate.New("grun --join listener", gate.Max, gate.Every, logging.L())
+	defer g.Close()
 	for {
+		g.Acquire(context.Background())
 		c, err := ln.Accept()
 		if err != nil {
+			g.Release()
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
-		go j.serveJoin(c, store, token, over)
+		go j.serveJoin(c, store, token, over, g)
 	}
 }
 
-func (j *job) serveJoin(c net.Conn, store *bootstrap.Server, token string, over <-chan struct{}) {
-	if err := auth.Handshake(c, []byte(token), auth.Join, false, time.Now().Add(10*time.Second)); err != nil {
+func (j *job) serveJoin(c net.Conn, store *bootstrap.Server, token string, over <-chan struct{}, g *gate.Gate) {
+	err := auth.Handshake(c, []byte(token), auth.Join, false, time.Now().Add(10*time.Second))
+	g.Release()
+	if err != nil {
+		g.Refuse(c.RemoteAddr(), err)
 		c.Close()
 		return
 	}

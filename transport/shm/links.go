@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gocoll/gocoll/internal/auth"
+	"github.com/gocoll/gocoll/internal/gate"
 	"github.com/gocoll/gocoll/internal/logging"
 	"github.com/gocoll/gocoll/internal/mesh"
 	"github.com/gocoll/gocoll/transport"
@@ -137,11 +138,20 @@ func transient(err error) bool {
 // acceptLoop admits whoever dials, until the listener closes. Each
 // handshake runs on its own, so a stranger that stalls cannot hold up the
 // ranks behind it.
+//
+// At most gate.Max connections authenticate at once (the rest wait in the
+// backlog), and refusals are logged in summary.
 func (t *Transport) acceptLoop(ln *net.UnixListener) {
 	life := t.links.Life()
+	g := gate.New("shm", gate.Max, gate.Every, logging.L(), "rank", t.rank)
+	defer g.Close()
 	for {
+		if !g.Acquire(life) {
+			return
+		}
 		c, err := ln.AcceptUnix()
 		if err != nil {
+			g.Release()
 			if errors.Is(err, net.ErrClosed) || life.Err() != nil {
 				return
 			}
@@ -154,7 +164,8 @@ func (t *Transport) acceptLoop(ln *net.UnixListener) {
 			}
 			continue
 		}
-		if !t.links.Go(func() { t.admit(c) }) {
+		if !t.links.Go(func() { defer g.Release(); t.admit(c, g) }) {
+			g.Release()
 			c.Close()
 			return
 		}
@@ -163,7 +174,7 @@ func (t *Transport) acceptLoop(ln *net.UnixListener) {
 
 // admit runs the accepting end of one connection; strangers are refused,
 // counted and logged.
-func (t *Transport) admit(c *net.UnixConn) {
+func (t *Transport) admit(c *net.UnixConn, g *gate.Gate) {
 	ctx, cancel := context.WithTimeout(t.links.Life(), t.opts.HandshakeTimeout)
 	defer cancel()
 	p, _, err := t.handshake(ctx, c, -1)
@@ -171,7 +182,7 @@ func (t *Transport) admit(c *net.UnixConn) {
 		c.Close()
 		if t.links.Life().Err() == nil {
 			t.refused.Add(1)
-			logging.L().Warn("shm: refused a connection", "rank", t.rank, "err", err)
+			g.Refuse(nil, err)
 		}
 	}
 	if p == nil && err == nil {
