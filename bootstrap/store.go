@@ -19,6 +19,7 @@ import (
 	"github.com/gocoll/gocoll/internal/auth"
 	"github.com/gocoll/gocoll/internal/gate"
 	"github.com/gocoll/gocoll/internal/logging"
+	"github.com/gocoll/gocoll/internal/peercred"
 	"github.com/gocoll/gocoll/internal/safetext"
 )
 
@@ -293,7 +294,14 @@ func (s *Server) serveConn(c net.Conn) {
 			s.MarkGone(rank, diedWhy)
 		}
 	}()
-	err := auth.Handshake(c, s.token, auth.Store, false, time.Now().Add(s.handshakeTimeout))
+	var err error
+	if len(s.token) == 0 {
+		// No token: on this host, only this user's processes.
+		err = peercred.Check(c)
+	}
+	if err == nil {
+		err = auth.Handshake(c, s.token, auth.Store, false, time.Now().Add(s.handshakeTimeout))
+	}
 	s.gate.Release()
 	if err != nil {
 		s.refused.Add(1)

@@ -20,6 +20,7 @@ import (
 	"github.com/gocoll/gocoll/internal/gate"
 	"github.com/gocoll/gocoll/internal/logging"
 	"github.com/gocoll/gocoll/internal/mesh"
+	"github.com/gocoll/gocoll/internal/peercred"
 	"github.com/gocoll/gocoll/transport"
 )
 
@@ -116,6 +117,10 @@ func (t *Transport) dial(ctx context.Context, r int) (*peer, bool, error) {
 		return nil, false, fmt.Errorf("%w: %w (is rank %d on this host?)", transport.ErrPeerLost, err, r)
 	}
 	uc := c.(*net.UnixConn)
+	if err := peercred.Check(uc); err != nil { // a socket another user squats
+		uc.Close()
+		return nil, false, fmt.Errorf("%w: rank %d's socket %s: %w", transport.ErrPeerLost, r, addr, err)
+	}
 	p, declined, err := t.handshake(ctx, uc, r)
 	if err != nil || declined {
 		uc.Close()
@@ -177,7 +182,13 @@ func (t *Transport) acceptLoop(ln *net.UnixListener) {
 func (t *Transport) admit(c *net.UnixConn, g *gate.Gate) {
 	ctx, cancel := context.WithTimeout(t.links.Life(), t.opts.HandshakeTimeout)
 	defer cancel()
-	p, _, err := t.handshake(ctx, c, -1)
+	// A job's ranks on one host run as one user: another user's
+	// process is refused before it is told anything (SO_PEERCRED).
+	err := peercred.Check(c)
+	var p *peer
+	if err == nil {
+		p, _, err = t.handshake(ctx, c, -1)
+	}
 	if err != nil {
 		c.Close()
 		if t.links.Life().Err() == nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/gocoll/gocoll/internal/gate"
 	"github.com/gocoll/gocoll/internal/logging"
 	"github.com/gocoll/gocoll/internal/mesh"
+	"github.com/gocoll/gocoll/internal/peercred"
 	"github.com/gocoll/gocoll/transport"
 )
 
@@ -358,7 +359,15 @@ func (t *Transport) acceptLoop(ln net.Listener) {
 // until the peer has authenticated or been refused.
 func (t *Transport) admit(c *net.TCPConn, g *gate.Gate) {
 	defer t.bg.Done()
-	r, err := t.handshake(t.life, c, false, -1)
+	var r int
+	var err error
+	if len(t.token) == 0 {
+		// No token: on this host, only this user's processes.
+		err = peercred.Check(c)
+	}
+	if err == nil {
+		r, err = t.handshake(t.life, c, false, -1)
+	}
 	g.Release()
 	if err != nil {
 		c.Close()
