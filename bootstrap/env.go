@@ -43,6 +43,12 @@ type Config struct {
 	// would otherwise let in.
 	Job string
 
+	// Insecure lets a job without a Token span hosts (GOCOLL_INSECURE=1),
+	// for a trusted network. Without it the store rank 0 serves for
+	// torchrun or Open MPI refuses ranks of other hosts when there is no
+	// token: nothing else would keep strangers of those hosts out.
+	Insecure bool
+
 	// HalfAccum is how Float16 and BFloat16 Sum, Avg and Prod accumulate:
 	// "" or "float32" (the default) keeps partial results in float32 and
 	// rounds once; "16bit" rounds every partial result to 16 bits, as
@@ -196,6 +202,9 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 		}
 		c.Token = []byte(tok)
 	}
+	if c.Insecure, err = insecureEnv(lookup); err != nil {
+		return Config{}, err
+	}
 	if v, ok := lookup("GOCOLL_HALF_ACCUM"); ok {
 		c.HalfAccum = strings.TrimSpace(v)
 	}
@@ -218,6 +227,19 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 		return Config{}, err
 	}
 	return c, nil
+}
+
+// insecureEnv reads GOCOLL_INSECURE: "1" or "true" lets a job without
+// GRUN_TOKEN span hosts; unset, "", "0" or "false" does not.
+func insecureEnv(lookup func(string) (string, bool)) (bool, error) {
+	v, _ := lookup("GOCOLL_INSECURE")
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "", "0", "false":
+		return false, nil
+	case "1", "true":
+		return true, nil
+	}
+	return false, fmt.Errorf("GOCOLL_INSECURE=%q: want 1 (a job without GRUN_TOKEN may span hosts, on a trusted network) or 0: %w", v, ErrEnv)
 }
 
 // pickLauncher says which launcher's variables to read: "grun", "torchrun",

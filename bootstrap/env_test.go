@@ -119,6 +119,16 @@ func TestFromEnv(t *testing.T) {
 			want: Config{Rank: 1, Size: 4, LocalRank: 1, LocalSize: 2, Addr: "store:1234", Token: []byte("tok-of-sixteen-b"), Source: "torchrun"},
 		},
 		{
+			name: "GOCOLL_INSECURE",
+			env:  merge(torchEnv, env{"GOCOLL_INSECURE": " 1"}),
+			want: Config{Rank: 1, Size: 4, LocalRank: 1, LocalSize: 2, Addr: "node0:29400", Source: "torchrun", Insecure: true},
+		},
+		{
+			name: "GOCOLL_INSECURE=0",
+			env:  merge(torchEnv, env{"GOCOLL_INSECURE": "0"}),
+			want: Config{Rank: 1, Size: 4, LocalRank: 1, LocalSize: 2, Addr: "node0:29400", Source: "torchrun"},
+		},
+		{
 			name: "torchrun single rank needs no address",
 			env:  env{"RANK": "0", "WORLD_SIZE": "1"},
 			want: Config{Rank: 0, Size: 1, LocalRank: -1, LocalSize: -1, Source: "torchrun"},
@@ -226,7 +236,7 @@ func TestFromEnv(t *testing.T) {
 func configEqual(a, b Config) bool {
 	return a.Rank == b.Rank && a.Size == b.Size && a.LocalRank == b.LocalRank && a.LocalSize == b.LocalSize &&
 		a.Addr == b.Addr && a.Serve == b.Serve && bytes.Equal(a.Token, b.Token) && (a.Token == nil) == (b.Token == nil) &&
-		a.Source == b.Source && a.Job == b.Job
+		a.Source == b.Source && a.Job == b.Job && a.Insecure == b.Insecure && a.HalfAccum == b.HalfAccum
 }
 
 // mentions reports whether msg names the variable v as a whole word (so
@@ -279,6 +289,7 @@ func TestFromEnvErrors(t *testing.T) {
 		{"torchrun: negative local rank", merge(torchEnv, env{"LOCAL_RANK": "-2"}), []string{"LOCAL_RANK"}},
 		{"torchrun: local rank over local size", merge(torchEnv, env{"LOCAL_RANK": "3"}), []string{"LOCAL_RANK", "LOCAL_WORLD_SIZE"}},
 		{"torchrun: local size over size", merge(torchEnv, env{"LOCAL_WORLD_SIZE": "8"}), []string{"LOCAL_WORLD_SIZE", "WORLD_SIZE"}},
+		{"GOCOLL_INSECURE not a yes or no", merge(torchEnv, env{"GOCOLL_INSECURE": "maybe"}), []string{"GOCOLL_INSECURE"}},
 		{"hand-set token too short", merge(torchEnv, env{"GRUN_TOKEN": "hunter2"}), []string{"GRUN_TOKEN", "16"}},
 		{"empty token", merge(grunEnv, env{"GRUN_TOKEN": ""}), []string{"GRUN_TOKEN", "at least 16"}},
 		{"torchrun: bad GRUN_ADDR", merge(torchEnv, env{"GRUN_ADDR": "store"}), []string{"GRUN_ADDR"}},

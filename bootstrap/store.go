@@ -126,6 +126,10 @@ type Server struct {
 	closed   bool
 	done     chan struct{}
 
+	// localOnly refuses clients of other hosts (a job with no token
+	// that GOCOLL_INSECURE does not let span hosts; see ServeFor).
+	localOnly bool
+
 	refused          atomic.Int64
 	gate             *gate.Gate // connections not yet authenticated
 	wg               sync.WaitGroup
@@ -194,6 +198,24 @@ func (s *Server) join(rank, size int, job, addr string) error {
 	}
 	s.joined[rank] = addr
 	return nil
+}
+
+// remoteRefusal says why c may not use the store: a client of another host
+// of a store that is localOnly. Empty if it may.
+func (s *Server) remoteRefusal(c net.Conn) string {
+	s.mu.Lock()
+	local := s.localOnly
+	s.mu.Unlock()
+	if !local {
+		return ""
+	}
+	if uid, err := peercred.Lookup(c); err != nil || uid != peercred.Remote {
+		return "" // on this host (its uid checked already), or not placed
+	}
+	host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
+	return "this job has no GRUN_TOKEN and a rank connects from another host (" + host + "): " +
+		"set the same random GRUN_TOKEN for every rank (GRUN_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n'), passed on with mpirun -x GRUN_TOKEN or in torchrun's environment), " +
+		"or GOCOLL_INSECURE=1 on a trusted network"
 }
 
 // ElasticRunningKey is where the ranks of an elastic job say, once
@@ -309,6 +331,17 @@ func (s *Server) serveConn(c net.Conn) {
 		return
 	}
 	r := bufio.NewReader(c)
+	if why := s.remoteRefusal(c); why != "" {
+		s.refused.Add(1)
+		s.gate.Refuse(c.RemoteAddr(), errors.New(why))
+		// Its first request is answered with why, so that the rank
+		// fails saying what to set.
+		c.SetDeadline(time.Now().Add(s.handshakeTimeout))
+		if _, _, _, err := readRequest(r); err == nil {
+			writeFrame(c, statusNoJoin, []byte(why), nil)
+		}
+		return
+	}
 	for {
 		op, key, val, err := readRequest(r)
 		if err != nil {
