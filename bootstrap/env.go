@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gocoll/gocoll/internal/auth"
 	"github.com/gocoll/gocoll/internal/logging"
 	"github.com/gocoll/gocoll/internal/settings"
 )
@@ -42,6 +43,12 @@ type Config struct {
 	// store refuses ranks of another job, which a shared port and no token
 	// would otherwise let in.
 	Job string
+
+	// Insecure lets a job without a Token span hosts (GOCOLL_INSECURE=1),
+	// for a trusted network. Without it the store rank 0 serves for
+	// torchrun or Open MPI refuses ranks of other hosts when there is no
+	// token: nothing else would keep strangers of those hosts out.
+	Insecure bool
 
 	// HalfAccum is how Float16 and BFloat16 Sum, Avg and Prod accumulate:
 	// "" or "float32" (the default) keeps partial results in float32 and
@@ -120,7 +127,9 @@ const DefaultMasterPort = "29500"
 // GRUN_TOKEN is honoured whatever the launcher. Its text is the token, byte
 // for byte: it is not hex- or otherwise decoded and not trimmed (grun sets 64
 // hex digits and keys its store with those same 64 bytes), so every rank and
-// the store must be given the identical string.
+// the store must be given the identical string. It must have at least
+// auth.MinTokenLen (16) bytes: the handshake leaks nothing a dictionary can
+// be checked against offline, but every connection may try one guess.
 //
 // Every error wraps ErrEnv and names the variable to fix.
 func FromEnv(lookup func(string) (string, bool)) (Config, error) {
@@ -188,7 +197,7 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 		c.Addr, v.addr = e.served()
 	}
 	if err := readShared(&c, lookup); err != nil {
-		return Config{}, fmt.Errorf("%s: %w: %w", c.Source, err, ErrEnv)
+		return Config{}, err
 	}
 	if c.Source != "grun" {
 		// A lone rank given no address runs without a store (Validate
@@ -212,13 +221,23 @@ func FromEnv(lookup func(string) (string, bool)) (Config, error) {
 }
 
 // readShared reads the variables FromEnv honours whatever the launcher.
+// Its errors wrap ErrEnv and name the variable.
 func readShared(c *Config, lookup func(string) (string, bool)) error {
 	if tok, ok := lookup("GRUN_TOKEN"); ok {
+		if len(tok) < auth.MinTokenLen {
+			return fmt.Errorf("GRUN_TOKEN has %d characters, want at least %d (random, e.g. GRUN_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n')): %w",
+				len(tok), auth.MinTokenLen, ErrEnv)
+		}
 		c.Token = []byte(tok)
 	}
-	halfAccum, err := settings.HalfAccum(settings.Lookup(lookup))
-	c.HalfAccum = halfAccum
-	return err
+	var err error
+	if c.HalfAccum, err = settings.HalfAccum(settings.Lookup(lookup)); err != nil {
+		return fmt.Errorf("%s: %w: %w", c.Source, err, ErrEnv)
+	}
+	if c.Insecure, err = settings.Insecure(settings.Lookup(lookup)); err != nil {
+		return fmt.Errorf("%s: %w: %w", c.Source, err, ErrEnv)
+	}
+	return nil
 }
 
 // launcherMarks are the variables by which pickLauncher recognises a

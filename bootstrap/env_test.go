@@ -32,7 +32,7 @@ func merge(es ...env) env {
 // A launcher's variables for rank 1 of 4, two per host.
 var (
 	grunEnv = env{"GRUN_RANK": "1", "GRUN_SIZE": "4", "GRUN_LOCAL_RANK": "1", "GRUN_LOCAL_SIZE": "2",
-		"GRUN_ADDR": "127.0.0.1:40123", "GRUN_TOKEN": "3f2a9c"}
+		"GRUN_ADDR": "127.0.0.1:40123", "GRUN_TOKEN": "3f2a9c0d1e5b7a8c"}
 	torchEnv = env{"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
 		"MASTER_ADDR": "node0", "MASTER_PORT": "29400"}
 	ompiEnv = env{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4",
@@ -49,12 +49,12 @@ func TestFromEnv(t *testing.T) {
 		{
 			name: "grun",
 			env:  grunEnv,
-			want: Config{Rank: 1, Size: 4, LocalRank: 1, LocalSize: 2, Addr: "127.0.0.1:40123", Token: []byte("3f2a9c"), Source: "grun"},
+			want: Config{Rank: 1, Size: 4, LocalRank: 1, LocalSize: 2, Addr: "127.0.0.1:40123", Token: []byte("3f2a9c0d1e5b7a8c"), Source: "grun"},
 		},
 		{
 			name: "grun rank 0 does not serve: grun does",
 			env:  merge(grunEnv, env{"GRUN_RANK": "0", "GRUN_LOCAL_RANK": "0"}),
-			want: Config{Rank: 0, Size: 4, LocalRank: 0, LocalSize: 2, Addr: "127.0.0.1:40123", Token: []byte("3f2a9c"), Source: "grun"},
+			want: Config{Rank: 0, Size: 4, LocalRank: 0, LocalSize: 2, Addr: "127.0.0.1:40123", Token: []byte("3f2a9c0d1e5b7a8c"), Source: "grun"},
 		},
 		{
 			name: "grun without local placement or token",
@@ -64,7 +64,7 @@ func TestFromEnv(t *testing.T) {
 		{
 			name: "GOCOLL_HALF_ACCUM, with any launcher",
 			env:  merge(grunEnv, env{"GOCOLL_HALF_ACCUM": " 16bit "}),
-			want: Config{Rank: 1, Size: 4, LocalRank: 1, LocalSize: 2, Addr: "127.0.0.1:40123", Token: []byte("3f2a9c"), Source: "grun", HalfAccum: "16bit"},
+			want: Config{Rank: 1, Size: 4, LocalRank: 1, LocalSize: 2, Addr: "127.0.0.1:40123", Token: []byte("3f2a9c0d1e5b7a8c"), Source: "grun", HalfAccum: "16bit"},
 		},
 		{
 			name: "grun single rank",
@@ -80,18 +80,18 @@ func TestFromEnv(t *testing.T) {
 		{
 			// The token is the text itself: not hex-decoded, not trimmed.
 			name: "token is raw text",
-			env:  merge(grunEnv, env{"GRUN_TOKEN": "00ff"}),
-			want: Config{Rank: 1, Size: 4, LocalRank: 1, LocalSize: 2, Addr: "127.0.0.1:40123", Token: []byte{'0', '0', 'f', 'f'}, Source: "grun"},
+			env:  merge(grunEnv, env{"GRUN_TOKEN": "00ff00ff00ff00ff"}),
+			want: Config{Rank: 1, Size: 4, LocalRank: 1, LocalSize: 2, Addr: "127.0.0.1:40123", Token: []byte("00ff00ff00ff00ff"), Source: "grun"},
 		},
 		{
 			name: "token blanks kept",
-			env:  merge(grunEnv, env{"GRUN_TOKEN": " secret \n"}),
-			want: Config{Rank: 1, Size: 4, LocalRank: 1, LocalSize: 2, Addr: "127.0.0.1:40123", Token: []byte(" secret \n"), Source: "grun"},
+			env:  merge(grunEnv, env{"GRUN_TOKEN": " a secret, kept \n"}),
+			want: Config{Rank: 1, Size: 4, LocalRank: 1, LocalSize: 2, Addr: "127.0.0.1:40123", Token: []byte(" a secret, kept \n"), Source: "grun"},
 		},
 		{
 			name: "grun wins over every other launcher",
 			env:  merge(slurmEnv, ompiEnv, torchEnv, env{"RANK": "3", "OMPI_COMM_WORLD_RANK": "2", "SLURM_PROCID": "0"}, grunEnv),
-			want: Config{Rank: 1, Size: 4, LocalRank: 1, LocalSize: 2, Addr: "127.0.0.1:40123", Token: []byte("3f2a9c"), Source: "grun"},
+			want: Config{Rank: 1, Size: 4, LocalRank: 1, LocalSize: 2, Addr: "127.0.0.1:40123", Token: []byte("3f2a9c0d1e5b7a8c"), Source: "grun"},
 		},
 		{
 			name: "torchrun",
@@ -115,8 +115,18 @@ func TestFromEnv(t *testing.T) {
 		},
 		{
 			name: "torchrun with GRUN_ADDR and GRUN_TOKEN",
-			env:  merge(torchEnv, env{"GRUN_ADDR": "store:1234", "GRUN_TOKEN": "tok"}),
-			want: Config{Rank: 1, Size: 4, LocalRank: 1, LocalSize: 2, Addr: "store:1234", Token: []byte("tok"), Source: "torchrun"},
+			env:  merge(torchEnv, env{"GRUN_ADDR": "store:1234", "GRUN_TOKEN": "tok-of-sixteen-b"}),
+			want: Config{Rank: 1, Size: 4, LocalRank: 1, LocalSize: 2, Addr: "store:1234", Token: []byte("tok-of-sixteen-b"), Source: "torchrun"},
+		},
+		{
+			name: "GOCOLL_INSECURE",
+			env:  merge(torchEnv, env{"GOCOLL_INSECURE": " 1"}),
+			want: Config{Rank: 1, Size: 4, LocalRank: 1, LocalSize: 2, Addr: "node0:29400", Source: "torchrun", Insecure: true},
+		},
+		{
+			name: "GOCOLL_INSECURE=0",
+			env:  merge(torchEnv, env{"GOCOLL_INSECURE": "0"}),
+			want: Config{Rank: 1, Size: 4, LocalRank: 1, LocalSize: 2, Addr: "node0:29400", Source: "torchrun"},
 		},
 		{
 			name: "torchrun single rank needs no address",
@@ -198,8 +208,8 @@ func TestFromEnv(t *testing.T) {
 		},
 		{
 			name: "Slurm without a local id",
-			env:  env{"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_STEP_ID": "3", "SLURM_JOB_ID": "9", "MASTER_ADDR": "node7", "GRUN_TOKEN": "t"},
-			want: Config{Rank: 0, Size: 2, LocalRank: -1, LocalSize: -1, Addr: "node7:29500", Serve: true, Token: []byte("t"), Source: "slurm", Job: "slurm 9.3"},
+			env:  env{"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_STEP_ID": "3", "SLURM_JOB_ID": "9", "MASTER_ADDR": "node7", "GRUN_TOKEN": "t-sixteen-bytes!"},
+			want: Config{Rank: 0, Size: 2, LocalRank: -1, LocalSize: -1, Addr: "node7:29500", Serve: true, Token: []byte("t-sixteen-bytes!"), Source: "slurm", Job: "slurm 9.3"},
 		},
 		{
 			name: "srun -n1 needs no address",
@@ -226,7 +236,7 @@ func TestFromEnv(t *testing.T) {
 func configEqual(a, b Config) bool {
 	return a.Rank == b.Rank && a.Size == b.Size && a.LocalRank == b.LocalRank && a.LocalSize == b.LocalSize &&
 		a.Addr == b.Addr && a.Serve == b.Serve && bytes.Equal(a.Token, b.Token) && (a.Token == nil) == (b.Token == nil) &&
-		a.Source == b.Source && a.Job == b.Job
+		a.Source == b.Source && a.Job == b.Job && a.Insecure == b.Insecure && a.HalfAccum == b.HalfAccum
 }
 
 // mentions reports whether msg names the variable v as a whole word (so
@@ -279,6 +289,9 @@ func TestFromEnvErrors(t *testing.T) {
 		{"torchrun: negative local rank", merge(torchEnv, env{"LOCAL_RANK": "-2"}), []string{"LOCAL_RANK"}},
 		{"torchrun: local rank over local size", merge(torchEnv, env{"LOCAL_RANK": "3"}), []string{"LOCAL_RANK", "LOCAL_WORLD_SIZE"}},
 		{"torchrun: local size over size", merge(torchEnv, env{"LOCAL_WORLD_SIZE": "8"}), []string{"LOCAL_WORLD_SIZE", "WORLD_SIZE"}},
+		{"GOCOLL_INSECURE not a yes or no", merge(torchEnv, env{"GOCOLL_INSECURE": "maybe"}), []string{"GOCOLL_INSECURE"}},
+		{"hand-set token too short", merge(torchEnv, env{"GRUN_TOKEN": "hunter2"}), []string{"GRUN_TOKEN", "16"}},
+		{"empty token", merge(grunEnv, env{"GRUN_TOKEN": ""}), []string{"GRUN_TOKEN", "at least 16"}},
 		{"torchrun: bad GRUN_ADDR", merge(torchEnv, env{"GRUN_ADDR": "store"}), []string{"GRUN_ADDR"}},
 
 		{"Open MPI: missing size", env{"OMPI_COMM_WORLD_RANK": "0", "MASTER_ADDR": "h"}, []string{"OMPI_COMM_WORLD_SIZE"}},

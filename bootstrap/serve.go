@@ -6,6 +6,8 @@ import (
 	"net"
 	"strings"
 	"syscall"
+
+	"github.com/gocoll/gocoll/internal/logging"
 )
 
 // ServeFor starts the store that rank 0 serves for the job cfg describes
@@ -19,6 +21,19 @@ func ServeFor(cfg Config) (*Server, error) {
 	srv, err := Listen(cfg.Addr, cfg.Token)
 	if err == nil {
 		srv.Expect(cfg.Job, cfg.Size)
+		if len(cfg.Token) == 0 && cfg.Size > 1 {
+			switch {
+			case cfg.Insecure:
+				logging.L().Warn("GOCOLL_INSECURE=1: this job has no GRUN_TOKEN, so any process of any host that reaches " + cfg.Addr + " may join it")
+			case cfg.Source != "slurm":
+				// Under Slurm the ranks of other hosts come without a
+				// token too (the README's recipe); elsewhere a rank of
+				// another host is refused, told what to set.
+				srv.mu.Lock()
+				srv.localOnly = true
+				srv.mu.Unlock()
+			}
+		}
 		return srv, nil
 	}
 	src := cfg.Source

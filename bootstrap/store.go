@@ -17,7 +17,9 @@ import (
 	"time"
 
 	"github.com/gocoll/gocoll/internal/auth"
+	"github.com/gocoll/gocoll/internal/gate"
 	"github.com/gocoll/gocoll/internal/logging"
+	"github.com/gocoll/gocoll/internal/peercred"
 	"github.com/gocoll/gocoll/internal/safetext"
 )
 
@@ -68,6 +70,10 @@ const (
 // that connects and says nothing is cut off. A Server takes its value when
 // it starts; tests shorten it.
 var handshakeTimeout = 10 * time.Second
+
+// preAuthMax bounds the connections a Server authenticates at once (see
+// internal/gate). A Server takes its value when it starts; tests shrink it.
+var preAuthMax = gate.Max
 
 var (
 	// ErrStoreClosed reports that the store server went away.
@@ -120,7 +126,12 @@ type Server struct {
 	closed   bool
 	done     chan struct{}
 
+	// localOnly refuses clients of other hosts (a job with no token
+	// that GOCOLL_INSECURE does not let span hosts; see ServeFor).
+	localOnly bool
+
 	refused          atomic.Int64
+	gate             *gate.Gate // connections not yet authenticated
 	wg               sync.WaitGroup
 	handshakeTimeout time.Duration
 }
@@ -148,6 +159,7 @@ func Serve(ln net.Listener, token []byte) *Server {
 		done:     make(chan struct{}),
 
 		handshakeTimeout: handshakeTimeout,
+		gate:             gate.New("rendezvous", preAuthMax, gate.Every, logging.L()),
 	}
 	s.wg.Add(1)
 	go s.acceptLoop()
@@ -186,6 +198,24 @@ func (s *Server) join(rank, size int, job, addr string) error {
 	}
 	s.joined[rank] = addr
 	return nil
+}
+
+// remoteRefusal says why c may not use the store: a client of another host
+// of a store that is localOnly. Empty if it may.
+func (s *Server) remoteRefusal(c net.Conn) string {
+	s.mu.Lock()
+	local := s.localOnly
+	s.mu.Unlock()
+	if !local {
+		return ""
+	}
+	if uid, err := peercred.Lookup(c); err != nil || uid != peercred.Remote {
+		return "" // on this host (its uid checked already), or not placed
+	}
+	host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
+	return "this job has no GRUN_TOKEN and a rank connects from another host (" + host + "): " +
+		"set the same random GRUN_TOKEN for every rank (GRUN_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n'), passed on with mpirun -x GRUN_TOKEN or in torchrun's environment), " +
+		"or GOCOLL_INSECURE=1 on a trusted network"
 }
 
 // ElasticRunningKey is where the ranks of an elastic job say, once
@@ -229,14 +259,30 @@ func (s *Server) Close() error {
 	s.mu.Unlock()
 	err := s.ln.Close()
 	s.wg.Wait()
+	s.gate.Close()
 	return err
 }
 
 func (s *Server) acceptLoop() {
 	defer s.wg.Done()
+	life, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-s.done:
+			cancel()
+		case <-life.Done():
+		}
+	}()
 	for {
+		// At most gate.Max connections authenticate at once; the rest
+		// wait in the backlog, costing no descriptor.
+		if !s.gate.Acquire(life) {
+			return
+		}
 		c, err := s.ln.Accept()
 		if err != nil {
+			s.gate.Release()
 			select {
 			case <-s.done:
 				return
@@ -252,6 +298,7 @@ func (s *Server) acceptLoop() {
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
+			s.gate.Release()
 			c.Close()
 			return
 		}
@@ -275,12 +322,32 @@ func (s *Server) serveConn(c net.Conn) {
 			s.MarkGone(rank, diedWhy)
 		}
 	}()
-	if err := auth.Handshake(c, s.token, auth.Store, false, time.Now().Add(s.handshakeTimeout)); err != nil {
+	var err error
+	if len(s.token) == 0 {
+		// No token: on this host, only this user's processes.
+		err = peercred.Check(c)
+	}
+	if err == nil {
+		err = auth.Handshake(c, s.token, auth.Store, false, time.Now().Add(s.handshakeTimeout))
+	}
+	s.gate.Release()
+	if err != nil {
 		s.refused.Add(1)
-		logging.L().Warn("rendezvous: refused a connection", "remote", c.RemoteAddr().String(), "err", err)
+		s.gate.Refuse(c.RemoteAddr(), err)
 		return
 	}
 	r := bufio.NewReader(c)
+	if why := s.remoteRefusal(c); why != "" {
+		s.refused.Add(1)
+		s.gate.Refuse(c.RemoteAddr(), errors.New(why))
+		// Its first request is answered with why, so that the rank
+		// fails saying what to set.
+		c.SetDeadline(time.Now().Add(s.handshakeTimeout))
+		if _, _, _, err := readRequest(r); err == nil {
+			writeFrame(c, statusNoJoin, []byte(why), nil)
+		}
+		return
+	}
 	for {
 		op, key, val, err := readRequest(r)
 		if err != nil {

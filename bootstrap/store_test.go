@@ -505,7 +505,7 @@ func TestStoreStrangers(t *testing.T) {
 			if err != nil && !errors.Is(err, syscall.ECONNRESET) {
 				t.Fatalf("stranger was not cut off: read %d bytes, %v", n, err)
 			}
-			if n > 24 {
+			if n > 40 { // auth's hello
 				t.Fatalf("stranger was sent %d bytes, want at most a hello", n)
 			}
 			eventually(t, fmt.Sprintf("Refused() == %d", i+1), func() bool { return s.Refused() == i+1 })
@@ -1047,5 +1047,48 @@ func TestStoreResetNotRefused(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	if n := s.Refused(); n != 0 {
 		t.Errorf("Refused() = %d after a client's reset, want 0", n)
+	}
+}
+
+// TestStoreStrangerFlood opens 200 idle connections to a store that
+// authenticates 8 at a time with a 200 ms deadline (a bounded loop that
+// ends by itself): no more than 8 are ever authenticating, each is cut off,
+// and a real rank is served meanwhile.
+func TestStoreStrangerFlood(t *testing.T) {
+	const strangers = 200
+	savedT, savedMax := handshakeTimeout, preAuthMax
+	handshakeTimeout, preAuthMax = 200*time.Millisecond, 8
+	s := newServer(t, testToken)
+	handshakeTimeout, preAuthMax = savedT, savedMax
+
+	conns := make([]net.Conn, 0, strangers)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range strangers {
+		c, err := net.Dial("tcp", s.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	start := time.Now()
+	checkServes(t, s)
+	// Every stranger is cut off: end of stream after the store's hello at most.
+	for i, c := range conns {
+		c.SetReadDeadline(time.Now().Add(20 * time.Second))
+		if n, err := io.Copy(io.Discard, c); (err != nil && !errors.Is(err, syscall.ECONNRESET)) || n > 40 {
+			t.Fatalf("stranger %d: read %d bytes, %v; want cut off after at most a hello", i, n, err)
+		}
+	}
+	eventually(t, fmt.Sprintf("Refused() == %d", strangers), func() bool { return s.Refused() == strangers })
+	if p := s.gate.Peak(); p > 8 {
+		t.Errorf("%d connections authenticating at once, want at most 8", p)
+	}
+	// 200 silent strangers, 8 at a time, 200 ms each: about 5 s.
+	if took := time.Since(start); took > 15*time.Second {
+		t.Errorf("the flood took %v to clear", took)
 	}
 }

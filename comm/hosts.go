@@ -156,11 +156,11 @@ func gatherHosts(ctx context.Context, store *bootstrap.Client, size int) ([]byte
 	var hostNames []string
 	machIDs := map[string]int{}
 	var machs []*mach
-	perRank := make([]byte, 0, 8*size)
 	entries, err := allEntries(ctx, store, size)
 	if err != nil {
 		return nil, err
 	}
+	perRank := make([]byte, 0, 8*size) // every rank came
 	for r, v := range entries {
 		f := strings.SplitN(string(v), "\n", 4)
 		if len(f) != 4 {
@@ -215,33 +215,39 @@ func gatherHosts(ctx context.Context, store *bootstrap.Client, size int) ([]byte
 // trip after another, made rank 0 the last to finish the exchange. (A
 // scan's answer is capped at bootstrap.MaxValue; entries it leaves out
 // are simply fetched by get.)
+//
+// Until every rank has come, the work and memory go by the ranks that came,
+// not by the job's size: a huge WORLD_SIZE that nobody fills costs little,
+// and the context's deadline (GOCOLL_TIMEOUT) ends the wait on time.
 func allEntries(ctx context.Context, store *bootstrap.Client, size int) ([][]byte, error) {
-	entries := make([][]byte, size)
-	missing := size
+	got := map[int][]byte{}
 	next := 0 // no rank below is missing
-	for missing > 0 {
+	for len(got) < size {
 		m, err := store.Scan(ctx, "comm/host/")
 		if err != nil {
 			return nil, fmt.Errorf("hosts of the ranks: %w", err)
 		}
-		for r := next; r < size; r++ {
-			if v, ok := m[hostKey(r)]; ok && entries[r] == nil {
-				entries[r] = v
-				missing--
+		for k, v := range m {
+			r, err := strconv.Atoi(strings.TrimPrefix(k, "comm/host/"))
+			if err == nil && r >= next && r < size && got[r] == nil {
+				got[r] = v
 			}
 		}
-		for next < size && entries[next] != nil {
+		for next < size && got[next] != nil {
 			next++
 		}
-		if missing == 0 {
+		if len(got) == size {
 			break
 		}
 		v, err := store.Get(ctx, hostKey(next))
 		if err != nil {
 			return nil, fmt.Errorf("host of rank %d: %w", next, err)
 		}
-		entries[next] = v
-		missing--
+		got[next] = v
+	}
+	entries := make([][]byte, size)
+	for r, v := range got {
+		entries[r] = v
 	}
 	return entries, nil
 }

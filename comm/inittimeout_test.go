@@ -3,6 +3,7 @@ package comm_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -80,4 +81,38 @@ func TestTimeoutNamesAbsent(t *testing.T) {
 		}
 	}
 	t.Logf("rank 0: %v", errs[0])
+}
+
+// TestInitHugeWorld: rank 0 of the largest job the environment may name,
+// 16777216 ranks, of which none other ever comes (issue 41: it cost 1.1 GB
+// and overran a 5 s timeout by 10 s). Rank 0 gives up on time, naming the
+// first absent ranks and counting the rest, having allocated little.
+func TestInitHugeWorld(t *testing.T) {
+	const size = 16777216
+	srv, err := bootstrap.Listen("127.0.0.1:0", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	start := time.Now()
+	cfg := comm.Config{Rank: 0, Size: size, LocalRank: -1, LocalSize: -1, Addr: srv.Addr(), Source: "test"}
+	c, err := comm.New(context.Background(), cfg, comm.WithTimeout(time.Second))
+	took := time.Since(start)
+	runtime.ReadMemStats(&after)
+	if c != nil {
+		c.Close()
+	}
+	if !errors.Is(err, comm.ErrTimeout) || !strings.Contains(err.Error(), "ranks 1, 2, 3, 4, 5, 6, 7, 8, and 16777207 more never arrived") {
+		t.Fatalf("New: %v, want ErrTimeout naming ranks 1-8 and 16777207 more as never arrived", err)
+	}
+	if took > 3*time.Second {
+		t.Errorf("gave up after %v, with a 1 s timeout", took)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 64<<20 {
+		t.Errorf("allocated %d MB waiting for ranks that never came, want under 64", alloc>>20)
+	}
+	t.Logf("gave up after %v, %d KB allocated: %v", took.Round(time.Millisecond), (after.TotalAlloc-before.TotalAlloc)>>10, err)
 }

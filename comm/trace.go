@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/gocoll/gocoll/collectives"
+	"github.com/gocoll/gocoll/internal/privfile"
 )
 
 // GOCOLL_TRACE=FILE writes every call of every communicator of the rank
@@ -42,7 +43,7 @@ func tracePath(pattern string, rank int) string {
 
 func openTrace(pattern string, rank int) (*traceFile, error) {
 	path := tracePath(pattern, rank)
-	f, err := os.Create(path)
+	f, err := privfile.Create(path) // 0600, never through a symlink
 	if err != nil {
 		return nil, fmt.Errorf("GOCOLL_TRACE=%q: %w: %w", pattern, ErrInvalid, err)
 	}

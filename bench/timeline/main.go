@@ -17,6 +17,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/gocoll/gocoll/internal/privfile"
 	"image/color"
 	"io"
 	"os"
@@ -263,7 +264,9 @@ func drawTimeline(path string, tr trace) (err error) {
 	height := vg.Length(160+28*(float64(n)+room)) * (vg.Inch / 96)
 	c := vgimg.PngCanvas{Canvas: vgimg.NewWith(vgimg.UseWH(1400*(vg.Inch/96), height), vgimg.UseDPI(96))}
 	p.Draw(draw.New(c.Canvas))
-	f, err := os.Create(path)
+	// 0600, never through a symlink planted at its name, as grun's
+	// traces are.
+	f, err := privfile.Create(path)
 	if err != nil {
 		return err
 	}

@@ -41,6 +41,9 @@ import (
 
 	"github.com/gocoll/gocoll/bootstrap"
 	"github.com/gocoll/gocoll/internal/auth"
+	"github.com/gocoll/gocoll/internal/gate"
+	"github.com/gocoll/gocoll/internal/logging"
+	"github.com/gocoll/gocoll/internal/privfile"
 )
 
 const (
@@ -82,6 +85,47 @@ func readJoinFrame(r io.Reader) (byte, []byte, error) {
 	return b[0], b[1:], nil
 }
 
+// codeLoaders are the variables that make a program load or run code
+// other than its own: the dynamic loader's and glibc's (the set it drops
+// for setuid programs), shells' start-up files and interpreters' options.
+// Exact names, then prefixes.
+var (
+	codeLoaders = map[string]bool{
+		"GCONV_PATH": true, "GETCONF_DIR": true, "HOSTALIASES": true, "LOCALDOMAIN": true, "LOCPATH": true,
+		"MALLOC_TRACE": true, "NLSPATH": true, "RESOLV_HOST_CONF": true, "RES_OPTIONS": true, "TZDIR": true,
+		"BASH_ENV": true, "ENV": true, "SHELLOPTS": true, "BASHOPTS": true, "PS4": true, "PROMPT_COMMAND": true, "IFS": true,
+		"PYTHONSTARTUP": true, "PYTHONPATH": true, "PYTHONHOME": true, "PERL5OPT": true, "PERL5LIB": true, "PERLLIB": true,
+		"RUBYOPT": true, "RUBYLIB": true, "NODE_OPTIONS": true, "JAVA_TOOL_OPTIONS": true, "_JAVA_OPTIONS": true,
+		"GRUN_TOKEN": true, // the joiner's own, from its job file, is the one that counts
+	}
+	codeLoaderPrefixes = []string{"LD_", "DYLD_", "BASH_FUNC_", "MALLOC_"}
+)
+
+// admittedEnv checks the variables a job's grun sent with its admission:
+// GRUN_* and GOCOLL_* and the job's -x exports, each NAME=VALUE. Knowing
+// the job's token must not be enough to run code on the joining host, so a
+// variable that loads code (codeLoaders) is refused, naming it; this
+// grun --join's own -x may still set it.
+func admittedEnv(kvs []string) ([]string, error) {
+	for _, kv := range kvs {
+		name, _, ok := strings.Cut(kv, "=")
+		if !ok || name == "" || strings.ContainsAny(name, " \t\n") {
+			return nil, fmt.Errorf("sent %q, not NAME=VALUE", kv)
+		}
+		if strings.HasPrefix(name, "GRUN_") && name != "GRUN_TOKEN" || strings.HasPrefix(name, "GOCOLL_") {
+			continue
+		}
+		bad := codeLoaders[name]
+		for _, p := range codeLoaderPrefixes {
+			bad = bad || strings.HasPrefix(name, p)
+		}
+		if bad {
+			return nil, fmt.Errorf("sent %s, which makes a program load other code: a joining grun takes from the job only GRUN_*, GOCOLL_* and -x variables that load none; set it with -x on this grun --join if it is meant", name)
+		}
+	}
+	return kvs, nil
+}
+
 // jobFile is what --job-file holds.
 type jobFile struct {
 	join, store, token string
@@ -94,8 +138,13 @@ func (f jobFile) text() string {
 }
 
 // writeJobFile writes f to path with mode 0600, all at once (a joiner
-// never reads half a file).
+// never reads half a file). Something at path other than a regular file of
+// this user, a planted symlink say, is refused (privfile.ErrUnsafe); the
+// rename would replace a symlink planted later, never write through it.
 func writeJobFile(path string, f jobFile) error {
+	if err := privfile.Check(path); err != nil {
+		return fmt.Errorf("--job-file: %w", err)
+	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".grun-job-*")
 	if err != nil {
 		return fmt.Errorf("--job-file: %w", err)
@@ -153,22 +202,31 @@ type joinRequest struct {
 // serveJoins accepts joining gruns on ln until it is closed, and hands
 // each one that proves the token (it touches no other field of j), once the job runs (its ranks said so in
 // the store), to the supervisor through j.joins.
+// At most gate.Max connections authenticate at once; refusals are logged
+// in summary.
 func (j *job) serveJoins(ln net.Listener, store *bootstrap.Server, token string, over <-chan struct{}) {
+	g := gate.New("grun --join listener", gate.Max, gate.Every, logging.L())
+	defer g.Close()
 	for {
+		g.Acquire(context.Background())
 		c, err := ln.Accept()
 		if err != nil {
+			g.Release()
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
-		go j.serveJoin(c, store, token, over)
+		go j.serveJoin(c, store, token, over, g)
 	}
 }
 
-func (j *job) serveJoin(c net.Conn, store *bootstrap.Server, token string, over <-chan struct{}) {
-	if err := auth.Handshake(c, []byte(token), auth.Join, false, time.Now().Add(10*time.Second)); err != nil {
+func (j *job) serveJoin(c net.Conn, store *bootstrap.Server, token string, over <-chan struct{}, g *gate.Gate) {
+	err := auth.Handshake(c, []byte(token), auth.Join, false, time.Now().Add(10*time.Second))
+	g.Release()
+	if err != nil {
+		g.Refuse(c.RemoteAddr(), err)
 		c.Close()
 		return
 	}
@@ -390,7 +448,12 @@ func runJoin(ctx context.Context, cfg config, stderr io.Writer) int {
 	}
 	fields := strings.Split(string(b), "\x00")
 	id := fields[0]
-	env := append(os.Environ(), fields[1:]...)
+	sent, err := admittedEnv(fields[1:])
+	if err != nil {
+		say("the job's grun at %s: %v", f.join, err)
+		return exitRefused
+	}
+	env := append(os.Environ(), sent...)
 	env = append(env, cfg.env...)
 	env = append(env, "GRUN_TOKEN="+f.token)
 	proc, err := newLocalStarter().start(rankSpec{prog: cfg.prog, args: cfg.args, env: env})

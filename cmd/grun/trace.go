@@ -13,6 +13,8 @@ import (
 	"sort"
 	"strconv"
 	"time"
+
+	"github.com/gocoll/gocoll/internal/privfile"
 )
 
 const mergeUsage = `Usage: grun --merge-trace [-o FILE.json] TRACE...
@@ -213,5 +215,5 @@ func writeChromeTrace(path string, recs []traced) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(path, b, 0o644)
+	return privfile.WriteFile(path, b)
 }

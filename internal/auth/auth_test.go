@@ -81,7 +81,6 @@ func TestHandshakePairs(t *testing.T) {
 		{"different services", side{"s3cret", Store, true}, side{"s3cret", Mesh, false}, ErrProtocol},
 		{"unknown service", side{"s3cret", Service(7), true}, side{"s3cret", Store, false}, ErrProtocol},
 		{"both dialers", side{"s3cret", Store, true}, side{"s3cret", Store, true}, ErrDenied},
-		{"both listeners", side{"s3cret", Mesh, false}, side{"s3cret", Mesh, false}, ErrDenied},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -216,13 +215,28 @@ func TestHandshakeBadPeer(t *testing.T) {
 			want: ErrDenied,
 		},
 		{
-			name: "proof made without the token",
+			name: "proof made with another token",
 			peer: func(c net.Conn) {
 				var theirs [helloLen]byte
-				own := helloFor("GCOL", Version, uint16(Store), 1)
+				y, own := share(t, []byte("another token, same length"), Store)
 				c.Write(own)
 				io.ReadFull(c, theirs[:])
-				c.Write(mac(nil, Store, false, own[8:], theirs[8:]))
+				secret, err := sessionSecret(y, own, theirs[:], false)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				io.ReadFull(c, make([]byte, macLen))
+				c.Write(proof(secret, false))
+				io.Copy(io.Discard, c)
+			},
+			want: ErrDenied,
+		},
+		{
+			name: "low-order share",
+			peer: func(c net.Conn) {
+				h := helloFor("GCOL", Version, uint16(Store), 0) // u = 0
+				c.Write(h)
 				io.Copy(io.Discard, c)
 			},
 			want: ErrDenied,
@@ -279,7 +293,7 @@ func (r *recorder) sent() []byte {
 
 // TestHandshakeReplay records what each end of a good handshake sent and
 // plays it back to a fresh handshake, which must refuse it: every hello
-// carries a fresh nonce, so an old proof signs the wrong nonces.
+// carries a fresh share, so an old proof confirms the wrong secret.
 func TestHandshakeReplay(t *testing.T) {
 	token := []byte("s3cret-token-value")
 	ca, cb := pair(t)
@@ -294,6 +308,9 @@ func TestHandshakeReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	fromDialer, fromListener := ra.sent(), rb.sent()
+	if len(fromDialer) != helloLen+macLen || len(fromListener) != helloLen+macLen {
+		t.Fatalf("sent %d and %d bytes, want %d each", len(fromDialer), len(fromListener), helloLen+macLen)
+	}
 	for _, tr := range [][]byte{fromDialer, fromListener} {
 		if len(tr) != helloLen+macLen {
 			t.Fatalf("transcript of %d bytes, want %d", len(tr), helloLen+macLen)
@@ -303,7 +320,7 @@ func TestHandshakeReplay(t *testing.T) {
 		}
 	}
 	if bytes.Equal(fromDialer[8:helloLen], fromListener[8:helloLen]) {
-		t.Fatal("both ends sent the same nonce")
+		t.Fatal("both ends sent the same share")
 	}
 
 	tests := []struct {
@@ -331,8 +348,8 @@ func TestHandshakeReplay(t *testing.T) {
 	}
 }
 
-// TestHandshakeFreshNonces checks that no two hellos repeat a nonce.
-func TestHandshakeFreshNonces(t *testing.T) {
+// TestHandshakeFreshShares checks that no two hellos repeat a share.
+func TestHandshakeFreshShares(t *testing.T) {
 	seen := make(map[string]bool)
 	for i := 0; i < 8; i++ {
 		ca, cb := pair(t)
@@ -353,7 +370,7 @@ func TestHandshakeFreshNonces(t *testing.T) {
 		}
 		nonce := string(hello[8:])
 		if seen[nonce] {
-			t.Fatalf("nonce % x sent twice", nonce)
+			t.Fatalf("share % x sent twice", nonce)
 		}
 		seen[nonce] = true
 	}

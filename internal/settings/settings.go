@@ -58,6 +58,7 @@ type Settings struct {
 	IBGIDIndex  int    // GOCOLL_IB_GID_INDEX
 	Elastic     bool   // GOCOLL_ELASTIC
 	Encrypt     bool   // GOCOLL_ENCRYPT: seal every TCP frame (AES-GCM)
+	Insecure    bool   // GOCOLL_INSECURE: a job without GRUN_TOKEN may span hosts
 	FakeHosts   FakeHosts
 	HalfAccum   string     // GOCOLL_HALF_ACCUM: "" (unset), float32 or 16bit
 	Debug       slog.Level // GOCOLL_DEBUG: warn (unset), info, debug, off
@@ -154,6 +155,7 @@ var variables = []variable{
 	}},
 	{"GOCOLL_ELASTIC", func(v string, s *Settings) error { return flag(v, &s.Elastic) }},
 	{"GOCOLL_ENCRYPT", func(v string, s *Settings) error { return flag(v, &s.Encrypt) }},
+	{"GOCOLL_INSECURE", func(v string, s *Settings) error { return flag(v, &s.Insecure) }},
 	{"GOCOLL_FAKE_HOSTS", func(v string, s *Settings) error {
 		if !strings.Contains(v, ",") {
 			k, err := strconv.Atoi(v)
@@ -301,6 +303,13 @@ func Debug(lookup Lookup) (slog.Level, error) {
 func HalfAccum(lookup Lookup) (string, error) {
 	s, err := one(lookup, "GOCOLL_HALF_ACCUM")
 	return s.HalfAccum, err
+}
+
+// Insecure is GOCOLL_INSECURE, which bootstrap reads with the launcher's
+// variables (it decides who the store admits, before any Init).
+func Insecure(lookup Lookup) (bool, error) {
+	s, err := one(lookup, "GOCOLL_INSECURE")
+	return s.Insecure, err
 }
 
 // Quick is GOCOLL_QUICK alone, and Conformance GOCOLL_CONFORMANCE, for

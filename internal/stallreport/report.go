@@ -11,13 +11,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gocoll/gocoll/internal/privfile"
 )
 
 // The store keys of the exchange: a request is put under RequestKey(k),
@@ -320,22 +321,19 @@ func Gather(ctx context.Context, scan func(context.Context, string) (map[string]
 }
 
 // WriteFile writes the report and the laggards' stacks to name in the
-// working directory (else the temporary one) and returns where.
+// working directory, else in the private temporary directory (mode 0700),
+// as a file of mode 0600 that no planted symlink can redirect (see
+// internal/privfile), and returns where.
 func (r Report) WriteFile(name string) string {
 	text := r.Text
 	if r.Stacks != "" {
 		text += "\n" + r.Stacks
 	}
-	for _, dir := range []string{".", os.TempDir()} {
-		path := filepath.Join(dir, name)
-		if err := os.WriteFile(path, []byte(text), 0o644); err == nil {
-			if abs, err := filepath.Abs(path); err == nil {
-				return abs
-			}
-			return path
-		}
+	path, err := privfile.WriteNear(name, []byte(text))
+	if err != nil {
+		return "(nowhere: " + err.Error() + ")"
 	}
-	return "(nowhere: neither the working nor the temporary directory is writable)"
+	return path
 }
 
 // mainAt says where the main goroutine is in stacks (runtime/pprof's

@@ -2,9 +2,11 @@ package stallreport
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -153,6 +155,9 @@ func TestGatherAndWrite(t *testing.T) {
 	if err != nil || string(b) != "text\n\nstacks\n" || filepath.Base(path) != "r.txt" {
 		t.Errorf("WriteFile wrote %q to %s (%v)", b, path, err)
 	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("report mode %v (%v), want 0600: stacks are private", fi.Mode(), err)
+	}
 }
 
 func TestMainAt(t *testing.T) {
@@ -169,4 +174,68 @@ func TestMainAt(t *testing.T) {
 	if got := mainAt("nothing"); got != "" {
 		t.Errorf("mainAt = %q, want empty", got)
 	}
+}
+
+// TestWriteFilePlantedSymlink is issue 41's attack: another user plants a
+// symlink at the exact name the next report will get, pointing at a file of
+// the victim's. The report does not follow it: it goes, mode 0600, to the
+// private temporary directory, and the victim's file is untouched.
+func TestWriteFilePlantedSymlink(t *testing.T) {
+	wd, tmp := t.TempDir(), t.TempDir()
+	chdir(t, wd)
+	t.Setenv("TMPDIR", tmp)
+	victim := filepath.Join(t.TempDir(), "victim")
+	if err := os.WriteFile(victim, []byte("precious\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	name := fmt.Sprintf("grun-stall-%d-1.txt", os.Getpid())
+	if err := os.Symlink(victim, filepath.Join(wd, name)); err != nil {
+		t.Fatal(err)
+	}
+	// The same name planted in the temporary directory itself, where the
+	// report went before.
+	if err := os.Symlink(victim, filepath.Join(tmp, name)); err != nil {
+		t.Fatal(err)
+	}
+	path := Report{Text: "text\n", Stacks: "goroutine 1 [running]:\n"}.WriteFile(name)
+	want := filepath.Join(tmp, "gocoll-"+strconv.Itoa(os.Geteuid()), name)
+	if path != want {
+		t.Fatalf("report written to %q, want %q", path, want)
+	}
+	fi, err := os.Lstat(path)
+	if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("report %v (%v), want a regular file of mode 0600", fi.Mode(), err)
+	}
+	if b, err := os.ReadFile(victim); err != nil || string(b) != "precious\n" {
+		t.Fatalf("the victim's file now holds %q (%v)", b, err)
+	}
+	// With the private directory taken by another planted symlink, the
+	// report goes nowhere, and says why.
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	priv := filepath.Dir(want)
+	if err := os.Remove(priv); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(t.TempDir(), priv); err != nil {
+		t.Fatal(err)
+	}
+	if got := (Report{Text: "text\n"}).WriteFile(name); !strings.HasPrefix(got, "(nowhere: ") || !strings.Contains(got, "symlink") {
+		t.Fatalf("WriteFile = %q, want nowhere, naming the symlink", got)
+	}
+}
+
+// chdir moves the test into dir until it ends (the test must not be
+// parallel: the working directory is the process's).
+func chdir(t *testing.T, dir string) {
+	t.Helper()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chdir(dir); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Chdir(wd) })
 }

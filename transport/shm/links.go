@@ -17,8 +17,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gocoll/gocoll/internal/auth"
+	"github.com/gocoll/gocoll/internal/gate"
 	"github.com/gocoll/gocoll/internal/logging"
 	"github.com/gocoll/gocoll/internal/mesh"
+	"github.com/gocoll/gocoll/internal/peercred"
 	"github.com/gocoll/gocoll/transport"
 )
 
@@ -115,6 +117,10 @@ func (t *Transport) dial(ctx context.Context, r int) (*peer, bool, error) {
 		return nil, false, fmt.Errorf("%w: %w (is rank %d on this host?)", transport.ErrPeerLost, err, r)
 	}
 	uc := c.(*net.UnixConn)
+	if err := peercred.Check(uc); err != nil { // a socket another user squats
+		uc.Close()
+		return nil, false, fmt.Errorf("%w: rank %d's socket %s: %w", transport.ErrPeerLost, r, addr, err)
+	}
 	p, declined, err := t.handshake(ctx, uc, r)
 	if err != nil || declined {
 		uc.Close()
@@ -137,11 +143,20 @@ func transient(err error) bool {
 // acceptLoop admits whoever dials, until the listener closes. Each
 // handshake runs on its own, so a stranger that stalls cannot hold up the
 // ranks behind it.
+//
+// At most gate.Max connections authenticate at once (the rest wait in the
+// backlog), and refusals are logged in summary.
 func (t *Transport) acceptLoop(ln *net.UnixListener) {
 	life := t.links.Life()
+	g := gate.New("shm", gate.Max, gate.Every, logging.L(), "rank", t.rank)
+	defer g.Close()
 	for {
+		if !g.Acquire(life) {
+			return
+		}
 		c, err := ln.AcceptUnix()
 		if err != nil {
+			g.Release()
 			if errors.Is(err, net.ErrClosed) || life.Err() != nil {
 				return
 			}
@@ -154,7 +169,8 @@ func (t *Transport) acceptLoop(ln *net.UnixListener) {
 			}
 			continue
 		}
-		if !t.links.Go(func() { t.admit(c) }) {
+		if !t.links.Go(func() { defer g.Release(); t.admit(c, g) }) {
+			g.Release()
 			c.Close()
 			return
 		}
@@ -163,15 +179,21 @@ func (t *Transport) acceptLoop(ln *net.UnixListener) {
 
 // admit runs the accepting end of one connection; strangers are refused,
 // counted and logged.
-func (t *Transport) admit(c *net.UnixConn) {
+func (t *Transport) admit(c *net.UnixConn, g *gate.Gate) {
 	ctx, cancel := context.WithTimeout(t.links.Life(), t.opts.HandshakeTimeout)
 	defer cancel()
-	p, _, err := t.handshake(ctx, c, -1)
+	// A job's ranks on one host run as one user: another user's
+	// process is refused before it is told anything (SO_PEERCRED).
+	err := peercred.Check(c)
+	var p *peer
+	if err == nil {
+		p, _, err = t.handshake(ctx, c, -1)
+	}
 	if err != nil {
 		c.Close()
 		if t.links.Life().Err() == nil {
 			t.refused.Add(1)
-			logging.L().Warn("shm: refused a connection", "rank", t.rank, "err", err)
+			g.Refuse(nil, err)
 		}
 	}
 	if p == nil && err == nil {

@@ -14,8 +14,11 @@ import (
 // Encryption in transit (Options.Encrypt, GOCOLL_ENCRYPT=1).
 //
 // Each connection gets two fresh AES-256-GCM keys, one per direction,
-// derived with HKDF-SHA256 from the job token and both ends' hellos, each
-// of which carries 16 random bytes: a key never outlives its connection,
+// derived with HKDF-SHA256 from the session key of its authentication
+// (auth.HandshakeKey: an X25519 agreement the job token authenticates,
+// never on the wire, so a recorded connection stays sealed even if the
+// token leaks later) and both ends' hellos, each of which carries 16
+// random bytes: a key never outlives its connection,
 // so a pair of ranks that links again (a replacement rank, another
 // communicator, another job sharing the token) starts from new keys, and
 // a nonce is simply the count of frames sent so far in that direction.
@@ -86,14 +89,14 @@ func newSalt() ([saltLen]byte, error) {
 // ranks me and peer. dialerHello and listenerHello are the hellos as sent,
 // which bind the keys to the pair, the job size, the communicator and
 // both ends' random salts.
-func deriveKeys(token, dialerHello, listenerHello []byte, me, peer int) (*linkKeys, error) {
+func deriveKeys(secret, dialerHello, listenerHello []byte, me, peer int) (*linkKeys, error) {
 	salt := make([]byte, 0, len(dialerHello)+len(listenerHello))
 	salt = append(append(salt, dialerHello...), listenerHello...)
-	send, err := newSealer(token, salt, me, peer)
+	send, err := newSealer(secret, salt, me, peer)
 	if err != nil {
 		return nil, err
 	}
-	recv, err := newSealer(token, salt, peer, me)
+	recv, err := newSealer(secret, salt, peer, me)
 	if err != nil {
 		return nil, err
 	}
@@ -101,9 +104,9 @@ func deriveKeys(token, dialerHello, listenerHello []byte, me, peer int) (*linkKe
 }
 
 // newSealer keys the direction from rank from to rank to.
-func newSealer(token, salt []byte, from, to int) (*sealer, error) {
-	info := fmt.Sprintf("gocoll tcp frame key v1: rank %d to rank %d", from, to)
-	key, err := hkdfKey(token, salt, info)
+func newSealer(secret, salt []byte, from, to int) (*sealer, error) {
+	info := fmt.Sprintf("gocoll tcp frame key v2: rank %d to rank %d", from, to)
+	key, err := hkdfKey(secret, salt, info)
 	if err != nil {
 		return nil, fmt.Errorf("tcp: link key: %w", err)
 	}

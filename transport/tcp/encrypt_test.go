@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gocoll/gocoll/bootstrap"
+	"github.com/gocoll/gocoll/internal/auth"
 	"github.com/gocoll/gocoll/internal/conformance"
 	"github.com/gocoll/gocoll/transport"
 	"github.com/gocoll/gocoll/transport/tcp"
@@ -57,12 +58,12 @@ func (s *redirect) Get(ctx context.Context, key string) ([]byte, error) {
 }
 
 // Bytes each end of a mesh connection sends before its first frame: the
-// auth hello and proof (24 + 32), the mesh hello (48) and, from the
+// auth hello and proof (auth.SentLen), the mesh hello (48) and, from the
 // listening end, the verdict (1).
 const (
-	dialerPreamble   = 24 + 32 + 48
+	dialerPreamble   = auth.SentLen + 48
 	listenerPreamble = dialerPreamble + 1
-	meshHelloAt      = 24 + 32
+	meshHelloAt      = auth.SentLen
 )
 
 // proxy forwards connections from its listener to target. Past the

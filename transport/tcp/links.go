@@ -15,8 +15,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gocoll/gocoll/internal/auth"
+	"github.com/gocoll/gocoll/internal/gate"
 	"github.com/gocoll/gocoll/internal/logging"
 	"github.com/gocoll/gocoll/internal/mesh"
+	"github.com/gocoll/gocoll/internal/peercred"
 	"github.com/gocoll/gocoll/transport"
 )
 
@@ -315,12 +317,19 @@ func (t *Transport) register(p *peer) error {
 
 // acceptLoop admits whoever dials, until the listener closes. Each
 // handshake runs on its own, so a stranger that stalls cannot hold up the
-// ranks behind it; strangers are refused, counted and logged.
+// ranks behind it; at most gate.Max authenticate at once (the rest wait in
+// the backlog); strangers are refused, counted and logged in summary.
 func (t *Transport) acceptLoop(ln net.Listener) {
 	defer t.bg.Done()
+	g := gate.New("tcp", gate.Max, gate.Every, logging.L(), "rank", t.rank)
+	defer g.Close()
 	for {
+		if !g.Acquire(t.life) {
+			return
+		}
 		c, err := ln.Accept()
 		if err != nil {
+			g.Release()
 			if errors.Is(err, net.ErrClosed) || t.life.Err() != nil {
 				return
 			}
@@ -336,24 +345,36 @@ func (t *Transport) acceptLoop(ln net.Listener) {
 		t.linkMu.Lock()
 		if t.shut {
 			t.linkMu.Unlock()
+			g.Release()
 			c.Close()
 			return
 		}
 		t.bg.Add(1)
 		t.linkMu.Unlock()
-		go t.admit(c.(*net.TCPConn))
+		go t.admit(c.(*net.TCPConn), g)
 	}
 }
 
-// admit runs the accepting end of one connection.
-func (t *Transport) admit(c *net.TCPConn) {
+// admit runs the accepting end of one connection, holding a slot of g
+// until the peer has authenticated or been refused.
+func (t *Transport) admit(c *net.TCPConn, g *gate.Gate) {
 	defer t.bg.Done()
-	r, keys, err := t.handshake(t.life, c, false, -1)
+	var r int
+	var keys *linkKeys
+	var err error
+	if len(t.token) == 0 {
+		// No token: on this host, only this user's processes.
+		err = peercred.Check(c)
+	}
+	if err == nil {
+		r, keys, err = t.handshake(t.life, c, false, -1)
+	}
+	g.Release()
 	if err != nil {
 		c.Close()
 		if t.life.Err() == nil {
 			t.refused.Add(1)
-			logging.L().Warn("tcp: refused a connection", "rank", t.rank, "remote", c.RemoteAddr().String(), "err", err)
+			g.Refuse(c.RemoteAddr(), err)
 		}
 		return
 	}
@@ -407,7 +428,8 @@ func (t *Transport) handshake(ctx context.Context, c *net.TCPConn, dialer bool, 
 	}
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	if err := auth.Handshake(c, t.token, auth.Mesh, dialer, deadline); err != nil {
+	session, err := auth.HandshakeKey(c, t.token, auth.Mesh, dialer, deadline)
+	if err != nil {
 		return 0, nil, err
 	}
 	c.SetDeadline(deadline)
@@ -436,7 +458,10 @@ func (t *Transport) handshake(ctx context.Context, c *net.TCPConn, dialer bool, 
 		if !dialer {
 			dialerHello, listenerHello = buf, mine
 		}
-		if keys, err = deriveKeys(t.token, dialerHello, listenerHello, t.rank, int(h.rank)); err != nil {
+		// From the handshake's session key, fresh for this connection
+		// and never on the wire: a captured link stays sealed even if
+		// the token leaks later, or was guessable.
+		if keys, err = deriveKeys(session[:], dialerHello, listenerHello, t.rank, int(h.rank)); err != nil {
 			return 0, nil, err
 		}
 	}

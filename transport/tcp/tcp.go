@@ -21,10 +21,12 @@
 // and the payload.
 //
 // Encryption in transit is opt-in: Options.Encrypt, or GOCOLL_ENCRYPT=1
-// for a communicator (comm reads it with the other settings; 0 or unset leaves it
-// off). Every frame, credits and goodbyes included, is then sealed with
-// AES-256-GCM (AES-NI where the CPU has it) under keys derived from the
-// job token, GRUN_TOKEN, by HKDF-SHA256, salted with both ends' hellos:
+// for a communicator (comm reads it with the other settings; 0 or unset
+// leaves it off). Every frame, credits and goodbyes included, is then
+// sealed with AES-256-GCM (AES-NI where the CPU has it) under keys
+// derived by HKDF-SHA256 from the session key of the connection's
+// authentication by the job token, GRUN_TOKEN (forward-secret, see
+// internal/auth), salted with both ends' hellos:
 // each connection and each direction has a key of its own, and the nonce
 // is the count of frames sent, which the receiver counts too. A frame
 // altered, replayed, dropped or reordered in transit loses its sender:
