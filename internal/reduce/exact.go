@@ -430,18 +430,6 @@ func exactHalf(dt DType, out []uint16, ins [][]byte, vals []float64) {
 	}
 }
 
-// exactSlowF32 is the slow path for element i of float32 inputs.
-func exactSlowF32(ins [][]byte, i int, vals []float64) float32 {
-	for _, in := range ins {
-		vals = append(vals, float64(view[float32](in)[i]))
-	}
-	v, nan := exactSlow(vals, paramsF32)
-	if nan {
-		return math.Float32frombits(exactNaN32)
-	}
-	return float32(v)
-}
-
 // exactPrec is enough bits for any sum of float64s to be exact in a
 // big.Float: 2^1024 down to 2^-1074, plus 64 bits of carries.
 const exactPrec = 1024 + 1074 + 64
