@@ -32,6 +32,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -85,45 +86,27 @@ func readJoinFrame(r io.Reader) (byte, []byte, error) {
 	return b[0], b[1:], nil
 }
 
-// codeLoaders are the variables that make a program load or run code
-// other than its own: the dynamic loader's and glibc's (the set it drops
-// for setuid programs), shells' start-up files and interpreters' options.
-// Exact names, then prefixes.
-var (
-	codeLoaders = map[string]bool{
-		"GCONV_PATH": true, "GETCONF_DIR": true, "HOSTALIASES": true, "LOCALDOMAIN": true, "LOCPATH": true,
-		"MALLOC_TRACE": true, "NLSPATH": true, "RESOLV_HOST_CONF": true, "RES_OPTIONS": true, "TZDIR": true,
-		"BASH_ENV": true, "ENV": true, "SHELLOPTS": true, "BASHOPTS": true, "PS4": true, "PROMPT_COMMAND": true, "IFS": true,
-		"PYTHONSTARTUP": true, "PYTHONPATH": true, "PYTHONHOME": true, "PERL5OPT": true, "PERL5LIB": true, "PERLLIB": true,
-		"RUBYOPT": true, "RUBYLIB": true, "NODE_OPTIONS": true, "JAVA_TOOL_OPTIONS": true, "_JAVA_OPTIONS": true,
-		"GRUN_TOKEN": true, // the joiner's own, from its job file, is the one that counts
-	}
-	codeLoaderPrefixes = []string{"LD_", "DYLD_", "BASH_FUNC_", "MALLOC_"}
-)
-
-// admittedEnv checks the variables a job's grun sent with its admission:
-// GRUN_* and GOCOLL_* and the job's -x exports, each NAME=VALUE. Knowing
-// the job's token must not be enough to run code on the joining host, so a
-// variable that loads code (codeLoaders) is refused, naming it; this
-// grun --join's own -x may still set it.
-func admittedEnv(kvs []string) ([]string, error) {
+// admittedEnv sorts the variables a job's grun sent with its admission,
+// each NAME=VALUE: it takes GRUN_* (but the token: the joiner's own, from
+// its job file, is the one that counts) and GOCOLL_*, and leaves the rest
+// (dropped, by name). Knowing the job's token must not be enough to run
+// code on the joining host, and almost any other variable can make a
+// program load or run code (LD_PRELOAD, PATH, GOFLAGS, PYTHONPATH,
+// BASH_ENV, ...): what else the joining rank needs, the user who runs
+// grun --join gives with its own -x. A malformed entry is an error.
+func admittedEnv(kvs []string) (taken, dropped []string, err error) {
 	for _, kv := range kvs {
 		name, _, ok := strings.Cut(kv, "=")
 		if !ok || name == "" || strings.ContainsAny(name, " \t\n") {
-			return nil, fmt.Errorf("sent %q, not NAME=VALUE", kv)
+			return nil, nil, fmt.Errorf("sent %q, not NAME=VALUE", kv)
 		}
 		if strings.HasPrefix(name, "GRUN_") && name != "GRUN_TOKEN" || strings.HasPrefix(name, "GOCOLL_") {
-			continue
-		}
-		bad := codeLoaders[name]
-		for _, p := range codeLoaderPrefixes {
-			bad = bad || strings.HasPrefix(name, p)
-		}
-		if bad {
-			return nil, fmt.Errorf("sent %s, which makes a program load other code: a joining grun takes from the job only GRUN_*, GOCOLL_* and -x variables that load none; set it with -x on this grun --join if it is meant", name)
+			taken = append(taken, kv)
+		} else {
+			dropped = append(dropped, name)
 		}
 	}
-	return kvs, nil
+	return taken, dropped, nil
 }
 
 // jobFile is what --job-file holds.
@@ -448,10 +431,16 @@ func runJoin(ctx context.Context, cfg config, stderr io.Writer) int {
 	}
 	fields := strings.Split(string(b), "\x00")
 	id := fields[0]
-	sent, err := admittedEnv(fields[1:])
+	sent, dropped, err := admittedEnv(fields[1:])
 	if err != nil {
 		say("the job's grun at %s: %v", f.join, err)
 		return exitRefused
+	}
+	dropped = slices.DeleteFunc(dropped, func(name string) bool {
+		return slices.ContainsFunc(cfg.env, func(kv string) bool { return strings.HasPrefix(kv, name+"=") })
+	})
+	if len(dropped) > 0 {
+		say("not taking the job's %s: a joining rank takes only GRUN_* and GOCOLL_* from the job; give what it needs with -x", strings.Join(dropped, ", "))
 	}
 	env := append(os.Environ(), sent...)
 	env = append(env, cfg.env...)

@@ -101,14 +101,24 @@ MinJobAge=600
 	// Daemons stop by their pid files; the cluster's cleanup then kills
 	// whatever is left in its namespaces.
 	t.Cleanup(func() {
+		var pids []int
 		for _, f := range []string{"slurmd-n1.pid", "slurmd-n2.pid", "slurmctld.pid"} {
 			if b, err := os.ReadFile(filepath.Join(s.dir, f)); err == nil {
 				if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
 					syscall.Kill(pid, syscall.SIGTERM)
+					pids = append(pids, pid)
 				}
 			}
 		}
-		time.Sleep(200 * time.Millisecond)
+		// slurmctld saves its state as it stops: wait for the daemons
+		// to be gone, or the test's temporary directory is removed
+		// while they still write into it.
+		deadline := time.Now().Add(15 * time.Second)
+		for _, pid := range pids {
+			for syscall.Kill(pid, 0) == nil && time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
 	})
 	s.run(t, c.launcher, 10*time.Second, "slurmctld", "-f", s.conf)
 	for i, n := range slurmNodes {

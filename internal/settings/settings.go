@@ -187,7 +187,7 @@ var variables = []variable{
 	{"GOCOLL_SIMD", func(v string, s *Settings) error {
 		return oneOf(v, &s.SIMD, "one of off, sse2, avx2, avx512, auto", "auto", "off", "sse2", "avx2", "avx512")
 	}},
-	{"GOCOLL_QUICK", func(v string, s *Settings) error { s.Quick = true; return nil }},
+	{"GOCOLL_QUICK", func(v string, s *Settings) error { return flag(v, &s.Quick) }},
 	{"GOCOLL_CONFORMANCE", func(v string, s *Settings) error { s.Conformance = v; return nil }},
 }
 

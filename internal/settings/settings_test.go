@@ -92,6 +92,7 @@ func TestRead(t *testing.T) {
 		{"GOCOLL_ALGO", "allreduce=ring", func(s Settings) bool { return s.Algo == "allreduce=ring" }},
 		{"GOCOLL_TRACE", "/tmp/t-%r", func(s Settings) bool { return s.Trace == "/tmp/t-%r" }},
 		{"GOCOLL_QUICK", "1", func(s Settings) bool { return s.Quick }},
+		{"GOCOLL_QUICK", "0", func(s Settings) bool { return !s.Quick }},
 		{"GOCOLL_CONFORMANCE", "transport", func(s Settings) bool { return s.Conformance == "transport" }},
 	}
 	for _, tc := range cases {
