@@ -45,10 +45,10 @@ func TestTorchrun(t *testing.T) {
 		}
 	}
 	t.Run("c10d", func(t *testing.T) {
-		twoAgents(t, readmeRecipe(t, "torchrun c10d"), "NNODES=2", "NPROC=2", "HEAD=127.0.0.1", "PORT="+freeport.Get(t), "JOB=gocoll-c10d")
+		twoAgents(t, readmeRecipe(t, "torchrun c10d"), "NNODES=2", "NPROC=2", "HEAD=127.0.0.1", "PORT="+freeport.Get(t), "JOB=gocoll-c10d", "TOKEN="+recipeToken)
 	})
 	t.Run("static", func(t *testing.T) {
-		twoAgents(t, readmeRecipe(t, "torchrun static"), "NNODES=2", "NPROC=2", "HEAD=127.0.0.1", "PORT="+freeport.Get(t), "PORT2="+freeport.Get(t))
+		twoAgents(t, readmeRecipe(t, "torchrun static"), "NNODES=2", "NPROC=2", "HEAD=127.0.0.1", "PORT="+freeport.Get(t), "PORT2="+freeport.Get(t), "TOKEN="+recipeToken)
 	})
 	// Without GRUN_ADDR the static rendezvous's ranks would fight the
 	// agent for MASTER_PORT ("address already in use", "read hello:
@@ -61,7 +61,7 @@ func TestTorchrun(t *testing.T) {
 		}
 		dir, _ := trainDir(t, "collcheck")
 		start := time.Now()
-		j := startRecipe(t, dir, strings.TrimPrefix(recipe, prefix), "NNODES=1", "K=0", "NPROC=2", "HEAD=127.0.0.1", "PORT="+freeport.Get(t))
+		j := startRecipe(t, dir, strings.TrimPrefix(recipe, prefix), "NNODES=1", "K=0", "NPROC=2", "HEAD=127.0.0.1", "PORT="+freeport.Get(t), "TOKEN="+recipeToken)
 		code := j.wait(t, time.Minute)
 		out := j.output()
 		if code == 0 || strings.Count(out, "TORCHELASTIC_USE_AGENT_STORE=True") < 2 || !strings.Contains(out, "set GRUN_ADDR") {
@@ -78,3 +78,7 @@ func TestTorchrun(t *testing.T) {
 		killLauncher(t, "torchrun", dir, train, standalone, 4, "NPROC=4")
 	})
 }
+
+// recipeToken is the $TOKEN of the README's recipes for several nodes:
+// the secret every node is given alike.
+const recipeToken = "0123456789abcdef0123456789abcdef"
