@@ -72,6 +72,14 @@ import (
 )
 
 // Transport is one rank's connections to every other rank of a job.
+// Store is the part of the rendezvous client (bootstrap.Client) a
+// transport needs to find its peers: each rank puts its address under a
+// key of its own and gets the others'. Get waits until the key is put.
+type Store interface {
+	Put(ctx context.Context, key string, value []byte) error
+	Get(ctx context.Context, key string) ([]byte, error)
+}
+
 type Transport interface {
 	// Rank is this process's rank, in [0, Size).
 	Rank() int

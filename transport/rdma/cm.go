@@ -58,7 +58,7 @@ const dialGrace = 20 * time.Millisecond
 
 // links is the connection manager's state.
 type links struct {
-	store   Store
+	store   transport.Store
 	token   []byte
 	ln      net.Listener
 	life    context.Context // ends at Close or Abort: dials and handshakes stop
@@ -121,7 +121,7 @@ func (p *peer) markUp() { p.upOnce.Do(func() { close(p.up) }) }
 
 // startLinks listens, publishes the address, and with Options.Eager
 // brings up every queue pair before it returns.
-func (t *Transport) startLinks(ctx context.Context, store Store, token []byte) error {
+func (t *Transport) startLinks(ctx context.Context, store transport.Store, token []byte) error {
 	t.store, t.token = store, token
 	t.attempts = make(map[int]*attempt)
 	t.linkedNote = make(chan struct{})

@@ -1,7 +1,6 @@
 package rdma
 
 import (
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -12,12 +11,6 @@ import (
 	"github.com/gocoll/gocoll/internal/mesh"
 	"github.com/gocoll/gocoll/transport"
 )
-
-// Store is the part of the rendezvous client the mesh needs.
-type Store interface {
-	Put(ctx context.Context, key string, value []byte) error
-	Get(ctx context.Context, key string) ([]byte, error)
-}
 
 // Options tune the mesh. The zero value picks the defaults. Every rank of
 // a job must use the same Slots and SlotSize (each exchange of queue pair

@@ -157,7 +157,7 @@ func Probe(opts Options) (string, error) {
 // cm.go), which needs store until Close; with Options.Eager, every queue
 // pair is up before Connect returns. token authenticates the exchanges
 // of queue pair numbers between ranks.
-func Connect(ctx context.Context, store Store, rank, size int, token []byte, opts Options) (*Transport, error) {
+func Connect(ctx context.Context, store transport.Store, rank, size int, token []byte, opts Options) (*Transport, error) {
 	if err := opts.fill(); err != nil {
 		return nil, err
 	}
@@ -241,7 +241,7 @@ func (t *Transport) key(kind string, r int) string {
 // connect opens the device and sets up what every queue pair shares: the
 // completion queue, its channel and the engine's eventfd; then it starts
 // the connection manager (cm.go).
-func (t *Transport) connect(ctx context.Context, store Store, token []byte) error {
+func (t *Transport) connect(ctx context.Context, store transport.Store, token []byte) error {
 	o := t.opts
 	h, err := openHCA(o)
 	if err != nil {

@@ -22,7 +22,7 @@ func unavailable() error {
 }
 
 // Connect reports that RDMA needs cgo (and Linux).
-func Connect(ctx context.Context, store Store, rank, size int, token []byte, opts Options) (*Transport, error) {
+func Connect(ctx context.Context, store transport.Store, rank, size int, token []byte, opts Options) (*Transport, error) {
 	if err := opts.fill(); err != nil {
 		return nil, err
 	}

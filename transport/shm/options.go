@@ -1,18 +1,11 @@
 package shm
 
 import (
-	"context"
 	"errors"
 	"time"
 
 	"github.com/gocoll/gocoll/internal/mesh"
 )
-
-// Store is the part of the rendezvous client the mesh needs.
-type Store interface {
-	Put(ctx context.Context, key string, value []byte) error
-	Get(ctx context.Context, key string) ([]byte, error)
-}
 
 // Options tune the mesh. The zero value picks the defaults.
 type Options struct {

@@ -30,7 +30,7 @@ type Transport struct {
 	rank, size int
 	opts       Options
 	links      *mesh.Links[peer]
-	store      Store
+	store      transport.Store
 	token      []byte
 	ln         *net.UnixListener
 	addrGets   atomic.Int64
@@ -75,7 +75,7 @@ type peer struct {
 // as calls first need them (see links.go), or all at once here with
 // Options.Eager. The store must stay open as long as the transport:
 // a first contact reads the peer's address from it.
-func Connect(ctx context.Context, store Store, rank, size int, token []byte, opts Options) (*Transport, error) {
+func Connect(ctx context.Context, store transport.Store, rank, size int, token []byte, opts Options) (*Transport, error) {
 	if err := opts.fill(); err != nil {
 		return nil, err
 	}

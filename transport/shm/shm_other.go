@@ -28,7 +28,7 @@ type Transport struct{}
 
 // Connect checks opts and fails with an error wrapping ErrUnsupported:
 // the transport needs Linux.
-func Connect(ctx context.Context, store Store, rank, size int, token []byte, opts Options) (*Transport, error) {
+func Connect(ctx context.Context, store transport.Store, rank, size int, token []byte, opts Options) (*Transport, error) {
 	if err := opts.fill(); err != nil {
 		return nil, err
 	}

@@ -42,7 +42,7 @@ func TestSendPartsEncrypted(t *testing.T) {
 // redirect is a rendezvous store that hands out, for the addresses it is
 // told to, a proxy's address instead of the rank's own.
 type redirect struct {
-	tcp.Store
+	transport.Store
 	mu sync.Mutex
 	to map[string]string
 }

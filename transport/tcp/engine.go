@@ -73,7 +73,7 @@ type Transport struct {
 
 	// Links on demand (links.go). The store and token serve the dials;
 	// life ends at Close or Abort and cuts dials and handshakes short.
-	store    Store
+	store    transport.Store
 	token    []byte
 	ln       net.Listener
 	life     context.Context

@@ -44,7 +44,7 @@ func newTransport(rank, size int, opts Options) *Transport {
 		progress: make(chan struct{}, 1), closed: make(chan struct{}), lost: make(chan struct{})}
 }
 
-func (t *Transport) connect(ctx context.Context, store Store, token []byte) error {
+func (t *Transport) connect(ctx context.Context, store transport.Store, token []byte) error {
 	return errNoEngine
 }
 

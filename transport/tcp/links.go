@@ -477,7 +477,7 @@ func (t *Transport) handshake(ctx context.Context, c *net.TCPConn, dialer bool, 
 // higher ones, all at once, so that the job connects in the time of its
 // slowest link; the listener then closes. Without Eager nothing more
 // happens here: links come as calls need them.
-func (t *Transport) connect(ctx context.Context, store Store, token []byte) error {
+func (t *Transport) connect(ctx context.Context, store transport.Store, token []byte) error {
 	t.store, t.token = store, token
 	t.life, t.endLife = context.WithCancel(context.Background())
 	host := mesh.ListenHost(t.opts.ListenHost, t.store)

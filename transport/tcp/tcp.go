@@ -80,13 +80,8 @@ import (
 
 	"github.com/gocoll/gocoll/internal/logging"
 	"github.com/gocoll/gocoll/internal/mesh"
+	"github.com/gocoll/gocoll/transport"
 )
-
-// Store is the part of the rendezvous client the mesh needs.
-type Store interface {
-	Put(ctx context.Context, key string, value []byte) error
-	Get(ctx context.Context, key string) ([]byte, error)
-}
 
 // Options tune the mesh. The zero value picks the defaults.
 type Options struct {
@@ -232,7 +227,7 @@ func (o *Options) fill() error {
 // them, which needs store until Close; with Options.Eager, every link is
 // made before Connect returns, as a job-wide check that every rank can
 // reach every other.
-func Connect(ctx context.Context, store Store, rank, size int, token []byte, opts Options) (*Transport, error) {
+func Connect(ctx context.Context, store transport.Store, rank, size int, token []byte, opts Options) (*Transport, error) {
 	if err := opts.fill(); err != nil {
 		return nil, err
 	}
