@@ -194,7 +194,10 @@ func (c *Communicator) compareLast() error {
 	ctx, cancel := context.WithTimeout(context.Background(), closeCompareWait)
 	defer cancel()
 	prefix := c.callsKey()
-	seen := make(map[int]bool, c.cfg.Size)
+	// Ranks that left the job before this Close (a call of theirs timed
+	// out waiting for this rank, say) wait for nothing now, and said why
+	// themselves: what they called is no news to them.
+	seen := c.departedRanks(ctx)
 	var level int    // ranks that closed after this rank's last call, as it does
 	var beyond []int // ranks seen in a later call, which this one never made
 	var later []byte // the first of those ranks' calls
@@ -231,7 +234,7 @@ func (c *Communicator) compareLast() error {
 			// finished its part of.
 			return told{fmt.Errorf("%s: %w", f.text, ErrMismatch)}
 		}
-		if len(seen) == c.cfg.Size-1 {
+		if len(seen) >= c.cfg.Size-1 {
 			break
 		}
 		select {
@@ -267,6 +270,22 @@ func (c *Communicator) compareLast() error {
 	}
 	return fmt.Errorf("%s called %s after this rank's last call, %s: %w",
 		c.ranksWord(beyond), collectives.DescribeCall(later), collectives.DescribeCall(mine), ErrMismatch)
+}
+
+// departedRanks is the set of this communicator's ranks, other than this
+// one, that the store saw leave the job by now, for any reason.
+func (c *Communicator) departedRanks(ctx context.Context) map[int]bool {
+	gone := make(map[int]bool, c.cfg.Size)
+	ds, err := c.calls.Departures(ctx, 0)
+	if err != nil {
+		return gone
+	}
+	for _, d := range ds {
+		if r := c.fromJob(d.Rank); r >= 0 && r != c.cfg.Rank {
+			gone[r] = true
+		}
+	}
+	return gone
 }
 
 // othersDeparted reports whether the store saw a rank other than this one

@@ -29,7 +29,7 @@ import (
 // is not private.
 var ErrUnsafe = errors.New("refusing to write through what another user may have put there")
 
-const flags = os.O_WRONLY | os.O_CREATE | os.O_EXCL | syscall.O_NOFOLLOW | syscall.O_CLOEXEC
+const flags = os.O_WRONLY | os.O_CREATE | os.O_EXCL | noFollow | syscall.O_CLOEXEC
 
 // Check says whether a file may be written at path: nil if nothing is
 // there or a regular file of this user, else ErrUnsafe.
