@@ -137,8 +137,12 @@ type Communicator struct {
 	traceMu sync.Mutex // the watchdog's drains and Close's
 	traced  uint64
 	// leaving counts the reports of a break on their way to the store
-	// (see drop), which Close waits for.
-	leaving sync.WaitGroup
+	// (see drop), which Close waits for; leavingMu orders drop's Add
+	// before that Wait, and leavingDone says the Wait has begun, after
+	// which a report is no longer sent (the store is closing).
+	leaving     sync.WaitGroup
+	leavingMu   sync.Mutex
+	leavingDone bool
 
 	// elastic: a failure ends this communicator alone and leaves the
 	// connections to the live ranks up, for Shrink (elastic.go).
@@ -568,6 +572,9 @@ func (c *Communicator) shutdown() error {
 		c.linkStore.Close()
 	}
 	if c.store != nil {
+		c.leavingMu.Lock()
+		c.leavingDone = true
+		c.leavingMu.Unlock()
 		c.leaving.Wait()
 		c.leave("")
 		c.store.Close()

@@ -27,6 +27,7 @@ func (c *Communicator) failed(what string, err error) error {
 	if ferr := c.faultErr(); ferr != nil {
 		ferr = c.callError(what, true, c.withLosses(ferr))
 		c.setBroken(ferr)
+		c.sayGaveUp()
 		c.log.Info("collective failed", "err", ferr, "chain", chainOf(ferr))
 		return ferr
 	}
@@ -52,6 +53,7 @@ func (c *Communicator) failed(what string, err error) error {
 	}
 	err = c.callError(what, true, err)
 	c.setBroken(err)
+	c.sayGaveUp()
 	// The ranks are out of step now, and a peer may be waiting for data
 	// this rank will never send. Dropping the connections tells every peer
 	// at once (their calls fail with ErrPeerLost naming this rank) instead
@@ -457,11 +459,15 @@ func (c *Communicator) drop(cause error) {
 		// Not waited for here (the store may be slow, the caller need
 		// not be), but by Close: the reason must reach the store before
 		// the process can exit, or grun's word of the exit overtakes it.
-		c.leaving.Add(1)
-		go func() {
-			defer c.leaving.Done()
-			c.leave(cause.Error())
-		}()
+		c.leavingMu.Lock()
+		if !c.leavingDone {
+			c.leaving.Add(1)
+			go func() {
+				defer c.leaving.Done()
+				c.leave(cause.Error())
+			}()
+		}
+		c.leavingMu.Unlock()
 	}
 	if a, ok := c.t.(transport.Aborter); ok {
 		a.Abort(cause)

@@ -207,6 +207,10 @@ func (c *Communicator) compareLast() error {
 			break // the store is gone (it lived in a rank that closed)
 		}
 		for r := range c.cfg.Size {
+			if _, gave := m[prefix+"gaveup/"+strconv.Itoa(r)]; gave && r != c.cfg.Rank && !seen[r] {
+				seen[r] = true // failed its call, and said why itself
+				continue
+			}
 			v, ok := m[prefix+strconv.Itoa(r)]
 			if r == c.cfg.Rank || seen[r] || !ok || collectives.CallNumber(v) < n {
 				continue
@@ -270,6 +274,19 @@ func (c *Communicator) compareLast() error {
 	}
 	return fmt.Errorf("%s called %s after this rank's last call, %s: %w",
 		c.ranksWord(beyond), collectives.DescribeCall(later), collectives.DescribeCall(mine), ErrMismatch)
+}
+
+// sayGaveUp tells the store that this rank's call failed and the
+// communicator is broken here: it waits for no rank any more, and its
+// error said why. Close's comparison (compareLast) then does not take the
+// call it was in for one the closing rank left it waiting in.
+func (c *Communicator) sayGaveUp() {
+	if c.calls == nil || c.cfg.Size == 1 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	c.calls.Put(ctx, c.callsKey()+"gaveup/"+strconv.Itoa(c.cfg.Rank), nil)
 }
 
 // departedRanks is the set of this communicator's ranks, other than this
