@@ -3,9 +3,12 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,5 +62,53 @@ func TestFilesRefusePlantedSymlinks(t *testing.T) {
 				t.Fatalf("the symlink now points at %q (%v)", target, err)
 			}
 		})
+	}
+}
+
+// TestOutputDirLogsPrivate: --output-dir's rank-R.log files are created
+// 0600 (a rank's output may hold what other users must not read), over
+// the previous run's logs, and never through a symlink planted at a
+// rank's name: grun then fails naming --output-dir and the victim's file
+// is untouched.
+func TestOutputDirLogsPrivate(t *testing.T) {
+	dir := t.TempDir()
+	j := &job{cfg: config{n: 2, outputDir: dir}}
+	for run := 0; run < 2; run++ { // the second run recreates the first's logs
+		if err := j.openOutputFiles(); err != nil {
+			t.Fatalf("run %d: %v", run, err)
+		}
+		j.closeOutputFiles()
+		for r := 0; r < 2; r++ {
+			fi, err := os.Lstat(filepath.Join(dir, "rank-"+strconv.Itoa(r)+".log"))
+			if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o600 {
+				t.Fatalf("run %d, rank %d's log: %v (%v), want a regular file of mode 0600", run, r, fi, err)
+			}
+		}
+	}
+	victim := filepath.Join(t.TempDir(), "victim")
+	if err := os.WriteFile(victim, []byte("precious\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	planted := filepath.Join(dir, "rank-1.log")
+	if err := os.Remove(planted); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(victim, planted); err != nil {
+		t.Fatal(err)
+	}
+	err := j.openOutputFiles()
+	if !errors.Is(err, privfile.ErrUnsafe) || !strings.HasPrefix(err.Error(), "--output-dir: ") {
+		t.Fatalf("--output-dir over a planted symlink: %v, want %v naming --output-dir", err, privfile.ErrUnsafe)
+	}
+	if b, err := os.ReadFile(victim); err != nil || string(b) != "precious\n" {
+		t.Fatalf("the victim's file now holds %q (%v)", b, err)
+	}
+	// A rank that joins later: its log is refused too, and its output
+	// goes to grun's instead.
+	var said bytes.Buffer
+	j.out = &output{stdout: &said, stderr: &said}
+	j.files = nil
+	if f := j.outputFile(1); f != nil || !strings.Contains(said.String(), "--output-dir: ") {
+		t.Fatalf("a joining rank's log through the planted symlink: %v, grun said %q", f, said.String())
 	}
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/gocoll/gocoll/bootstrap"
 	"github.com/gocoll/gocoll/internal/logging"
+	"github.com/gocoll/gocoll/internal/privfile"
 	"github.com/gocoll/gocoll/internal/safetext"
 )
 
@@ -612,7 +613,7 @@ func (j *job) openOutputFiles() error {
 	}
 	j.files = make([]*os.File, j.cfg.n)
 	for i := range j.files {
-		f, err := os.Create(filepath.Join(j.cfg.outputDir, "rank-"+strconv.Itoa(i)+".log"))
+		f, err := createRankLog(j.cfg.outputDir, i)
 		if err != nil {
 			j.closeOutputFiles()
 			return fmt.Errorf("--output-dir: %w", err)
@@ -622,6 +623,13 @@ func (j *job) openOutputFiles() error {
 	return nil
 }
 
+// createRankLog creates rank i's file in --output-dir, rank-R.log, mode
+// 0600 and never through a symlink planted at its name (internal/privfile):
+// a rank's output may hold what other users must not read.
+func createRankLog(dir string, i int) (*os.File, error) {
+	return privfile.Create(filepath.Join(dir, "rank-"+strconv.Itoa(i)+".log"))
+}
+
 // outputFile is rank i's --output-dir file, created for a rank that
 // joined after the start; nil if it cannot be.
 func (j *job) outputFile(i int) *os.File {
@@ -629,7 +637,7 @@ func (j *job) outputFile(i int) *os.File {
 		j.files = append(j.files, nil)
 	}
 	if j.files[i] == nil {
-		f, err := os.Create(filepath.Join(j.cfg.outputDir, "rank-"+strconv.Itoa(i)+".log"))
+		f, err := createRankLog(j.cfg.outputDir, i)
 		if err != nil {
 			j.out.say("--output-dir: %v; its output goes to grun's", err)
 			return nil
