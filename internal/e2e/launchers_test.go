@@ -33,35 +33,41 @@ func launcherEnv() []string {
 	return out
 }
 
+// launcherStyles are the variables srun, mpirun and torchrun set for rank
+// r of size on one host (plus, for srun and mpirun, the MASTER_ADDR and
+// MASTER_PORT the job script must add), and no GRUN_TOKEN.
+var launcherStyles = []struct {
+	name string
+	env  func(r, size int, port string) []string
+}{
+	{"srun", func(r, size int, port string) []string {
+		n := strconv.Itoa(size)
+		return []string{"SLURM_PROCID=" + strconv.Itoa(r), "SLURM_NTASKS=" + n, "SLURM_LOCALID=" + strconv.Itoa(r),
+			"SLURM_NODEID=0", "SLURM_JOB_NODELIST=localhost", "SLURM_TASKS_PER_NODE=" + n, "SLURM_JOB_ID=4242", "SLURM_STEP_ID=0",
+			"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port}
+	}},
+	{"mpirun", func(r, size int, port string) []string {
+		n := strconv.Itoa(size)
+		return []string{"OMPI_COMM_WORLD_RANK=" + strconv.Itoa(r), "OMPI_COMM_WORLD_SIZE=" + n,
+			"OMPI_COMM_WORLD_LOCAL_RANK=" + strconv.Itoa(r), "OMPI_COMM_WORLD_LOCAL_SIZE=" + n, "OMPI_MCA_ess_base_jobid=1791819777",
+			"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port}
+	}},
+	{"torchrun", func(r, size int, port string) []string {
+		n := strconv.Itoa(size)
+		return []string{"RANK=" + strconv.Itoa(r), "WORLD_SIZE=" + n, "LOCAL_RANK=" + strconv.Itoa(r), "LOCAL_WORLD_SIZE=" + n,
+			"GROUP_RANK=0", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port}
+	}},
+}
+
 // TestUnderOtherLaunchers starts collcheck's ranks as srun, mpirun and
-// torchrun would, with exactly the variables each sets (plus, for srun and
-// mpirun, the MASTER_ADDR and MASTER_PORT the job script must add), and no
-// grun: comm.Init must find its rank in them, rank 0 must serve the
-// rendezvous store, and every collective check must pass on every rank.
+// torchrun would (launcherStyles; srun's with a token, as a job script
+// may pass one), and no grun: comm.Init must find its rank in them, rank
+// 0 must serve the rendezvous store, and every collective check must pass
+// on every rank.
 func TestUnderOtherLaunchers(t *testing.T) {
 	testmode.SkipIfQuick(t)
 	const n = 3
-	styles := []struct {
-		name string
-		env  func(rank int, port string) []string
-	}{
-		{"srun", func(r int, port string) []string {
-			// srun -n 3 on one node; a token, as a job script may pass one.
-			return []string{"SLURM_PROCID=" + strconv.Itoa(r), "SLURM_NTASKS=3", "SLURM_LOCALID=" + strconv.Itoa(r),
-				"SLURM_NODEID=0", "SLURM_JOB_NODELIST=localhost", "SLURM_TASKS_PER_NODE=3", "SLURM_JOB_ID=4242", "SLURM_STEP_ID=0",
-				"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port, "GRUN_TOKEN=job-secret-from-the-script"}
-		}},
-		{"mpirun", func(r int, port string) []string {
-			return []string{"OMPI_COMM_WORLD_RANK=" + strconv.Itoa(r), "OMPI_COMM_WORLD_SIZE=3",
-				"OMPI_COMM_WORLD_LOCAL_RANK=" + strconv.Itoa(r), "OMPI_COMM_WORLD_LOCAL_SIZE=3", "OMPI_MCA_ess_base_jobid=1791819777",
-				"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port}
-		}},
-		{"torchrun", func(r int, port string) []string {
-			return []string{"RANK=" + strconv.Itoa(r), "WORLD_SIZE=3", "LOCAL_RANK=" + strconv.Itoa(r), "LOCAL_WORLD_SIZE=3",
-				"GROUP_RANK=0", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port}
-		}},
-	}
-	for _, st := range styles {
+	for _, st := range launcherStyles {
 		t.Run(st.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
@@ -70,7 +76,10 @@ func TestUnderOtherLaunchers(t *testing.T) {
 			outs := make([]*bytes.Buffer, n)
 			for r := 0; r < n; r++ {
 				cmd := exec.CommandContext(ctx, filepath.Join(bin, "collcheck"))
-				cmd.Env = append(append(launcherEnv(), "GOCOLL_TIMEOUT=60s"), st.env(r, port)...)
+				cmd.Env = append(append(launcherEnv(), "GOCOLL_TIMEOUT=60s"), st.env(r, n, port)...)
+				if st.name == "srun" {
+					cmd.Env = append(cmd.Env, "GRUN_TOKEN=job-secret-from-the-script")
+				}
 				outs[r] = &bytes.Buffer{}
 				cmd.Stdout, cmd.Stderr = outs[r], outs[r]
 				if err := cmd.Start(); err != nil {

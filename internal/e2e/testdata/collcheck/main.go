@@ -16,6 +16,7 @@ import (
 	"os"
 	"strings"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"github.com/gocoll/gocoll/comm"
@@ -27,6 +28,7 @@ var (
 	dieHow   = flag.String("die-how", "exit", "how -die-rank dies: exit (status 3) or kill (SIGKILL to itself)")
 	rounds   = flag.Int("rounds", 1, "run the whole check this many times (a long job, for tests that kill it)")
 	addrs    = flag.Bool("addrs", false, "first print this rank's non-loopback IPv4 addresses (where did it run?)")
+	hold     = flag.String("hold", "", "after Init, wait until this file exists before the checks (a test's stranger knocks meanwhile)")
 )
 
 type checker struct {
@@ -46,6 +48,15 @@ func main() {
 	defer c.Close()
 	if *addrs {
 		fmt.Printf("rank %d addrs %s\n", c.Rank(), strings.Join(ipv4Addrs(), ","))
+	}
+	if *hold != "" {
+		fmt.Printf("rank %d holding\n", c.Rank())
+		for {
+			if _, err := os.Stat(*hold); err == nil {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 	}
 	k := &checker{ctx: ctx, c: c}
 	for i := 0; i < *rounds; i++ {
