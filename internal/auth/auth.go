@@ -44,9 +44,10 @@
 //
 // Online guessing remains, so a hand-set GRUN_TOKEN must have at least
 // MinTokenLen characters (bootstrap refuses shorter ones); grun's tokens have
-// 64. The arithmetic of the hash-to-curve step is math/big, which is not
-// constant-time: a process on the same host that can time the handshake
-// finely might learn something of the token's hash, never the exchange.
+// 64. Every step that handles the token runs in constant time (SHA-512, the
+// hash-to-curve's field arithmetic in field.go, X25519), so a process of the
+// same host timing handshakes learns the token's length in SHA-512 blocks
+// and nothing else of it.
 //
 // Every message has a fixed size and is read under the deadline given to
 // Handshake: a 40-byte hello each way (its 8-byte header checked before the
@@ -64,7 +65,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"time"
 )
@@ -273,17 +273,13 @@ func readProof(conn net.Conn, secret []byte, fromDialer bool) error {
 	return nil
 }
 
-// Curve25519's field and Montgomery coefficient, for hashing to the curve.
-var (
-	fieldP   = new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), 255), big.NewInt(19))
-	legendre = new(big.Int).Rsh(new(big.Int).Sub(fieldP, big.NewInt(1)), 1) // (p-1)/2
-	montA    = big.NewInt(486662)
-)
-
 // generator hashes the token and the service to a point of Curve25519 with
 // Elligator 2 (RFC 9380, section 6.7.1, Z = 2): r from a 512-bit hash,
-// x1 = -A/(1+2r²); x = x1 when x1³+Ax1²+x1 is a square, else -x1-A. Either
-// way x is the u-coordinate of a point of the curve, never of the twist.
+// x1 = -A/(1+2r²) (-A where 1+2r² is 0); x = x1 when x1³+Ax1²+x1 is a
+// square or 0, else -x1-A. Either way x is the u-coordinate of a point of
+// the curve, never of the twist. It runs in constant time (field.go): what
+// it computes is the token's secret stand-in, and timings that depended on
+// it would let a process on the host sort dictionary words offline.
 func generator(token []byte, svc Service) (*ecdh.PublicKey, error) {
 	h := sha512.New()
 	h.Write([]byte("gocoll cpace generator v2"))
@@ -291,26 +287,16 @@ func generator(token []byte, svc Service) (*ecdh.PublicKey, error) {
 	binary.LittleEndian.PutUint16(s[:], uint16(svc))
 	h.Write(s[:])
 	h.Write(token)
-	p := fieldP
-	r := new(big.Int).SetBytes(h.Sum(nil))
-	r.Mod(r, p)
-	den := new(big.Int).Mul(r, r)
-	den.Lsh(den, 1).Add(den, big.NewInt(1)).Mod(den, p)
-	x := new(big.Int).Neg(montA)
-	if den.Sign() != 0 {
-		x.Mul(x, new(big.Int).ModInverse(den, p))
-	}
-	x.Mod(x, p)
-	gx := new(big.Int).Add(x, montA) // x³+Ax²+x = x((x+A)x+1)
-	gx.Mul(gx, x).Add(gx, big.NewInt(1)).Mul(gx, x).Mod(gx, p)
-	if e := new(big.Int).Exp(gx, legendre, p); e.Cmp(big.NewInt(1)) != 0 && gx.Sign() != 0 {
-		x.Neg(x).Sub(x, montA).Mod(x, p)
-	}
-	var u [32]byte
-	x.FillBytes(u[:])
-	for i := 0; i < 16; i++ { // X25519 takes u little-endian
-		u[i], u[31-i] = u[31-i], u[i]
-	}
+	r := feFromHash(h.Sum(nil))
+	montA := fe{486662}
+	minusA := feSub(fe{}, montA)
+	den := feAdd(feMul(fe{2}, feMul(r, r)), fe{1})
+	x := feSelect(minusA, feMul(minusA, fePow(den, &expInvert)), feEqual(den, fe{}))
+	gx := feMul(feAdd(feMul(feAdd(x, montA), x), fe{1}), x) // x³+Ax²+x = x((x+A)x+1)
+	// Euler's criterion gives 1, 0 or -1; only a non-square (-1) flips.
+	nonSquare := feEqual(fePow(gx, &expLegendre), feSub(fe{}, fe{1}))
+	x = feSelect(feSub(minusA, x), x, nonSquare)
+	u := x.bytes()
 	g, err := ecdh.X25519().NewPublicKey(u[:])
 	if err != nil {
 		return nil, fmt.Errorf("auth: generator: %w", err)
