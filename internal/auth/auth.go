@@ -281,13 +281,7 @@ func readProof(conn net.Conn, secret []byte, fromDialer bool) error {
 // it computes is the token's secret stand-in, and timings that depended on
 // it would let a process on the host sort dictionary words offline.
 func generator(token []byte, svc Service) (*ecdh.PublicKey, error) {
-	h := sha512.New()
-	h.Write([]byte("gocoll cpace generator v2"))
-	var s [2]byte
-	binary.LittleEndian.PutUint16(s[:], uint16(svc))
-	h.Write(s[:])
-	h.Write(token)
-	r := feFromHash(h.Sum(nil))
+	r := feFromHash(generatorHash(token, svc))
 	montA := fe{486662}
 	minusA := feSub(fe{}, montA)
 	den := feAdd(feMul(fe{2}, feMul(r, r)), fe{1})
@@ -302,4 +296,16 @@ func generator(token []byte, svc Service) (*ecdh.PublicKey, error) {
 		return nil, fmt.Errorf("auth: generator: %w", err)
 	}
 	return g, nil
+}
+
+// generatorHash is the 512-bit hash of the token and the service that
+// generator maps to the curve.
+func generatorHash(token []byte, svc Service) []byte {
+	h := sha512.New()
+	h.Write([]byte("gocoll cpace generator v2"))
+	var s [2]byte
+	binary.LittleEndian.PutUint16(s[:], uint16(svc))
+	h.Write(s[:])
+	h.Write(token)
+	return h.Sum(nil)
 }

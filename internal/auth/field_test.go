@@ -3,8 +3,6 @@ package auth
 import (
 	"bytes"
 	"crypto/rand"
-	"crypto/sha512"
-	"encoding/binary"
 	"math/big"
 	"testing"
 )
@@ -104,14 +102,8 @@ func TestFieldAgainstBig(t *testing.T) {
 // bit for bit: both ends of a handshake must find the same point.
 // flipped says whether x1 was not the answer (x1³+Ax1²+x1 a non-square).
 func generatorBig(token []byte, svc Service) (u []byte, flipped bool) {
-	h := sha512.New()
-	h.Write([]byte("gocoll cpace generator v2"))
-	var s [2]byte
-	binary.LittleEndian.PutUint16(s[:], uint16(svc))
-	h.Write(s[:])
-	h.Write(token)
 	montA := big.NewInt(486662)
-	r := new(big.Int).SetBytes(h.Sum(nil))
+	r := new(big.Int).SetBytes(generatorHash(token, svc))
 	r.Mod(r, p)
 	den := new(big.Int).Mul(r, r)
 	den.Lsh(den, 1).Add(den, big.NewInt(1)).Mod(den, p)
