@@ -285,10 +285,10 @@ func generator(token []byte, svc Service) (*ecdh.PublicKey, error) {
 	montA := fe{486662}
 	minusA := feSub(fe{}, montA)
 	den := feAdd(feMul(fe{2}, feMul(r, r)), fe{1})
-	x := feSelect(minusA, feMul(minusA, fePow(den, &expInvert)), feEqual(den, fe{}))
+	x := feSelect(minusA, feMul(minusA, feInvert(den)), feEqual(den, fe{}))
 	gx := feMul(feAdd(feMul(feAdd(x, montA), x), fe{1}), x) // x³+Ax²+x = x((x+A)x+1)
 	// Euler's criterion gives 1, 0 or -1; only a non-square (-1) flips.
-	nonSquare := feEqual(fePow(gx, &expLegendre), feSub(fe{}, fe{1}))
+	nonSquare := feEqual(feLegendre(gx), feSub(fe{}, fe{1}))
 	x = feSelect(feSub(minusA, x), x, nonSquare)
 	u := x.bytes()
 	g, err := ecdh.X25519().NewPublicKey(u[:])

@@ -13,7 +13,8 @@ import (
 // index or loop count depends on them (exponents are public constants), so
 // its timing says nothing about the token the values come from. math/big,
 // which the hash-to-curve used before, is variable-time throughout
-// (normalised lengths, Euclid's inverse).
+// (normalised lengths, Euclid's inverse). Exponentiations follow a fixed
+// addition chain.
 type fe [5]uint64
 
 const mask51 = 1<<51 - 1
@@ -91,29 +92,43 @@ func feMul(a, b fe) fe {
 	}.carry()
 }
 
-// fePow is a^e for a public exponent e (32 bytes, big-endian): square and
-// multiply, every bit of e alike but for which a branch is taken, which
-// depends on e alone.
-func fePow(a fe, e *[32]byte) fe {
-	r := fe{1}
-	for _, byt := range e {
-		for i := 7; i >= 0; i-- {
-			r = feMul(r, r)
-			if byt>>i&1 == 1 {
-				r = feMul(r, a)
-			}
-		}
+// feSquares is a^(2^n): n squarings, n public.
+func feSquares(a fe, n int) fe {
+	for i := 0; i < n; i++ {
+		a = feMul(a, a)
 	}
-	return r
+	return a
 }
 
-// The exponents p-2 (inversion, Fermat) and (p-1)/2 (Euler's criterion).
-var (
-	expInvert = [32]byte{0x7f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
-		0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xeb}
-	expLegendre = [32]byte{0x3f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
-		0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xf6}
-)
+// chain250 is the addition chain Curve25519 implementations share (from
+// ref10): z^(2^250-1), z^11 and z^2, in 249 squarings and 11 multiplies.
+func chain250(z fe) (z2250, z11, z2 fe) {
+	z2 = feMul(z, z)
+	z9 := feMul(feSquares(z2, 2), z)
+	z11 = feMul(z9, z2)
+	z25 := feMul(feMul(z11, z11), z9)     // z^(2^5-1)
+	z210 := feMul(feSquares(z25, 5), z25) // z^(2^10-1)
+	z220 := feMul(feSquares(z210, 10), z210)
+	z240 := feMul(feSquares(z220, 20), z220)
+	z250 := feMul(feSquares(z240, 10), z210)
+	z2100 := feMul(feSquares(z250, 50), z250)
+	z2200 := feMul(feSquares(z2100, 100), z2100)
+	z2250 = feMul(feSquares(z2200, 50), z250)
+	return z2250, z11, z2
+}
+
+// feInvert is 1/z (0 for 0): z^(p-2) = z^(2^255-21), by Fermat.
+func feInvert(z fe) fe {
+	z2250, z11, _ := chain250(z)
+	return feMul(feSquares(z2250, 5), z11)
+}
+
+// feLegendre is z^((p-1)/2) = z^(2^254-10), Euler's criterion: 1 for a
+// nonzero square, 0 for 0, -1 for a non-square.
+func feLegendre(z fe) fe {
+	z2250, _, z2 := chain250(z)
+	return feMul(feSquares(z2250, 4), feMul(z2, feMul(z2, z2)))
+}
 
 // bytes is v's canonical encoding, 32 bytes little-endian, fully reduced
 // below p.
