@@ -250,6 +250,38 @@ func TestExactAdversarial(t *testing.T) {
 	}
 }
 
+// TestExactMostlyFast is float32 data as the fast path sees it in use:
+// values of nearby scales, the vector kernel's groups of eight, with an
+// adversarial element here and there (which stops the kernel mid-buffer
+// and hands that group to the Go code) and a tail shorter than a group.
+func TestExactMostlyFast(t *testing.T) {
+	rng := rand.New(rand.NewSource(44))
+	for n := 1; n <= 8; n++ {
+		for _, count := range []int{7, 8, 64, 1003} {
+			t.Run(fmt.Sprintf("n=%d/count=%d", n, count), func(t *testing.T) {
+				rows := make([][]uint64, n)
+				for q := range rows {
+					rows[q] = make([]uint64, count)
+				}
+				prev := make([]uint64, 0, n)
+				for i := 0; i < count; i++ {
+					odd := rng.Intn(40) == 0
+					prev = prev[:0]
+					for q := range rows {
+						v := uint64(math.Float32bits(float32(rng.NormFloat64() * 1000)))
+						if odd {
+							v = adversarial(rng, Float32, prev)
+						}
+						rows[q][i] = v
+						prev = append(prev, v)
+					}
+				}
+				checkExact(t, Float32, rows)
+			})
+		}
+	}
+}
+
 // TestExactCases are the rules spelled out in exact.go, one by one.
 func TestExactCases(t *testing.T) {
 	f32 := func(f float32) uint64 { return uint64(math.Float32bits(f)) }
