@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/gocoll/gocoll/internal/reduce"
+	"github.com/gocoll/gocoll/transport"
 )
 
 // ExactSum (reduce.ExactSum) on a float type: the exact sum of every
@@ -11,16 +12,27 @@ import (
 // the inputs alone, so it is the same bits whatever the rank count, the
 // algorithm, the transport or the order messages arrive in.
 //
-// One algorithm computes it, the pairwise reduce-scatter of wide.go with
-// the exact kernel: every rank sends block q of its input, in the element
-// type's own width, to rank q, which then holds all n inputs of its block
-// and computes their exact sum in one pass (reduce.Exact). The allreduce
-// follows it with a direct allgather of the rounded blocks (each rank
-// sends its block to every other at once); Reduce with a gather of the
-// blocks to the root. The wire carries what a Sum's ring
-// carries, (n-1)/n of the buffer out and in per rank for the
-// reduce-scatter, in n-1 concurrent messages instead of n-1 dependent
-// steps.
+// Two algorithms compute it, both gathering the raw inputs of each
+// element at the rank that sums them, never a partial sum (rules in
+// choose.go picks):
+//
+//   - The pairwise reduce-scatter of wide.go with the exact kernel:
+//     every rank sends block q of its input, in the element type's own
+//     width, to rank q, which then holds all n inputs of its block and
+//     computes their exact sum in one pass (reduce.Exact). The allreduce
+//     follows it with a direct allgather of the rounded blocks (each rank
+//     sends its block to every other at once); Reduce with a gather of
+//     the blocks to the root. The wire carries what a Sum's ring
+//     carries, (n-1)/n of the buffer out and in per rank for the
+//     reduce-scatter, in n-1 concurrent messages instead of n-1
+//     dependent steps.
+//   - For an allreduce on a power-of-two number of ranks up to
+//     Options.SmallAllReduce, recursive doubling of the inputs
+//     themselves (exactDoubling): log2(n) exchanges, after which every
+//     rank holds every input and sums the whole buffer. There a call
+//     costs its messages more than its bytes or its arithmetic, and this
+//     takes log2(n) of them where the reduce-scatter and the allgather
+//     take 2(n-1).
 //
 // Why not the other algorithms: any scheme that forwards partial results
 // (the ring, recursive doubling, Rabenseifner, trees) would have to carry
@@ -31,8 +43,8 @@ import (
 // needs no wider wire format and one exact computation per element.
 // The price is the pairwise pattern's: every rank talks to every other
 // at once, which large jobs pay for in connections and small messages;
-// and the owner stages its peers' segments (n segments of memory, one
-// copy each) so that the kernel sees all of them together.
+// and the owner holds a receive slot of every peer while the kernel
+// reads them together.
 //
 // GOCOLL_ALGO (Options.Algos) does not apply to ExactSum: no other
 // algorithm would give the same bits, which is the point, so a forced
@@ -59,16 +71,25 @@ func exactOp(op reduce.Op) reduce.Op {
 // chooseExact is the algorithm of an exact sum of kind: a row of the
 // choice table (see rules), logged as every choice is.
 func (g *Group) chooseExact(kind Kind) Algo {
-	return g.decide(shape{kind: kind, n: g.n, exact: true})
+	return g.chooseExactBytes(kind, 0)
+}
+
+// chooseExactBytes is chooseExact for a call that depends on its size
+// (AllReduce: bytes of input per rank).
+func (g *Group) chooseExactBytes(kind Kind, bytes int) Algo {
+	return g.decide(shape{kind: kind, n: g.n, bytes: bytes, exact: true})
 }
 
 // exactAllReduce is AllReduce for ExactSum on a float type.
 func (g *Group) exactAllReduce(ctx context.Context, buf []byte, count int, dt reduce.DType) error {
-	algo := g.chooseExact(AllReduce)
+	algo := g.chooseExactBytes(AllReduce, len(buf))
 	c := g.newCall(ctx, spec{what: tag(AllReduce, algo, dt, reduce.ExactSum), count: uint64(count)})
-	if algo == Local {
+	switch algo {
+	case Local:
 		reduce.Exact(dt, buf, [][]byte{buf})
 		return nil
+	case RecursiveDoubling:
+		return c.exactDoubling(buf, dt)
 	}
 	n, r, es := g.n, g.rank, dt.Size()
 	block := func(q int) []byte { return chunk(buf, count, n, q, es) }
@@ -119,9 +140,12 @@ func (c *call) directAllGather(block func(q int) []byte) error {
 // sends block(q) of this rank's input to rank q, for every q, and writes
 // the exact sum of the n ranks' inputs of its own block, rounded once,
 // into out (which may be block(rank)). It is pipelined by message as
-// pairwiseReduceScatter is; the peers' segments of a round are copied
-// into scratch, in rank order, and released at once, so no slot is held
-// while another peer's segment is awaited.
+// pairwiseReduceScatter is. The kernel reads the peers' segments of a
+// round in their receive slots, one slot per peer held until it is done
+// (a peer's segment that is not aligned for dt is copied out first): a
+// rank is at most one round ahead of any peer, so every peer's round-k
+// segment can be sent while round k-1's slots are free again, whatever
+// the slot count; and no rank sends while it holds a slot.
 func (c *call) exactReduceScatter(block func(q int) []byte, out []byte, dt reduce.DType) error {
 	n, r := c.g.n, c.g.rank
 	mine := block(r)
@@ -133,6 +157,7 @@ func (c *call) exactReduceScatter(block func(q int) []byte, out []byte, dt reduc
 	stage, handle := getScratch(n * seg)
 	defer putScratch(handle)
 	ins := make([][]byte, n)
+	held := make([]transport.Message, 0, n-1)
 	for k := 0; k < rounds; k++ {
 		for s := 1; s < n; s++ {
 			to := mod(r+s, n)
@@ -154,14 +179,62 @@ func (c *call) exactReduceScatter(block func(q int) []byte, out []byte, dt reduc
 			}
 			msg, err := c.recv(q, h)
 			if err != nil {
+				c.releaseAll(held)
 				return err
 			}
-			ins[q] = stage[q*h : (q+1)*h : (q+1)*h]
-			copy(ins[q], msg.Data)
-			c.release(msg)
+			if !reduce.ExactAligned(dt, msg.Data) {
+				ins[q] = stage[q*h : (q+1)*h : (q+1)*h]
+				copy(ins[q], msg.Data)
+				c.release(msg)
+				continue
+			}
+			ins[q] = msg.Data
+			held = append(held, msg)
 		}
 		reduce.Exact(dt, c.seg(out, k), ins)
+		c.releaseAll(held)
+		held = held[:0]
 	}
+	return nil
+}
+
+// releaseAll releases msgs, received from different peers.
+func (c *call) releaseAll(msgs []transport.Message) {
+	for _, m := range msgs {
+		c.release(m)
+	}
+}
+
+// exactDoubling is the allreduce of an exact sum on a power-of-two
+// number of ranks, for the sizes where messages cost more than bytes
+// and arithmetic (see rules): recursive doubling of the inputs
+// themselves. In the step with partner r^m (m = 1, 2, 4, ...) a rank
+// swaps the m inputs it holds, its own and those it has received, which
+// lie side by side in stage in rank order, for the partner's m; after
+// log2(n) steps every rank holds all n inputs and sums them with the
+// kernel. Every rank computes the same function of the same inputs, so
+// all get the same bits without an allgather. Per rank: log2(n)
+// dependent exchanges (the reduce-scatter and allgather take 2(n-1)
+// messages), n-1 times the buffer in and out, against Sum's recursive
+// doubling's log2(n) times, and the exact sum of the whole buffer rather
+// than of a block: n times the arithmetic.
+func (c *call) exactDoubling(buf []byte, dt reduce.DType) error {
+	n, r, l := c.g.n, c.g.rank, len(buf)
+	stage, handle := getScratch(n * l)
+	defer putScratch(handle)
+	copy(stage[r*l:], buf)
+	for m := 1; m < n; m <<= 1 {
+		lo, plo := r&^(m-1), (r&^(m-1))^m // the first rank of each side's inputs
+		err := c.stream(r^m, r^m, stage[lo*l:(lo+m)*l], stage[plo*l:(plo+m)*l], func(dst, src []byte) { copy(dst, src) })
+		if err != nil {
+			return err
+		}
+	}
+	ins := make([][]byte, n)
+	for q := range ins {
+		ins[q] = stage[q*l : (q+1)*l : (q+1)*l]
+	}
+	reduce.Exact(dt, buf, ins)
 	return nil
 }
 

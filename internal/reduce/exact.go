@@ -137,6 +137,12 @@ func Exact(dt DType, out []byte, ins [][]byte) {
 	}
 }
 
+// ExactAligned says whether b starts where Exact may read dt's elements
+// (Exact panics otherwise).
+func ExactAligned(dt DType, b []byte) bool {
+	return aligned(b, dtypeInfo[dt].align)
+}
+
 // exactInt is Sum, in an order that reads an input that out aliases
 // before writing out.
 func exactInt(dt DType, out []byte, ins [][]byte) {
