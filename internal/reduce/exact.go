@@ -230,7 +230,9 @@ func exactF32(out []float32, ins [][]byte, vals []float64) {
 }
 
 // exactOneF32 is element i of float32 inputs vs: the fast path where
-// the exponents of its inputs span at most w, else exactElemF32. The
+// the exponents of its inputs span at most w, or where one is Inf or NaN
+// (their float64 sum s is then NaN or the infinity the rules give, as
+// no sum of float32s overflows float64), else exactElemF32. The
 // exponent span comes from the magnitudes' bits, which order as the
 // magnitudes do: mx is the largest, mn the smallest nonzero minus one (a
 // zero, minus one, wraps to the largest uint32).
@@ -249,7 +251,12 @@ func exactOneF32(vs [][]float32, i int, w int32, vals []float64) float32 {
 	if mn == math.MaxUint32 {
 		emin = 255 // every input zero: no bits at all
 	}
-	if emax < 255 && emax-emin <= w {
+	switch {
+	case emax == 255 && s != s:
+		return math.Float32frombits(exactNaN32) // a NaN, or +Inf and -Inf
+	case emax == 255:
+		return float32(s) // the infinity: finite float32s cannot overflow s
+	case emax-emin <= w:
 		return float32(s) // s is the exact sum: one rounding
 	}
 	return exactElemF32(vs, i, vals)

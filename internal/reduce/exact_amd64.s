@@ -8,10 +8,10 @@
 // the state in registers: for each group, over the n inputs ins[q], the
 // float64 sum s (two vectors of four) and, of a = the bits of |x|, the
 // unsigned max (mx) and the min of a-1 (mn). A group whose every element
-// is in the window (exponent span emax - emin at most w, emax < 255;
-// exact.go) has float32(s) stored to out; the first group that is not,
-// or a group that would pass hi, stops it: it returns that group's first
-// element, with out left unwritten from there on.
+// is in the window (exponent span emax - emin at most w; exact.go) or
+// has an Inf or NaN input has its results stored to out; the first group
+// that does not, or a group that would pass hi, stops it: it returns
+// that group's first element, with out left unwritten from there on.
 TEXT ·exactF32AVX2(SB), NOSPLIT, $0-56
 	MOVQ out+0(FP), DI
 	MOVQ ins+8(FP), R9
@@ -34,6 +34,9 @@ TEXT ·exactF32AVX2(SB), NOSPLIT, $0-56
 	MOVQ AX, X11
 	VPBROADCASTQ X11, Y11
 	VPCMPEQD Y13, Y13, Y13
+	MOVL $0x7fc00000, AX
+	MOVQ AX, X14
+	VPBROADCASTD X14, Y14
 
 group:
 	LEAQ 8(R12), AX
@@ -62,7 +65,10 @@ input:
 	JLT          input
 
 	// emax = mx >> 23; emin = max((mn+1) >> 23, 1), or 255 where every
-	// input was zero (mn all ones); flagged: emax - emin > w or emax 255.
+	// input was zero (mn all ones); flagged: emax - emin > w with emax
+	// below 255. An element with an Inf or NaN input (emax 255) is s,
+	// whose float64 sum of finite inputs cannot overflow: NaN for a NaN
+	// or both infinities, stored as the canonical NaN, else the Inf.
 	VPSRLD    $23, Y2, Y2
 	VPCMPEQD  Y13, Y3, Y5
 	VPADDD    Y9, Y3, Y3
@@ -72,7 +78,7 @@ input:
 	VPSUBD    Y3, Y2, Y6
 	VPCMPGTD  Y12, Y6, Y6
 	VPCMPEQD  Y10, Y2, Y7
-	VPOR      Y7, Y6, Y6
+	VPANDN    Y6, Y7, Y6
 	VMOVMSKPS Y6, AX
 	TESTL     AX, AX
 	JNZ       done
@@ -80,6 +86,8 @@ input:
 	VCVTPD2PSY  Y0, X0
 	VCVTPD2PSY  Y1, X1
 	VINSERTF128 $1, X1, Y0, Y0
+	VCMPPS      $3, Y0, Y0, Y5
+	VBLENDVPS   Y5, Y14, Y0, Y0
 	VMOVUPS     Y0, (DI)(R12*4)
 	ADDQ        $8, R12
 	JMP         group
