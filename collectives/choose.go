@@ -48,11 +48,6 @@ var rules = [...]rule{
 	{anyKind, Local,
 		func(g *Group, s shape) bool { return s.n == 1 },
 		func(g *Group, s shape) string { return "one rank" }},
-	{AllReduce, RecursiveDoubling,
-		func(g *Group, s shape) bool { return s.exact && s.n&(s.n-1) == 0 && s.bytes <= g.opts.SmallAllReduce },
-		func(g *Group, s shape) string {
-			return fmt.Sprintf("exactsum, %d bytes <= %d on %d ranks: the inputs gathered everywhere by recursive doubling, each rank sums them (GOCOLL_ALGO does not apply)", s.bytes, g.opts.SmallAllReduce, s.n)
-		}},
 	{anyKind, Pairwise,
 		func(g *Group, s shape) bool { return s.exact },
 		func(g *Group, s shape) string {

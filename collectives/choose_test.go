@@ -189,10 +189,9 @@ func BenchmarkPick(b *testing.B) {
 	}
 }
 
-// TestExactChoice pins the rows of an exact sum: recursive doubling of
-// the inputs for an allreduce on a power of two up to SmallAllReduce,
-// the pairwise reduce-scatter otherwise, whatever GOCOLL_ALGO forces and
-// whatever the transport's step costs.
+// TestExactChoice pins the row of an exact sum: the pairwise
+// reduce-scatter at every size and rank count from 2, whatever
+// GOCOLL_ALGO forces and whatever the transport's step costs.
 func TestExactChoice(t *testing.T) {
 	tcp := Options{SmallAllReduce: 64 << 10, SmallAllReducePow2: 16 << 10, RingChunk: 256 << 10}
 	forced := Options{SmallAllReduce: 64 << 10, Algos: map[Kind]Algo{AllReduce: Ring, ReduceScatter: Ring}}
@@ -204,14 +203,13 @@ func TestExactChoice(t *testing.T) {
 		want     Algo
 	}{
 		{tcp, AllReduce, 1, 8, reduce.Float32, Local},
-		{tcp, AllReduce, 2, 8, reduce.Float32, RecursiveDoubling},
-		{tcp, AllReduce, 4, 64 << 10, reduce.Float32, RecursiveDoubling},
-		{tcp, AllReduce, 8, 64 << 10, reduce.Float16, RecursiveDoubling},
-		{tcp, AllReduce, 4, 64<<10 + 4, reduce.Float32, Pairwise},
+		{tcp, AllReduce, 2, 8, reduce.Float32, Pairwise},
+		{tcp, AllReduce, 4, 64 << 10, reduce.Float32, Pairwise},
+		{tcp, AllReduce, 8, 64 << 10, reduce.Float16, Pairwise},
 		{tcp, AllReduce, 3, 8, reduce.Float64, Pairwise},
 		{tcp, AllReduce, 6, 8, reduce.Float32, Pairwise},
 		{tcp, AllReduce, 4, 16 << 20, reduce.Float32, Pairwise},
-		{forced, AllReduce, 4, 8, reduce.BFloat16, RecursiveDoubling},
+		{forced, AllReduce, 4, 8, reduce.BFloat16, Pairwise},
 		{forced, AllReduce, 4, 1 << 20, reduce.Float32, Pairwise},
 		{forced, ReduceScatter, 4, 8, reduce.Float32, Pairwise},
 		{tcp, Reduce, 4, 8, reduce.Float32, Pairwise},

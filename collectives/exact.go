@@ -12,27 +12,16 @@ import (
 // the inputs alone, so it is the same bits whatever the rank count, the
 // algorithm, the transport or the order messages arrive in.
 //
-// Two algorithms compute it, both gathering the raw inputs of each
-// element at the rank that sums them, never a partial sum (rules in
-// choose.go picks):
-//
-//   - The pairwise reduce-scatter of wide.go with the exact kernel:
-//     every rank sends block q of its input, in the element type's own
-//     width, to rank q, which then holds all n inputs of its block and
-//     computes their exact sum in one pass (reduce.Exact). The allreduce
-//     follows it with a direct allgather of the rounded blocks (each rank
-//     sends its block to every other at once); Reduce with a gather of
-//     the blocks to the root. The wire carries what a Sum's ring
-//     carries, (n-1)/n of the buffer out and in per rank for the
-//     reduce-scatter, in n-1 concurrent messages instead of n-1
-//     dependent steps.
-//   - For an allreduce on a power-of-two number of ranks up to
-//     Options.SmallAllReduce, recursive doubling of the inputs
-//     themselves (exactDoubling): log2(n) exchanges, after which every
-//     rank holds every input and sums the whole buffer. There a call
-//     costs its messages more than its bytes or its arithmetic, and this
-//     takes log2(n) of them where the reduce-scatter and the allgather
-//     take 2(n-1).
+// One algorithm computes it, the pairwise reduce-scatter of wide.go with
+// the exact kernel: every rank sends block q of its input, in the element
+// type's own width, to rank q, which then holds all n inputs of its block
+// and computes their exact sum in one pass (reduce.Exact). The allreduce
+// follows it with a direct allgather of the rounded blocks (each rank
+// sends its block to every other at once); Reduce with a gather of the
+// blocks to the root. The wire carries what a Sum's ring
+// carries, (n-1)/n of the buffer out and in per rank for the
+// reduce-scatter, in n-1 concurrent messages instead of n-1 dependent
+// steps.
 //
 // Why not the other algorithms: any scheme that forwards partial results
 // (the ring, recursive doubling, Rabenseifner, trees) would have to carry
@@ -71,25 +60,16 @@ func exactOp(op reduce.Op) reduce.Op {
 // chooseExact is the algorithm of an exact sum of kind: a row of the
 // choice table (see rules), logged as every choice is.
 func (g *Group) chooseExact(kind Kind) Algo {
-	return g.chooseExactBytes(kind, 0)
-}
-
-// chooseExactBytes is chooseExact for a call that depends on its size
-// (AllReduce: bytes of input per rank).
-func (g *Group) chooseExactBytes(kind Kind, bytes int) Algo {
-	return g.decide(shape{kind: kind, n: g.n, bytes: bytes, exact: true})
+	return g.decide(shape{kind: kind, n: g.n, exact: true})
 }
 
 // exactAllReduce is AllReduce for ExactSum on a float type.
 func (g *Group) exactAllReduce(ctx context.Context, buf []byte, count int, dt reduce.DType) error {
-	algo := g.chooseExactBytes(AllReduce, len(buf))
+	algo := g.chooseExact(AllReduce)
 	c := g.newCall(ctx, spec{what: tag(AllReduce, algo, dt, reduce.ExactSum), count: uint64(count)})
-	switch algo {
-	case Local:
+	if algo == Local {
 		reduce.Exact(dt, buf, [][]byte{buf})
 		return nil
-	case RecursiveDoubling:
-		return c.exactDoubling(buf, dt)
 	}
 	n, r, es := g.n, g.rank, dt.Size()
 	block := func(q int) []byte { return chunk(buf, count, n, q, es) }
@@ -203,39 +183,6 @@ func (c *call) releaseAll(msgs []transport.Message) {
 	for _, m := range msgs {
 		c.release(m)
 	}
-}
-
-// exactDoubling is the allreduce of an exact sum on a power-of-two
-// number of ranks, for the sizes where messages cost more than bytes
-// and arithmetic (see rules): recursive doubling of the inputs
-// themselves. In the step with partner r^m (m = 1, 2, 4, ...) a rank
-// swaps the m inputs it holds, its own and those it has received, which
-// lie side by side in stage in rank order, for the partner's m; after
-// log2(n) steps every rank holds all n inputs and sums them with the
-// kernel. Every rank computes the same function of the same inputs, so
-// all get the same bits without an allgather. Per rank: log2(n)
-// dependent exchanges (the reduce-scatter and allgather take 2(n-1)
-// messages), n-1 times the buffer in and out, against Sum's recursive
-// doubling's log2(n) times, and the exact sum of the whole buffer rather
-// than of a block: n times the arithmetic.
-func (c *call) exactDoubling(buf []byte, dt reduce.DType) error {
-	n, r, l := c.g.n, c.g.rank, len(buf)
-	stage, handle := getScratch(n * l)
-	defer putScratch(handle)
-	copy(stage[r*l:], buf)
-	for m := 1; m < n; m <<= 1 {
-		lo, plo := r&^(m-1), (r&^(m-1))^m // the first rank of each side's inputs
-		err := c.stream(r^m, r^m, stage[lo*l:(lo+m)*l], stage[plo*l:(plo+m)*l], func(dst, src []byte) { copy(dst, src) })
-		if err != nil {
-			return err
-		}
-	}
-	ins := make([][]byte, n)
-	for q := range ins {
-		ins[q] = stage[q*l : (q+1)*l : (q+1)*l]
-	}
-	reduce.Exact(dt, buf, ins)
-	return nil
 }
 
 // exactReduce is Reduce for ExactSum on a float type: the exact
