@@ -358,8 +358,8 @@ func exactHalf(dt DType, out []uint16, ins [][]byte, vals []float64) {
 		widen, narrow, p, nanBits = BF16ToF32, F32ToBF16, paramsBF16, exactNaNBF
 	}
 	// Float16: any sum of fewer than 2^13 inputs is exact (see the top of
-	// this file), so only Inf and NaN leave the fast path; bfloat16: the
-	// exponent window, as for float32.
+	// this file); bfloat16: the exponent window, as for float32. An Inf
+	// or NaN input makes s the NaN or the infinity the rules give.
 	w, expShift, expMask := window(n, 7), 7, int32(0xff)
 	if dt == Float16 {
 		w, expShift, expMask = 1<<20, 10, 0x1f
@@ -382,7 +382,14 @@ func exactHalf(dt DType, out []uint16, ins [][]byte, vals []float64) {
 				s += float64(widen(b))
 			}
 		}
-		if emax < expMask && emax-emin <= w {
+		switch {
+		case emax == expMask && s != s:
+			out[i] = nanBits // a NaN, or +Inf and -Inf
+			continue
+		case emax == expMask:
+			out[i] = narrow(float32(s)) // the infinity: no sum of 16-bit values overflows s
+			continue
+		case emax-emin <= w:
 			out[i] = narrow(toOdd(s)) // s is the exact sum: one rounding
 			continue
 		}
