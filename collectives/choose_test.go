@@ -188,3 +188,46 @@ func BenchmarkPick(b *testing.B) {
 		})
 	}
 }
+
+// TestExactChoice pins the row of an exact sum: the pairwise
+// reduce-scatter at every size and rank count from 2, whatever
+// GOCOLL_ALGO forces and whatever the transport's step costs.
+func TestExactChoice(t *testing.T) {
+	tcp := Options{SmallAllReduce: 64 << 10, SmallAllReducePow2: 16 << 10, RingChunk: 256 << 10}
+	forced := Options{SmallAllReduce: 64 << 10, Algos: map[Kind]Algo{AllReduce: Ring, ReduceScatter: Ring}}
+	cases := []struct {
+		opts     Options
+		kind     Kind
+		n, bytes int
+		dt       reduce.DType
+		want     Algo
+	}{
+		{tcp, AllReduce, 1, 8, reduce.Float32, Local},
+		{tcp, AllReduce, 2, 8, reduce.Float32, Pairwise},
+		{tcp, AllReduce, 4, 64 << 10, reduce.Float32, Pairwise},
+		{tcp, AllReduce, 8, 64 << 10, reduce.Float16, Pairwise},
+		{tcp, AllReduce, 3, 8, reduce.Float64, Pairwise},
+		{tcp, AllReduce, 6, 8, reduce.Float32, Pairwise},
+		{tcp, AllReduce, 4, 16 << 20, reduce.Float32, Pairwise},
+		{forced, AllReduce, 4, 8, reduce.BFloat16, Pairwise},
+		{forced, AllReduce, 4, 1 << 20, reduce.Float32, Pairwise},
+		{forced, ReduceScatter, 4, 8, reduce.Float32, Pairwise},
+		{tcp, Reduce, 4, 8, reduce.Float32, Pairwise},
+		{tcp, ReduceScatterV, 2, 8, reduce.Float64, Pairwise},
+	}
+	for _, tc := range cases {
+		g := &Group{n: tc.n, opts: tc.opts}
+		for k, a := range tc.opts.Algos {
+			g.forced[k] = a
+		}
+		got, why := g.Choice(tc.kind, tc.bytes, tc.dt, reduce.ExactSum)
+		if got != tc.want || !strings.Contains(why, "exactsum") && got != Local {
+			t.Errorf("%v n=%d %d bytes of %v: %v (%s), want %v", tc.kind, tc.n, tc.bytes, tc.dt, got, why, tc.want)
+		}
+	}
+	// Integers: ExactSum is Sum, and takes Sum's table.
+	g := &Group{n: 4, opts: tcp}
+	if got, _ := g.Choice(AllReduce, 1<<20, reduce.Int32, reduce.ExactSum); got != Ring {
+		t.Errorf("int32 ExactSum, 4 ranks, 1 MiB: %v, want Sum's Ring", got)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/gocoll/gocoll/internal/reduce"
+	"github.com/gocoll/gocoll/transport"
 )
 
 // ExactSum (reduce.ExactSum) on a float type: the exact sum of every
@@ -31,8 +32,8 @@ import (
 // needs no wider wire format and one exact computation per element.
 // The price is the pairwise pattern's: every rank talks to every other
 // at once, which large jobs pay for in connections and small messages;
-// and the owner stages its peers' segments (n segments of memory, one
-// copy each) so that the kernel sees all of them together.
+// and the owner holds a receive slot of every peer while the kernel
+// reads them together.
 //
 // GOCOLL_ALGO (Options.Algos) does not apply to ExactSum: no other
 // algorithm would give the same bits, which is the point, so a forced
@@ -119,9 +120,12 @@ func (c *call) directAllGather(block func(q int) []byte) error {
 // sends block(q) of this rank's input to rank q, for every q, and writes
 // the exact sum of the n ranks' inputs of its own block, rounded once,
 // into out (which may be block(rank)). It is pipelined by message as
-// pairwiseReduceScatter is; the peers' segments of a round are copied
-// into scratch, in rank order, and released at once, so no slot is held
-// while another peer's segment is awaited.
+// pairwiseReduceScatter is. The kernel reads the peers' segments of a
+// round in their receive slots, one slot per peer held until it is done
+// (a peer's segment that is not aligned for dt is copied out first): a
+// rank is at most one round ahead of any peer, so every peer's round-k
+// segment can be sent while round k-1's slots are free again, whatever
+// the slot count; and no rank sends while it holds a slot.
 func (c *call) exactReduceScatter(block func(q int) []byte, out []byte, dt reduce.DType) error {
 	n, r := c.g.n, c.g.rank
 	mine := block(r)
@@ -133,6 +137,7 @@ func (c *call) exactReduceScatter(block func(q int) []byte, out []byte, dt reduc
 	stage, handle := getScratch(n * seg)
 	defer putScratch(handle)
 	ins := make([][]byte, n)
+	held := make([]transport.Message, 0, n-1)
 	for k := 0; k < rounds; k++ {
 		for s := 1; s < n; s++ {
 			to := mod(r+s, n)
@@ -154,15 +159,30 @@ func (c *call) exactReduceScatter(block func(q int) []byte, out []byte, dt reduc
 			}
 			msg, err := c.recv(q, h)
 			if err != nil {
+				c.releaseAll(held)
 				return err
 			}
-			ins[q] = stage[q*h : (q+1)*h : (q+1)*h]
-			copy(ins[q], msg.Data)
-			c.release(msg)
+			if !reduce.ExactAligned(dt, msg.Data) {
+				ins[q] = stage[q*h : (q+1)*h : (q+1)*h]
+				copy(ins[q], msg.Data)
+				c.release(msg)
+				continue
+			}
+			ins[q] = msg.Data
+			held = append(held, msg)
 		}
 		reduce.Exact(dt, c.seg(out, k), ins)
+		c.releaseAll(held)
+		held = held[:0]
 	}
 	return nil
+}
+
+// releaseAll releases msgs, received from different peers.
+func (c *call) releaseAll(msgs []transport.Message) {
+	for _, m := range msgs {
+		c.release(m)
+	}
 }
 
 // exactReduce is Reduce for ExactSum on a float type: the exact

@@ -80,7 +80,7 @@ const (
 	// which sums the n inputs of its block exactly) and a direct
 	// allgather of the rounded blocks, so the wire carries what Sum's
 	// ring does, in two steps of n-1 concurrent messages. The extra is
-	// the arithmetic and a copy of each received block: per element, a
+	// the arithmetic, the owner reading its peers' blocks in place: per element, a
 	// float64 sum with a check that the inputs' exponents span few enough
 	// bits for it to be exact (AVX2 for float32), error-free TwoSum
 	// additions where they span more, and math/big (about a microsecond)

@@ -137,6 +137,12 @@ func Exact(dt DType, out []byte, ins [][]byte) {
 	}
 }
 
+// ExactAligned says whether b starts where Exact may read dt's elements
+// (Exact panics otherwise).
+func ExactAligned(dt DType, b []byte) bool {
+	return aligned(b, dtypeInfo[dt].align)
+}
+
 // exactInt is Sum, in an order that reads an input that out aliases
 // before writing out.
 func exactInt(dt DType, out []byte, ins [][]byte) {
@@ -198,81 +204,62 @@ func window(n, mant int) int32 {
 	return int32(53 - (mant + 1) - bits.Len(uint(n-1)))
 }
 
-// exactBlock is how many elements exactF32 takes at a time: one input
-// at a time over the block, so that the inner loop is a tight loop with
-// no bounds checks, on state that stays in L1.
-const exactBlock = 512
-
-// exactInit holds exactF32's starting state of a block, copied in.
-var exactInit = func() (z struct {
-	s  [exactBlock]float64
-	mn [exactBlock]uint32
-}) {
-	for j := range z.s {
-		z.s[j], z.mn[j] = math.Copysign(0, -1), math.MaxUint32
-	}
-	return z
-}()
-
 func exactF32(out []float32, ins [][]byte, vals []float64) {
 	n := len(ins)
 	vs := make([][]float32, n)
+	var ptrs [16]*float32 // the kernel's input pointers, for up to 16 ranks without allocating
+	ps := ptrs[:0]
+	if n > len(ptrs) {
+		ps = make([]*float32, 0, n)
+	}
 	for q := range ins {
 		vs[q] = view[float32](ins[q])[:len(out)]
+		ps = append(ps, &vs[q][0])
 	}
-	// The exponent span, from the magnitudes' bits, which order as the
-	// magnitudes do: amax is the largest, amin1 the smallest nonzero
-	// minus one (a zero, minus one, wraps to the largest uint32).
 	w := window(n, 23) // negative beyond 2^29 inputs: no fast path
-	var sum [exactBlock]float64
-	var amax, amin1 [exactBlock]uint32
-	var flags [exactBlock / 4]uint8
-	var res [exactBlock]float32
-	for lo := 0; lo < len(out); lo += exactBlock {
-		hi := min(lo+exactBlock, len(out))
-		s, mx, mn := sum[:hi-lo], amax[:hi-lo], amin1[:hi-lo]
-		// -0 is the identity of addition, for -0 too.
-		copy(s, exactInit.s[:])
-		clear(mx)
-		copy(mn, exactInit.mn[:])
-		for _, vq := range vs {
-			v := vq[lo:hi]
-			v = v[:len(s)]
-			for j := exactAccF32Vec(s, mx, mn, v); j < len(v); j++ {
-				x := v[j]
-				a := math.Float32bits(x) & 0x7fffffff
-				s[j] += float64(x)
-				mx[j] = max(mx[j], a)
-				mn[j] = min(mn[j], a-1)
-			}
+	// Element i reads only element i of the inputs, so writing out[i]
+	// once it is computed is safe where out is one of them.
+	for i := 0; i < len(out); {
+		i = exactF32Vec(out, ps, i, w)
+		// The group the kernel stopped at (an element outside the
+		// window), or the tail, or everything without a kernel.
+		for end := min(i+8, len(out)); i < end; i++ {
+			out[i] = exactOneF32(vs, i, w, vals)
 		}
-		// The results go to res first: out may be one of the inputs,
-		// which the elements outside the fast path read again.
-		o := res[:len(s)]
-		k, bad := exactFinishF32Vec(o, s, mx, mn, w, flags[:])
-		if bad != 0 {
-			for g, f := range flags[:k/4] {
-				for b := 0; f != 0; b, f = b+1, f>>1 {
-					if f&1 != 0 {
-						o[4*g+b] = exactElemF32(vs, lo+4*g+b, vals)
-					}
-				}
-			}
-		}
-		for j := k; j < len(o); j++ {
-			emax := int32(mx[j] >> 23)
-			emin := int32(max((mn[j]+1)>>23, 1)) // subnormals: the ulp of exponent 1
-			if mn[j] == math.MaxUint32 {
-				emin = 255 // every input zero: no bits at all
-			}
-			if emax < 255 && emax-emin <= w {
-				o[j] = float32(s[j]) // s is the exact sum: one rounding
-				continue
-			}
-			o[j] = exactElemF32(vs, lo+j, vals)
-		}
-		copy(out[lo:hi], o)
 	}
+}
+
+// exactOneF32 is element i of float32 inputs vs: the fast path where
+// the exponents of its inputs span at most w, or where one is Inf or NaN
+// (their float64 sum s is then NaN or the infinity the rules give, as
+// no sum of float32s overflows float64), else exactElemF32. The
+// exponent span comes from the magnitudes' bits, which order as the
+// magnitudes do: mx is the largest, mn the smallest nonzero minus one (a
+// zero, minus one, wraps to the largest uint32).
+func exactOneF32(vs [][]float32, i int, w int32, vals []float64) float32 {
+	s := math.Copysign(0, -1) // -0 is the identity of addition, for -0 too
+	mx, mn := uint32(0), uint32(math.MaxUint32)
+	for _, v := range vs {
+		x := v[i]
+		a := math.Float32bits(x) & 0x7fffffff
+		s += float64(x)
+		mx = max(mx, a)
+		mn = min(mn, a-1)
+	}
+	emax := int32(mx >> 23)
+	emin := int32(max((mn+1)>>23, 1)) // subnormals: the ulp of exponent 1
+	if mn == math.MaxUint32 {
+		emin = 255 // every input zero: no bits at all
+	}
+	switch {
+	case emax == 255 && s != s:
+		return math.Float32frombits(exactNaN32) // a NaN, or +Inf and -Inf
+	case emax == 255:
+		return float32(s) // the infinity: finite float32s cannot overflow s
+	case emax-emin <= w:
+		return float32(s) // s is the exact sum: one rounding
+	}
+	return exactElemF32(vs, i, vals)
 }
 
 // exactElemF32 is element i of float32 inputs vs by TwoSum (or the slow
@@ -371,8 +358,8 @@ func exactHalf(dt DType, out []uint16, ins [][]byte, vals []float64) {
 		widen, narrow, p, nanBits = BF16ToF32, F32ToBF16, paramsBF16, exactNaNBF
 	}
 	// Float16: any sum of fewer than 2^13 inputs is exact (see the top of
-	// this file), so only Inf and NaN leave the fast path; bfloat16: the
-	// exponent window, as for float32.
+	// this file); bfloat16: the exponent window, as for float32. An Inf
+	// or NaN input makes s the NaN or the infinity the rules give.
 	w, expShift, expMask := window(n, 7), 7, int32(0xff)
 	if dt == Float16 {
 		w, expShift, expMask = 1<<20, 10, 0x1f
@@ -395,7 +382,14 @@ func exactHalf(dt DType, out []uint16, ins [][]byte, vals []float64) {
 				s += float64(widen(b))
 			}
 		}
-		if emax < expMask && emax-emin <= w {
+		switch {
+		case emax == expMask && s != s:
+			out[i] = nanBits // a NaN, or +Inf and -Inf
+			continue
+		case emax == expMask:
+			out[i] = narrow(float32(s)) // the infinity: no sum of 16-bit values overflows s
+			continue
+		case emax-emin <= w:
 			out[i] = narrow(toOdd(s)) // s is the exact sum: one rounding
 			continue
 		}

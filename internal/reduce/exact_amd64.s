@@ -2,103 +2,97 @@
 
 #include "textflag.h"
 
-// func exactAccF32AVX2(s *float64, mx, mn *uint32, x *float32, n int)
+// func exactF32AVX2(out *float32, ins **float32, n, lo, hi int, w int32) int
 //
-// For i < n (a multiple of 4): s[i] += float64(x[i]); with a = the bits
-// of |x[i]|, mx[i] = max(mx[i], a) and mn[i] = min(mn[i], a-1), unsigned
-// (exact.go, exactF32).
-TEXT ·exactAccF32AVX2(SB), NOSPLIT, $0-40
-	MOVQ s+0(FP), DI
-	MOVQ mx+8(FP), SI
-	MOVQ mn+16(FP), DX
-	MOVQ x+24(FP), BX
-	MOVQ n+32(FP), CX
-	MOVQ $0x7fffffff, AX
+// exactF32's fast path, eight elements at a time from element lo, with
+// the state in registers: for each group, over the n inputs ins[q], the
+// float64 sum s (two vectors of four) and, of a = the bits of |x|, the
+// unsigned max (mx) and the min of a-1 (mn). A group whose every element
+// is in the window (exponent span emax - emin at most w; exact.go) or
+// has an Inf or NaN input has its results stored to out; the first group
+// that does not, or a group that would pass hi, stops it: it returns
+// that group's first element, with out left unwritten from there on.
+TEXT ·exactF32AVX2(SB), NOSPLIT, $0-56
+	MOVQ out+0(FP), DI
+	MOVQ ins+8(FP), R9
+	MOVQ n+16(FP), R10
+	MOVQ lo+24(FP), R12
+	MOVQ hi+32(FP), R14
+	MOVL w+40(FP), AX
+	MOVQ AX, X12
+	VPBROADCASTD X12, Y12
+	MOVL $0x7fffffff, AX
 	MOVQ AX, X8
-	VPBROADCASTD X8, X8
-	MOVQ $1, AX
+	VPBROADCASTD X8, Y8
+	MOVL $1, AX
 	MOVQ AX, X9
-	VPBROADCASTD X9, X9
+	VPBROADCASTD X9, Y9
+	MOVL $255, AX
+	MOVQ AX, X10
+	VPBROADCASTD X10, Y10
+	MOVQ $0x8000000000000000, AX
+	MOVQ AX, X11
+	VPBROADCASTQ X11, Y11
+	VPCMPEQD Y13, Y13, Y13
+	MOVL $0x7fc00000, AX
+	MOVQ AX, X14
+	VPBROADCASTD X14, Y14
 
-loop:
-	CMPQ CX, $4
-	JLT  done
-	VMOVUPS   (BX), X0
-	VCVTPS2PD X0, Y1
-	VADDPD    (DI), Y1, Y1
-	VMOVUPD   Y1, (DI)
-	VPAND     X8, X0, X2
-	VPMAXUD   (SI), X2, X3
-	VMOVDQU   X3, (SI)
-	VPSUBD    X9, X2, X4
-	VPMINUD   (DX), X4, X5
-	VMOVDQU   X5, (DX)
-	ADDQ      $16, BX
-	ADDQ      $32, DI
-	ADDQ      $16, SI
-	ADDQ      $16, DX
-	SUBQ      $4, CX
-	JMP       loop
+group:
+	LEAQ 8(R12), AX
+	CMPQ AX, R14
+	JGT  done
+	VMOVAPD Y11, Y0
+	VMOVAPD Y11, Y1
+	VPXOR   Y2, Y2, Y2
+	VMOVDQA Y13, Y3
+	XORQ    R13, R13
+
+input:
+	MOVQ         (R9)(R13*8), R11
+	VMOVUPS      (R11)(R12*4), Y4
+	VPAND        Y8, Y4, Y5
+	VPMAXUD      Y5, Y2, Y2
+	VPSUBD       Y9, Y5, Y5
+	VPMINUD      Y5, Y3, Y3
+	VCVTPS2PD    X4, Y6
+	VADDPD       Y6, Y0, Y0
+	VEXTRACTF128 $1, Y4, X7
+	VCVTPS2PD    X7, Y7
+	VADDPD       Y7, Y1, Y1
+	INCQ         R13
+	CMPQ         R13, R10
+	JLT          input
+
+	// emax = mx >> 23; emin = max((mn+1) >> 23, 1), or 255 where every
+	// input was zero (mn all ones); flagged: emax - emin > w with emax
+	// below 255. An element with an Inf or NaN input (emax 255) is s,
+	// whose float64 sum of finite inputs cannot overflow: NaN for a NaN
+	// or both infinities, stored as the canonical NaN, else the Inf.
+	VPSRLD    $23, Y2, Y2
+	VPCMPEQD  Y13, Y3, Y5
+	VPADDD    Y9, Y3, Y3
+	VPSRLD    $23, Y3, Y3
+	VPMAXSD   Y9, Y3, Y3
+	VBLENDVPS Y5, Y10, Y3, Y3
+	VPSUBD    Y3, Y2, Y6
+	VPCMPGTD  Y12, Y6, Y6
+	VPCMPEQD  Y10, Y2, Y7
+	VPANDN    Y6, Y7, Y6
+	VMOVMSKPS Y6, AX
+	TESTL     AX, AX
+	JNZ       done
+
+	VCVTPD2PSY  Y0, X0
+	VCVTPD2PSY  Y1, X1
+	VINSERTF128 $1, X1, Y0, Y0
+	VCMPPS      $3, Y0, Y0, Y5
+	VBLENDVPS   Y5, Y14, Y0, Y0
+	VMOVUPS     Y0, (DI)(R12*4)
+	ADDQ        $8, R12
+	JMP         group
 
 done:
 	VZEROUPPER
-	RET
-
-// func exactFinishF32AVX2(out *float32, s *float64, mx, mn *uint32, n int, w int32, flags *uint8) uint32
-//
-// For i < n (a multiple of 4): out[i] = float32(s[i]), and bit i%4 of
-// flags[i/4] set where the element is outside the fast path (exponent
-// 255, or a span emax - emin over w; exact.go, exactF32). Returns the OR
-// of the flags.
-TEXT ·exactFinishF32AVX2(SB), NOSPLIT, $0-60
-	MOVQ out+0(FP), DI
-	MOVQ s+8(FP), SI
-	MOVQ mx+16(FP), R8
-	MOVQ mn+24(FP), R9
-	MOVQ n+32(FP), CX
-	MOVL w+40(FP), AX
-	MOVQ AX, X12
-	VPBROADCASTD X12, X12
-	MOVQ flags+48(FP), R10
-	MOVQ $255, AX
-	MOVQ AX, X10
-	VPBROADCASTD X10, X10
-	MOVQ $1, AX
-	MOVQ AX, X11
-	VPBROADCASTD X11, X11
-	VPCMPEQD X13, X13, X13
-	XORL BX, BX
-
-floop:
-	CMPQ CX, $4
-	JLT  fdone
-	VMOVUPD    (SI), Y0
-	VCVTPD2PSY Y0, X0
-	VMOVUPS    X0, (DI)
-	VMOVDQU    (R8), X1
-	VPSRLD     $23, X1, X1
-	VMOVDQU    (R9), X2
-	VPCMPEQD   X13, X2, X3
-	VPADDD     X11, X2, X4
-	VPSRLD     $23, X4, X4
-	VPMAXSD    X11, X4, X4
-	VBLENDVPS  X3, X10, X4, X4
-	VPSUBD     X4, X1, X5
-	VPCMPGTD   X12, X5, X6
-	VPCMPEQD   X10, X1, X7
-	VPOR       X7, X6, X6
-	VMOVMSKPS  X6, AX
-	MOVB       AX, (R10)
-	ORL        AX, BX
-	ADDQ       $16, DI
-	ADDQ       $32, SI
-	ADDQ       $16, R8
-	ADDQ       $16, R9
-	ADDQ       $1, R10
-	SUBQ       $4, CX
-	JMP        floop
-
-fdone:
-	VZEROUPPER
-	MOVL BX, ret+56(FP)
+	MOVQ R12, ret+48(FP)
 	RET

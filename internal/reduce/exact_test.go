@@ -250,6 +250,43 @@ func TestExactAdversarial(t *testing.T) {
 	}
 }
 
+// TestExactMostlyFast is float32 data as the fast path sees it in use:
+// values of nearby scales, the vector kernel's groups of eight, with an
+// adversarial element here and there (which stops the kernel mid-buffer
+// and hands that group to the Go code), Inf and NaN inputs, which the
+// kernel finishes itself, and a tail shorter than a group.
+func TestExactMostlyFast(t *testing.T) {
+	rng := rand.New(rand.NewSource(44))
+	for n := 1; n <= 8; n++ {
+		for _, count := range []int{7, 8, 64, 1003} {
+			t.Run(fmt.Sprintf("n=%d/count=%d", n, count), func(t *testing.T) {
+				rows := make([][]uint64, n)
+				for q := range rows {
+					rows[q] = make([]uint64, count)
+				}
+				prev := make([]uint64, 0, n)
+				for i := 0; i < count; i++ {
+					odd, special := rng.Intn(40) == 0, rng.Intn(8) == 0
+					prev = prev[:0]
+					for q := range rows {
+						v := uint64(math.Float32bits(float32(rng.NormFloat64() * 1000)))
+						switch {
+						case odd:
+							v = adversarial(rng, Float32, prev)
+						case special && rng.Intn(n) == 0:
+							// Inf or NaN (any payload) among ordinary values.
+							v = []uint64{0x7f800000, 0xff800000, 0x7fc00000, 0xffc00001, 0x7f800001}[rng.Intn(5)]
+						}
+						rows[q][i] = v
+						prev = append(prev, v)
+					}
+				}
+				checkExact(t, Float32, rows)
+			})
+		}
+	}
+}
+
 // TestExactCases are the rules spelled out in exact.go, one by one.
 func TestExactCases(t *testing.T) {
 	f32 := func(f float32) uint64 { return uint64(math.Float32bits(f)) }
