@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gocoll/gocoll/bootstrap"
+	"github.com/gocoll/gocoll/internal/wiring"
 )
 
 // withDepartures adds to err what the store saw of ranks that left the job
@@ -102,7 +103,7 @@ func neverArrived(cfg Config) string {
 		return ""
 	}
 	defer store.Close()
-	m, err := store.Scan(ctx, "comm/host/")
+	m, err := store.Scan(ctx, wiring.HostPrefix)
 	if err != nil {
 		return ""
 	}
@@ -111,13 +112,13 @@ func neverArrived(cfg Config) string {
 	// even when WORLD_SIZE is huge and almost nobody came.
 	var missing []string
 	for r := 0; r < cfg.Size && len(missing) < 9; r++ {
-		if _, ok := m["comm/host/"+strconv.Itoa(r)]; !ok {
+		if _, ok := m[wiring.HostPrefix+strconv.Itoa(r)]; !ok {
 			missing = append(missing, strconv.Itoa(r))
 		}
 	}
 	arrived := 0
 	for k := range m {
-		if r, err := strconv.Atoi(strings.TrimPrefix(k, "comm/host/")); err == nil && r >= 0 && r < cfg.Size {
+		if r, err := strconv.Atoi(strings.TrimPrefix(k, wiring.HostPrefix)); err == nil && r >= 0 && r < cfg.Size {
 			arrived++
 		}
 	}

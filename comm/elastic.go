@@ -26,7 +26,7 @@ var ErrExcluded = errors.New("left out of the communicator the others went on wi
 // fails ends alone, leaving the connections to the live ranks up, so that
 // the survivors can shrink it and go on. It overrides GOCOLL_ELASTIC.
 func WithElastic(on bool) Option {
-	return func(s *settings) { s.elastic, s.elasticSet = on, true }
+	return func(s *settings) { s.Elastic = on }
 }
 
 // shrinkPoll is how often a rank in Shrink looks at the store for the

@@ -54,10 +54,6 @@ const (
 // canGrow says which transports link to processes started later.
 const canGrow = "replacements link to the members over TCP made on demand, which GOCOLL_TCP_CONNECT=eager turns off"
 
-// growSpare is how many replacements an elastic job of size ranks
-// admits over its life: the job ranks size .. size+growSpare-1.
-func growSpare(size int) int { return size + 64 }
-
 // Pending is how many replacement processes this rank last saw waiting
 // to join the job (see Grow). It reads a value a background goroutine
 // refreshes from the rendezvous store every 100 ms, so it costs an
@@ -460,7 +456,7 @@ func join(ctx context.Context, cfg Config, s settings, store *bootstrap.Client) 
 	if err != nil {
 		return fail("", err)
 	}
-	o := s.tcp
+	o := s.TCP
 	o.Spare, o.Eager, o.Warm = spare, false, nil
 	t, err := tcp.Connect(ctx, links, k, cfg.Size, cfg.Token, o)
 	if err != nil {
