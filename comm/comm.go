@@ -13,6 +13,7 @@ import (
 
 	"github.com/gocoll/gocoll/bootstrap"
 	"github.com/gocoll/gocoll/collectives"
+	"github.com/gocoll/gocoll/internal/blame"
 	"github.com/gocoll/gocoll/internal/logging"
 	"github.com/gocoll/gocoll/internal/plan"
 	"github.com/gocoll/gocoll/internal/reduce"
@@ -309,7 +310,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 		} else if cause := context.Cause(ictx); errors.Is(cause, bootstrap.ErrRankGone) {
 			err = cause
 		} else if !errors.Is(err, bootstrap.ErrJoinRefused) { // not of this job: its departures are not ours
-			err = c.initLoss(c.withDepartures(err))
+			err = blame.InitLoss(c.names(), c.withDepartures(err))
 		}
 		if errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, ErrTimeout) {
 			err = fmt.Errorf("%w%s: %w", ErrTimeout, neverArrived(cfg), err)
@@ -561,7 +562,7 @@ func (c *Communicator) Close() error {
 		}
 	}
 	if mm != nil {
-		return fmt.Errorf("%s: close: the last calls did not match: %w", c.prefix(), mm)
+		return fmt.Errorf("%s: close: the last calls did not match: %w", c.names().Prefix(), mm)
 	}
 	return err
 }

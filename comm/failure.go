@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gocoll/gocoll/internal/blame"
 	"github.com/gocoll/gocoll/transport"
 )
 
@@ -28,7 +29,7 @@ func (c *Communicator) failed(what string, err error) error {
 		ferr = c.callError(what, true, c.withLosses(ferr))
 		c.setBroken(ferr)
 		c.sayGaveUp()
-		c.log.Info("collective failed", "err", ferr, "chain", chainOf(ferr))
+		c.log.Info("collective failed", "err", ferr, "chain", blame.ChainOf(ferr))
 		return ferr
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
@@ -60,7 +61,7 @@ func (c *Communicator) failed(what string, err error) error {
 	// of leaving them to hang until their own deadlines. The peers read
 	// the one line as the reason this rank gave up.
 	c.drop(err)
-	c.log.Info("communicator broken; "+c.howPeersLearn(), "err", err, "chain", chainOf(err))
+	c.log.Info("communicator broken; "+c.howPeersLearn(), "err", err, "chain", blame.ChainOf(err))
 	return err
 }
 
@@ -86,7 +87,7 @@ func (c *Communicator) refused(what string, err error) error {
 	}
 	c.setBroken(err)
 	why := strings.TrimSuffix(strings.TrimPrefix(err.Error(), "comm: "), ": "+ErrInvalid.Error())
-	c.publishFault(true, fmt.Sprintf("%s refused its %s", c.who(), why))
+	c.publishFault(true, fmt.Sprintf("%s refused its %s", c.names().WhoIs(c.cfg.Rank), why))
 	c.drop(err)
 	return fmt.Errorf("%w (the other ranks were told; the communicator is broken)", err)
 }
@@ -99,7 +100,7 @@ func (c *Communicator) refused(what string, err error) error {
 // fails within moments with ErrPeerLost saying this rank gave it up.
 // Only a job of one rank carries on.
 func (c *Communicator) skipped(what string, cause error) error {
-	err := fmt.Errorf("%s: %s given up before it started: %w", c.prefix(), what, cause)
+	err := fmt.Errorf("%s: %s given up before it started: %w", c.names().Prefix(), what, cause)
 	if c.cfg.Size == 1 || c.unusable() != nil {
 		return err
 	}
@@ -123,8 +124,8 @@ func (c *Communicator) breakFor(err error) bool {
 // tellSkipped tells the other ranks that this one gave up a call before
 // it started, and drops the links (see skipped).
 func (c *Communicator) tellSkipped(err error) {
-	c.publishFault(false, fmt.Sprintf("%s gave up a call before it started: %v", c.who(),
-		strings.TrimPrefix(err.Error(), c.prefix()+": ")))
+	c.publishFault(false, fmt.Sprintf("%s gave up a call before it started: %v", c.names().WhoIs(c.cfg.Rank),
+		strings.TrimPrefix(err.Error(), c.names().Prefix()+": ")))
 	c.drop(err)
 }
 
@@ -303,7 +304,7 @@ func (c *Communicator) watch() {
 				if c.ext.name != "" {
 					call += " of " + c.ext.name
 				}
-				go c.requestReport(call, fmt.Sprintf("%s: %s has waited %v (GOCOLL_STALL)", c.whoIs(c.cfg.Rank), call, c.stallAfter))
+				go c.requestReport(call, fmt.Sprintf("%s: %s has waited %v (GOCOLL_STALL)", c.names().WhoIs(c.cfg.Rank), call, c.stallAfter))
 			}
 			if running && probing.due(now.Sub(since)) {
 				if mm, _ := c.probe(context.Background()); mm != nil {
@@ -420,10 +421,10 @@ func (c *Communicator) Abort(reason error) {
 // rank), else that this rank left and why.
 func (c *Communicator) leftBecause(cause error) string {
 	var ce *CallError
-	if errors.As(cause, &ce) && ce.Culprit >= 0 && ce.Culprit != c.cfg.Rank && strings.HasPrefix(ce.Cause, c.whoIs(ce.Culprit)+" ") {
+	if errors.As(cause, &ce) && ce.Culprit >= 0 && ce.Culprit != c.cfg.Rank && strings.HasPrefix(ce.Cause, c.names().WhoIs(ce.Culprit)+" ") {
 		return ce.Cause
 	}
-	return fmt.Sprintf("%s left the communicator: %v", c.who(), cause)
+	return fmt.Sprintf("%s left the communicator: %v", c.names().WhoIs(c.cfg.Rank), cause)
 }
 
 // howPeersLearn says, for the log, how drop tells the peers.

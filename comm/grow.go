@@ -134,27 +134,27 @@ func (c *Communicator) Grow(ctx context.Context) (*Communicator, error) {
 		return nil, errNilContext("grow")
 	}
 	if !c.elastic {
-		return nil, fmt.Errorf("%s: grow: the job is not elastic (start it with GOCOLL_ELASTIC=1, grun --elastic, or comm.WithElastic(true)): %w", c.prefix(), ErrInvalid)
+		return nil, fmt.Errorf("%s: grow: the job is not elastic (start it with GOCOLL_ELASTIC=1, grun --elastic, or comm.WithElastic(true)): %w", c.names().Prefix(), ErrInvalid)
 	}
 	if c.calls == nil || c.ext.ch == nil {
-		return nil, fmt.Errorf("%s: grow: a job without a rendezvous store cannot admit anyone: %w", c.prefix(), ErrInvalid)
+		return nil, fmt.Errorf("%s: grow: a job without a rendezvous store cannot admit anyone: %w", c.names().Prefix(), ErrInvalid)
 	}
 	if c.ext.root != nil && c.ext.shrunkFrom == nil {
-		return nil, fmt.Errorf("%s: grow: a communicator split from another cannot grow: grow the job's (or the one Shrink or Grow returned), then split it again: %w", c.prefix(), ErrInvalid)
+		return nil, fmt.Errorf("%s: grow: a communicator split from another cannot grow: grow the job's (or the one Shrink or Grow returned), then split it again: %w", c.names().Prefix(), ErrInvalid)
 	}
 	if err := c.unusable(); err != nil {
-		return nil, fmt.Errorf("%s: grow: %w", c.prefix(), err)
+		return nil, fmt.Errorf("%s: grow: %w", c.names().Prefix(), err)
 	}
 	if c.ext.shrunk.Load() || c.ext.grown.Load() {
-		return nil, fmt.Errorf("%s: grow: this communicator was shrunk or grown already; grow the one that returned: %w", c.prefix(), ErrInvalid)
+		return nil, fmt.Errorf("%s: grow: this communicator was shrunk or grown already; grow the one that returned: %w", c.names().Prefix(), ErrInvalid)
 	}
 	if b := c.broken.Load(); b != nil {
-		return nil, fmt.Errorf("%s: grow: the communicator is broken (shrink it first): %w: %w", c.prefix(), ErrBroken, *b)
+		return nil, fmt.Errorf("%s: grow: the communicator is broken (shrink it first): %w: %w", c.names().Prefix(), ErrBroken, *b)
 	}
 	root := c.rootOrSelf()
 	if root.ext.spare == 0 {
 		return nil, fmt.Errorf("%s: grow: the %s transport cannot link to new processes (%s): %w",
-			c.prefix(), root.tname, canGrow, ErrUnsupported)
+			c.names().Prefix(), root.tname, canGrow, ErrUnsupported)
 	}
 	start := time.Now()
 	if _, ok := ctx.Deadline(); !ok && c.timeout > 0 {
@@ -169,7 +169,7 @@ func (c *Communicator) Grow(ctx context.Context) (*Communicator, error) {
 	}
 	joiners, err := c.agreeJoiners(ctx, seq)
 	if err != nil {
-		return nil, fmt.Errorf("%s: grow: %w", c.prefix(), err)
+		return nil, fmt.Errorf("%s: grow: %w", c.names().Prefix(), err)
 	}
 	if len(joiners) == 0 {
 		return c, nil
@@ -191,7 +191,7 @@ func (c *Communicator) Grow(ctx context.Context) (*Communicator, error) {
 	admit := "admit " + strconv.FormatUint(id, 16) + " " + rankList(all) + " " + name
 	for _, j := range joiners {
 		if err := c.calls.Put(ctx, pendingPrefix+strconv.Itoa(j), []byte(admit)); err != nil {
-			return nil, fmt.Errorf("%s: grow: %w", c.prefix(), c.storeGone(err))
+			return nil, fmt.Errorf("%s: grow: %w", c.names().Prefix(), c.storeGone(err))
 		}
 	}
 	// c, and what was split from it, end here: the ranks move on.
@@ -201,7 +201,7 @@ func (c *Communicator) Grow(ctx context.Context) (*Communicator, error) {
 	c.endDescendants(cause)
 	nc, err := c.child(id, all, name)
 	if err != nil {
-		return nil, fmt.Errorf("%s: grow: %w", c.prefix(), err)
+		return nil, fmt.Errorf("%s: grow: %w", c.names().Prefix(), err)
 	}
 	nc.ext.gen = c.ext.gen
 	nc.ext.shrunkFrom = c

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gocoll/gocoll/bootstrap"
 	"github.com/gocoll/gocoll/collectives"
+	"github.com/gocoll/gocoll/internal/blame"
 	"github.com/gocoll/gocoll/internal/stallreport"
 )
 
@@ -151,7 +152,7 @@ func (c *Communicator) closedBefore() error {
 	if first < 0 {
 		return nil
 	}
-	return fmt.Errorf("%s left %s after call #%d (it closed its communicator): %w", c.whoIs(first), c.scope(), at, ErrPeerLost)
+	return fmt.Errorf("%s left %s after call #%d (it closed its communicator): %w", c.names().WhoIs(first), c.scope(), at, ErrPeerLost)
 }
 
 // closeCompareWait bounds how long Close waits for the other ranks'
@@ -268,7 +269,7 @@ func (c *Communicator) compareLast() error {
 			pctx, pcancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 			defer pcancel()
 			c.calls.Put(pctx, bootstrap.ClosedEarlyPrefix+strconv.Itoa(c.cfg.Rank),
-				[]byte(strings.Replace(strings.TrimSuffix(err.Error(), ": "+ErrMismatch.Error()), "this rank", c.who(), 1)))
+				[]byte(strings.Replace(strings.TrimSuffix(err.Error(), ": "+ErrMismatch.Error()), "this rank", c.names().WhoIs(c.cfg.Rank), 1)))
 		}
 		return err
 	}
@@ -298,7 +299,7 @@ func (c *Communicator) departedRanks(ctx context.Context) map[int]bool {
 		return gone
 	}
 	for _, d := range ds {
-		if r := c.fromJob(d.Rank); r >= 0 && r != c.cfg.Rank {
+		if r := c.names().FromJob(d.Rank); r >= 0 && r != c.cfg.Rank {
 			gone[r] = true
 		}
 	}
@@ -316,11 +317,11 @@ func (c *Communicator) othersDeparted() bool {
 		return false
 	}
 	if c.ext.id == 0 {
-		ds = c.othersGone(ds)
+		ds = blame.OthersGone(c.names(), ds)
 	} else {
 		// A sub-communicator: departures name job ranks, and any rank's
 		// breaks the job it shares.
-		me := c.jobRank(c.cfg.Rank)
+		me := c.names().JobRank(c.cfg.Rank)
 		ds = slices.DeleteFunc(ds, func(d bootstrap.Departure) bool { return d.Rank == me })
 	}
 	return slices.ContainsFunc(ds, func(d bootstrap.Departure) bool { return !strings.HasPrefix(d.Why, "give up") })
@@ -339,7 +340,7 @@ func (c *Communicator) scope() string {
 // "ranks 0, 2 and 3" (at most 8, then how many more).
 func (c *Communicator) ranksWord(rs []int) string {
 	if len(rs) == 1 {
-		return c.whoIs(rs[0])
+		return c.names().WhoIs(rs[0])
 	}
 	var names []string
 	for i, r := range rs {
@@ -452,7 +453,7 @@ func (c *Communicator) publishFault(mismatch bool, text string) {
 func (c *Communicator) publishMismatch(err error) {
 	// Said from the finder's side ("this rank called ..."), so that it
 	// reads the same on every rank.
-	c.publishFault(true, strings.Replace(err.Error(), "this rank", c.who(), 1))
+	c.publishFault(true, strings.Replace(err.Error(), "this rank", c.names().WhoIs(c.cfg.Rank), 1))
 }
 
 // absent names the ranks that have not published the call this rank is
@@ -524,12 +525,3 @@ type also struct{ cause, then error }
 
 func (e also) Error() string   { return e.cause.Error() }
 func (e also) Unwrap() []error { return []error{e.cause, e.then} }
-
-// who names this rank for the other ranks: its rank, and on a
-// sub-communicator its job rank too, as their errors mix both.
-func (c *Communicator) who() string {
-	if c.ext.id == 0 || c.ext.ch == nil {
-		return "rank " + strconv.Itoa(c.cfg.Rank)
-	}
-	return fmt.Sprintf("rank %d (job rank %d)", c.cfg.Rank, c.ext.ch.JobRank(c.cfg.Rank))
-}
