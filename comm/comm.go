@@ -540,11 +540,13 @@ func (c *Communicator) Close() error {
 		// links made on demand, they ask the store; see tellLeavers).
 		c.leave("")
 	}
-	c.publishLast()
+	if c.g != nil && c.broken.Load() == nil {
+		c.board().PublishLast(c.g.Recent())
+	}
 	mm := c.lastCallsAgree()
-	c.saidChecked()
+	c.board().SaidChecked()
 	if c.server != nil {
-		c.lingerForChecks()
+		c.board().LingerForChecks()
 	}
 	c.stopping.Store(true)
 	close(c.closed)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gocoll/gocoll/internal/blame"
+	"github.com/gocoll/gocoll/internal/probe"
 	"github.com/gocoll/gocoll/transport"
 )
 
@@ -28,7 +29,7 @@ func (c *Communicator) failed(what string, err error) error {
 	if ferr := c.faultErr(); ferr != nil {
 		ferr = c.callError(what, true, c.withLosses(ferr))
 		c.setBroken(ferr)
-		c.sayGaveUp()
+		c.board().SayGaveUp()
 		c.log.Info("collective failed", "err", ferr, "chain", blame.ChainOf(ferr))
 		return ferr
 	}
@@ -36,7 +37,7 @@ func (c *Communicator) failed(what string, err error) error {
 		// Name the ranks this call still waited for: those that never
 		// reached it (the waiting ones publish theirs, see probe).
 		_, at := c.probe(context.Background())
-		err = fmt.Errorf("%w%s: %w", ErrTimeout, c.absent(at), err)
+		err = fmt.Errorf("%w%s: %w", ErrTimeout, c.board().Absent(c.g.Recent(), at), err)
 	}
 	if errors.Is(err, transport.ErrClosed) && c.kill != nil {
 		// The job's communicator failed and dropped the links every
@@ -54,7 +55,7 @@ func (c *Communicator) failed(what string, err error) error {
 	}
 	err = c.callError(what, true, err)
 	c.setBroken(err)
-	c.sayGaveUp()
+	c.board().SayGaveUp()
 	// The ranks are out of step now, and a peer may be waiting for data
 	// this rank will never send. Dropping the connections tells every peer
 	// at once (their calls fail with ErrPeerLost naming this rank) instead
@@ -141,7 +142,7 @@ func (c *Communicator) explainLoss(err error) error {
 		return also{mm, err}
 	}
 	if errors.Is(err, transport.ErrPeerClosed) {
-		if left := c.closedBefore(); left != nil {
+		if left := c.board().ClosedBefore(); left != nil {
 			return also{left, err}
 		}
 	}
@@ -220,7 +221,7 @@ func (c *Communicator) watch() {
 		defer t.Stop()
 		tick = t.C
 	}
-	var probing stall
+	var probing probe.Schedule
 	// The collective seen running on the last tick (1 + its ticket; 0
 	// for none), and since when: the collectives store nothing for this,
 	// as reading the clock would cost them more than the rest of a small
@@ -294,7 +295,7 @@ func (c *Communicator) watch() {
 			if !running {
 				seen = 0
 			} else if turn+1 != seen {
-				seen, since, probing = turn+1, now, stall{}
+				seen, since, probing = turn+1, now, probe.Schedule{}
 			}
 			c.observe(now, running)
 			c.drainTrace(false)
@@ -306,9 +307,9 @@ func (c *Communicator) watch() {
 				}
 				go c.requestReport(call, fmt.Sprintf("%s: %s has waited %v (GOCOLL_STALL)", c.names().WhoIs(c.cfg.Rank), call, c.stallAfter))
 			}
-			if running && probing.due(now.Sub(since)) {
+			if running && probing.Due(now.Sub(since)) {
 				if mm, _ := c.probe(context.Background()); mm != nil {
-					if _, read := mm.(told); !read {
+					if _, read := mm.(probe.Told); !read {
 						c.publishMismatch(mm)
 					}
 					c.setFault(mm)
@@ -318,7 +319,7 @@ func (c *Communicator) watch() {
 			if running && c.timeout > 0 && c.bounded.Load() != turn+1 && now.Sub(since) > c.timeout {
 				_, at := c.probe(context.Background())
 				c.setFault(fmt.Errorf("%w: a collective ran longer than %v (GOCOLL_TIMEOUT) while its context had no deadline%s: %w",
-					ErrTimeout, c.timeout, c.absent(at), context.DeadlineExceeded))
+					ErrTimeout, c.timeout, c.board().Absent(c.g.Recent(), at), context.DeadlineExceeded))
 				return
 			}
 		}
@@ -476,3 +477,11 @@ func (c *Communicator) drop(cause error) {
 	}
 	go c.t.Close()
 }
+
+// also is an error that reads as its first part and matches both: a
+// mismatch found after a peer's link was lost is the cause, the loss its
+// consequence.
+type also struct{ cause, then error }
+
+func (e also) Error() string   { return e.cause.Error() }
+func (e also) Unwrap() []error { return []error{e.cause, e.then} }
