@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"sync"
 	"unsafe"
+
+	"github.com/gocoll/gocoll/internal/wiring"
 )
 
 // DefaultBucketBytes is a Bucketer's bucket size when none is given: big
@@ -116,7 +118,7 @@ func NewBucketer[T float32 | float64](c *Communicator, tensors [][]T, o BucketOp
 	b.reset()
 	if p := runtime.GOMAXPROCS(0); p == 1 && c.Size() > 1 {
 		c.log.Info("bucketer: GOMAXPROCS=1 (one CPU, as grun --bind-to core gives a rank): the buckets progress only when the computing goroutine blocks or is preempted; GOMAXPROCS=2, or grun --bind-to none, lets them overlap the backward pass",
-			"buckets", len(b.buckets), "cpus", cpuList())
+			"buckets", len(b.buckets), "cpus", wiring.CPUList())
 	}
 	return b, nil
 }

@@ -37,10 +37,10 @@ func (c *Communicator) admit(ctx context.Context, tk ticket, what string) error 
 		return nil
 	}
 	if err := c.unusable(); err != nil {
-		return fmt.Errorf("%s: %s: %w", c.prefix(), what, err)
+		return fmt.Errorf("%s: %s: %w", c.names().Prefix(), what, err)
 	}
 	return fmt.Errorf("%s: %s given up while waiting for the previous collective: %w (when its turn comes, the other ranks are told and the communicator breaks)",
-		c.prefix(), what, ctx.Err())
+		c.names().Prefix(), what, ctx.Err())
 }
 
 // runAt is run for the collective issued with ticket tk: unless its turn
@@ -104,10 +104,10 @@ func (c *Communicator) runTurn(ctx context.Context, tk ticket, what string, f fu
 // channel).
 func (c *Communicator) why(ctx context.Context, what string) error {
 	if err := c.unusable(); err != nil {
-		return fmt.Errorf("%s: %s: %w", c.prefix(), what, err)
+		return fmt.Errorf("%s: %s: %w", c.names().Prefix(), what, err)
 	}
 	if b := c.broken.Load(); b != nil {
-		return fmt.Errorf("%s: %s: %w (cause: %w)", c.prefix(), what, ErrBroken, *b)
+		return fmt.Errorf("%s: %s: %w (cause: %w)", c.names().Prefix(), what, ErrBroken, *b)
 	}
 	if err := ctx.Err(); err != nil {
 		return c.skipped(what, err)

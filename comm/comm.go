@@ -13,12 +13,14 @@ import (
 
 	"github.com/gocoll/gocoll/bootstrap"
 	"github.com/gocoll/gocoll/collectives"
+	"github.com/gocoll/gocoll/internal/blame"
 	"github.com/gocoll/gocoll/internal/logging"
 	"github.com/gocoll/gocoll/internal/plan"
 	"github.com/gocoll/gocoll/internal/reduce"
+	"github.com/gocoll/gocoll/internal/sentinel"
 	envset "github.com/gocoll/gocoll/internal/settings"
+	"github.com/gocoll/gocoll/internal/wiring"
 	"github.com/gocoll/gocoll/transport"
-	"github.com/gocoll/gocoll/transport/rdma"
 	"github.com/gocoll/gocoll/transport/shm"
 	"github.com/gocoll/gocoll/transport/tcp"
 )
@@ -30,11 +32,11 @@ type Config = bootstrap.Config
 // Errors a program can test for with errors.Is.
 var (
 	// ErrClosed: the communicator was closed.
-	ErrClosed = errors.New("communicator closed")
+	ErrClosed = sentinel.Closed
 	// ErrBroken: an earlier collective failed part-way (peer lost, context
 	// ended, mismatch), so the ranks are no longer in step; the error also
 	// wraps the original cause. Close it and start again.
-	ErrBroken = errors.New("communicator broken by an earlier failure")
+	ErrBroken = sentinel.Broken
 	// ErrInvalid: a bad argument (root out of range, buffer sizes that do
 	// not fit, overlapping buffers, a nil context). Nothing was sent, but
 	// the other ranks are in the call too and cannot see the refusal, so
@@ -47,7 +49,7 @@ var (
 	// what Grow, and a replacement's Init, return on a transport that
 	// cannot link to a process started later (TCP with
 	// GOCOLL_TCP_CONNECT=eager): the error names the transport.
-	ErrUnsupported = errors.New("unsupported")
+	ErrUnsupported = sentinel.Unsupported
 	// ErrMismatch: ranks called different collectives, or the same one with
 	// different arguments. The message says what each side called.
 	ErrMismatch = collectives.ErrMismatch
@@ -57,11 +59,11 @@ var (
 	ErrEnv = bootstrap.ErrEnv
 	// ErrAborted: Abort was called on this rank; the error also wraps the
 	// reason given to Abort.
-	ErrAborted = errors.New("communicator aborted")
+	ErrAborted = sentinel.Aborted
 	// ErrTimeout: a collective ran past its deadline (the context's, or
 	// GOCOLL_TIMEOUT when the context has none). It is returned together
 	// with context.DeadlineExceeded, so either test works.
-	ErrTimeout = errors.New("timed out")
+	ErrTimeout = sentinel.Timeout
 )
 
 // Communicator is this process's membership in a job: its rank, its
@@ -164,26 +166,18 @@ type Communicator struct {
 type Option func(*settings)
 
 type settings struct {
-	transport  string
-	algo       string
-	timeout    time.Duration
-	stall      time.Duration
-	stallSet   bool
-	trace      string
-	logger     *slog.Logger
-	tcp        tcp.Options
-	tcpWarm    bool // GOCOLL_TCP_CONNECT=warm: link the first partners at Init
-	shm        shm.Options
-	rdma       rdma.Options
-	fakeHosts  int
-	fakeEnv    envset.FakeHosts // GOCOLL_FAKE_HOSTS, if fakeHosts is 0
-	elastic    bool
-	elasticSet bool
+	wiring.Options
+	algo     string
+	timeout  time.Duration
+	stall    time.Duration
+	stallSet bool
+	trace    string
+	logger   *slog.Logger
 }
 
 // WithTransport picks the transport: "auto" (default), "tcp", "shm", "rdma".
 // It overrides GOCOLL_TRANSPORT.
-func WithTransport(name string) Option { return func(s *settings) { s.transport = name } }
+func WithTransport(name string) Option { return func(s *settings) { s.Transport = name } }
 
 // WithAlgorithm forces algorithms, in GOCOLL_ALGO syntax ("ring", or
 // "allreduce=rd,broadcast=chain"). It overrides GOCOLL_ALGO.
@@ -200,7 +194,17 @@ func WithTimeout(d time.Duration) Option { return func(s *settings) { s.timeout 
 func WithLogger(l *slog.Logger) Option { return func(s *settings) { s.logger = l } }
 
 // WithTCPOptions tunes the TCP transport (slot count and size).
-func WithTCPOptions(o tcp.Options) Option { return func(s *settings) { s.tcp = o } }
+func WithTCPOptions(o tcp.Options) Option { return func(s *settings) { s.TCP = o } }
+
+// WithSHMOptions tunes the shared-memory transport (slot count and size).
+func WithSHMOptions(o shm.Options) Option { return func(s *settings) { s.SHM = o } }
+
+// WithFakeHosts makes the job believe its ranks are spread over k hosts,
+// in contiguous blocks (rank r on host r*k/size), whatever the machine
+// they really run on: with it one machine tests what several hosts do
+// (shared memory inside a "host", the network between them, hierarchical
+// collectives). GOCOLL_FAKE_HOSTS=k does the same. For tests only.
+func WithFakeHosts(k int) Option { return func(s *settings) { s.FakeHosts = k } }
 
 // DefaultTimeout is how long Init, or a collective, may take when neither
 // its context, WithTimeout nor GOCOLL_TIMEOUT sets a bound. It is long,
@@ -279,7 +283,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 	// communicator is ready, on the same store connection).
 	ictx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
-	if s.elastic && cfg.Size > 1 && cfg.Addr != "" && !cfg.Serve {
+	if s.Elastic && cfg.Size > 1 && cfg.Addr != "" && !cfg.Serve {
 		// A process started after an elastic job began is a
 		// replacement: it joins the running job (see Grow).
 		store, err := runningJob(ctx, cfg)
@@ -306,7 +310,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 		} else if cause := context.Cause(ictx); errors.Is(cause, bootstrap.ErrRankGone) {
 			err = cause
 		} else if !errors.Is(err, bootstrap.ErrJoinRefused) { // not of this job: its departures are not ours
-			err = c.initLoss(c.withDepartures(err))
+			err = blame.InitLoss(c.names(), c.withDepartures(err))
 		}
 		if errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, ErrTimeout) {
 			err = fmt.Errorf("%w%s: %w", ErrTimeout, neverArrived(cfg), err)
@@ -340,7 +344,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 	}
 	c.g = collectives.NewGroup(c.share(maxMessage), gopts)
 	c.calls = c.store
-	if s.elastic && c.calls != nil {
+	if s.Elastic && c.calls != nil {
 		// A failure ends the job's communicator as it ends a
 		// sub-communicator, through its life, keeping the links.
 		c.elastic = true
@@ -352,9 +356,9 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 	// Links made on demand (TCP's, shared memory's and RDMA's unless
 	// eager) leave a rank with no link to most peers: the store's word
 	// of a departure is then how it learns of theirs.
-	onDemand := strings.Contains(c.tname, "tcp") && !s.tcp.Eager ||
-		strings.Contains(c.tname, "shm") && !s.shm.Eager ||
-		strings.Contains(c.tname, "rdma") && !s.rdma.Eager
+	onDemand := strings.Contains(c.tname, "tcp") && !s.TCP.Eager ||
+		strings.Contains(c.tname, "shm") && !s.SHM.Eager ||
+		strings.Contains(c.tname, "rdma") && !s.RDMA.Eager
 	if cfg.Size > 1 && cfg.Addr != "" && onDemand {
 		c.leavers = make(chan error, 1) // answerReports watches
 	}
@@ -379,8 +383,8 @@ func readSettings(opts []Option) (settings, error) {
 	if err := reduce.SIMDConfigError(); err != nil {
 		return s, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	s.transport, s.algo, s.timeout, s.trace, s.elastic = env.Transport, env.Algo, env.Timeout, env.Trace, env.Elastic
-	s.fakeEnv = env.FakeHosts
+	s.Transport, s.algo, s.timeout, s.trace, s.Elastic = env.Transport, env.Algo, env.Timeout, env.Trace, env.Elastic
+	s.FakeEnv = env.FakeHosts
 	if env.StallSet {
 		s.stall, s.stallSet = env.Stall, true
 	}
@@ -389,7 +393,7 @@ func readSettings(opts []Option) (settings, error) {
 	}
 	if env.SpinSet {
 		// Options given in code keep their own budget.
-		for _, spin := range []*time.Duration{&s.tcp.Spin, &s.shm.Spin, &s.rdma.Spin} {
+		for _, spin := range []*time.Duration{&s.TCP.Spin, &s.SHM.Spin, &s.RDMA.Spin} {
 			if *spin == 0 {
 				*spin = env.Spin
 			}
@@ -397,15 +401,15 @@ func readSettings(opts []Option) (settings, error) {
 	}
 	switch env.TCPConnect {
 	case "warm":
-		s.tcpWarm = true
+		s.TCPWarm = true
 	case "eager":
-		s.tcp.Eager = true
+		s.TCP.Eager = true
 	}
 	if env.Encrypt {
-		s.tcp.Encrypt = true
+		s.TCP.Encrypt = true
 	}
 	if env.RDMAConnect == "eager" {
-		s.rdma.Eager = true
+		s.RDMA.Eager = true
 	}
 	if !s.stallSet {
 		s.stall = DefaultStall
@@ -417,18 +421,18 @@ func readSettings(opts []Option) (settings, error) {
 		s.logger = logging.L()
 	}
 	if env.IBDev != "" {
-		s.rdma.Device = env.IBDev
+		s.RDMA.Device = env.IBDev
 	}
 	if env.IBGIDIndex != 0 {
-		s.rdma.GIDIndex = env.IBGIDIndex
+		s.RDMA.GIDIndex = env.IBGIDIndex
 	}
-	s.transport = strings.ToLower(strings.TrimSpace(s.transport))
-	switch s.transport {
+	s.Transport = strings.ToLower(strings.TrimSpace(s.Transport))
+	switch s.Transport {
 	case "", "auto":
-		s.transport = "auto" // decided at connect, from where the ranks run and what they have
+		s.Transport = "auto" // decided at connect, from where the ranks run and what they have
 	case "tcp", "shm", "rdma":
 	default:
-		return s, fmt.Errorf("transport %q (WithTransport): want auto, tcp, shm or rdma: %w", s.transport, ErrInvalid)
+		return s, fmt.Errorf("transport %q (WithTransport): want auto, tcp, shm or rdma: %w", s.Transport, ErrInvalid)
 	}
 	return s, nil
 }
@@ -443,7 +447,7 @@ func (c *Communicator) connect(ctx context.Context, s settings) error {
 		c.server = srv
 	}
 	if cfg.Size == 1 && cfg.Addr == "" {
-		t, err := tcp.Connect(ctx, nil, 0, 1, cfg.Token, s.tcp)
+		t, err := tcp.Connect(ctx, nil, 0, 1, cfg.Token, s.TCP)
 		if err != nil {
 			// A nil *Transport would be a transport that is not nil.
 			return err
@@ -462,14 +466,14 @@ func (c *Communicator) connect(ctx context.Context, s settings) error {
 	if err := c.agreeSettings(ctx, store); err != nil {
 		return err
 	}
-	t, hosts, name, err := c.connectTransport(ctx, store, s)
+	w, err := wiring.Connect(ctx, store, cfg, s.Options, c.log)
 	if err != nil {
 		if errors.Is(err, bootstrap.ErrRankGone) {
 			err = fmt.Errorf("%w: %w", ErrPeerLost, err)
 		}
 		return err
 	}
-	c.t, c.hosts, c.tname = t, hosts, name
+	c.t, c.hosts, c.tname, c.linkStore, c.ext.spare = w.Transport, w.Hosts, w.Name, w.LinkStore, w.Spare
 	return nil
 }
 
@@ -536,11 +540,13 @@ func (c *Communicator) Close() error {
 		// links made on demand, they ask the store; see tellLeavers).
 		c.leave("")
 	}
-	c.publishLast()
+	if c.g != nil && c.broken.Load() == nil {
+		c.board().PublishLast(c.g.Recent())
+	}
 	mm := c.lastCallsAgree()
-	c.saidChecked()
+	c.board().SaidChecked()
 	if c.server != nil {
-		c.lingerForChecks()
+		c.board().LingerForChecks()
 	}
 	c.stopping.Store(true)
 	close(c.closed)
@@ -558,7 +564,7 @@ func (c *Communicator) Close() error {
 		}
 	}
 	if mm != nil {
-		return fmt.Errorf("%s: close: the last calls did not match: %w", c.prefix(), mm)
+		return fmt.Errorf("%s: close: the last calls did not match: %w", c.names().Prefix(), mm)
 	}
 	return err
 }

@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/gocoll/gocoll/bootstrap"
+	"github.com/gocoll/gocoll/internal/blame"
+	"github.com/gocoll/gocoll/internal/wiring"
 )
 
 // withDepartures adds to err what the store saw of ranks that left the job
@@ -32,18 +33,9 @@ func (c *Communicator) withDepartures(err error) error {
 	case derr != nil:
 		return fmt.Errorf("%w (rendezvous unreachable too: %v)", err, derr)
 	case len(ds) > 0:
-		return departed{err, ds}
+		return blame.Departed{Err: err, Departures: ds}
 	}
 	return err
-}
-
-// departures names the first rank that left, the likely cause of the
-// rest: the others mostly gave up because of it.
-func departures(ds []bootstrap.Departure) string {
-	if len(ds) == 1 {
-		return ds[0].String()
-	}
-	return fmt.Sprintf("%v first, then %d more", ds[0], len(ds)-1)
 }
 
 // tellLeavers passes on to the watchdog (on c.leavers) the first rank
@@ -56,29 +48,19 @@ func departures(ds []bootstrap.Departure) string {
 // asking is answerReports': its waiting get, which the store fails as
 // soon as any rank departs, is the watch.
 func (c *Communicator) tellLeavers(ds []bootstrap.Departure) bool {
-	others := c.othersGone(ds)
+	others := blame.OthersGone(c.names(), ds)
 	if len(others) == 0 {
 		return false // only this rank, or a replacement never admitted, left
 	}
-	saw := departures(others)
+	saw := blame.Departures(others)
 	if why, ok := strings.CutPrefix(others[0].Why, "give up: "); ok && len(others) == 1 {
 		// Worded as the rank's own link would have told it.
 		saw = fmt.Sprintf("that rank %d gave up: %s", others[0].Rank, why)
 	}
-	// departed carries the departures, so that a call this ends, even one
+	// Departed carries the departures, so that a call this ends, even one
 	// not yet started, names the rank that left as its cause (CallError).
-	c.leavers <- departed{err: fmt.Errorf("%w: %w: the rendezvous saw %s", ErrPeerLost, bootstrap.ErrRankGone, saw), ds: others}
+	c.leavers <- blame.Departed{Err: fmt.Errorf("%w: %w: the rendezvous saw %s", ErrPeerLost, bootstrap.ErrRankGone, saw), Departures: others}
 	return true
-}
-
-// othersGone is ds, the store's departures, without this rank's own and
-// without those of replacements that left before they were admitted to
-// an elastic job (job ranks past the job's size, see Grow), which were
-// never members.
-func (c *Communicator) othersGone(ds []bootstrap.Departure) []bootstrap.Departure {
-	return slices.DeleteFunc(slices.Clone(ds), func(d bootstrap.Departure) bool {
-		return d.Rank == c.cfg.Rank || d.Rank >= c.cfg.Size
-	})
 }
 
 // departuresWait bounds how long a rank that lost a peer waits for the
@@ -102,7 +84,7 @@ func neverArrived(cfg Config) string {
 		return ""
 	}
 	defer store.Close()
-	m, err := store.Scan(ctx, "comm/host/")
+	m, err := store.Scan(ctx, wiring.HostPrefix)
 	if err != nil {
 		return ""
 	}
@@ -111,13 +93,13 @@ func neverArrived(cfg Config) string {
 	// even when WORLD_SIZE is huge and almost nobody came.
 	var missing []string
 	for r := 0; r < cfg.Size && len(missing) < 9; r++ {
-		if _, ok := m["comm/host/"+strconv.Itoa(r)]; !ok {
+		if _, ok := m[wiring.HostPrefix+strconv.Itoa(r)]; !ok {
 			missing = append(missing, strconv.Itoa(r))
 		}
 	}
 	arrived := 0
 	for k := range m {
-		if r, err := strconv.Atoi(strings.TrimPrefix(k, "comm/host/")); err == nil && r >= 0 && r < cfg.Size {
+		if r, err := strconv.Atoi(strings.TrimPrefix(k, wiring.HostPrefix)); err == nil && r >= 0 && r < cfg.Size {
 			arrived++
 		}
 	}
@@ -131,50 +113,4 @@ func neverArrived(cfg Config) string {
 		missing = append(missing[:8], fmt.Sprintf("and %d more", n-8))
 	}
 	return ", ranks " + strings.Join(missing, ", ") + " never arrived"
-}
-
-// initLoss is err, an Init that lost a peer, worded as when the
-// departure watch is first (rankGone): the rank the store saw leave first
-// other than this one, in one line, rather than the relay of goodbyes a
-// link passed on ("rank 5 gave up: peer lost: rank 3 gave up: ...") with
-// the departures after it. The chain stays behind it, for errors.As and
-// the log. err is returned as it is if no other rank left.
-func (c *Communicator) initLoss(err error) error {
-	var d departed
-	if !errors.Is(err, ErrPeerLost) || !errors.As(err, &d) {
-		return err
-	}
-	others := c.othersGone(d.ds)
-	if len(others) == 0 {
-		return err
-	}
-	return lostInInit{short: fmt.Errorf("%w: %w", ErrPeerLost, rankGone(others)), chain: err}
-}
-
-// lostInInit is an Init's loss of a peer: short is what it says, chain
-// how it was found.
-type lostInInit struct{ short, chain error }
-
-func (e lostInInit) Error() string   { return e.short.Error() }
-func (e lostInInit) Unwrap() []error { return []error{e.short, e.chain} }
-
-// goneError names the first rank the store saw leave as a call's error
-// names its cause ("rank 3 died (...)"), and is bootstrap.ErrRankGone.
-type goneError struct{ text string }
-
-func (e goneError) Error() string { return e.text }
-func (e goneError) Unwrap() error { return bootstrap.ErrRankGone }
-
-// rankGone is the departures ds as the one line Init fails with when a
-// rank leaves before every rank has connected.
-func rankGone(ds []bootstrap.Departure) error {
-	d := ds[0]
-	text := fmt.Sprintf("rank %d %s", d.Rank, strings.Replace(d.Why, "die (", "died (", 1))
-	if why, ok := strings.CutPrefix(d.Why, "give up: "); ok {
-		text = fmt.Sprintf("rank %d gave up: %s", d.Rank, why)
-	}
-	if len(ds) > 1 {
-		text += fmt.Sprintf(", then %d more", len(ds)-1)
-	}
-	return goneError{text}
 }

@@ -26,7 +26,7 @@ var ErrExcluded = errors.New("left out of the communicator the others went on wi
 // fails ends alone, leaving the connections to the live ranks up, so that
 // the survivors can shrink it and go on. It overrides GOCOLL_ELASTIC.
 func WithElastic(on bool) Option {
-	return func(s *settings) { s.elastic, s.elasticSet = on, true }
+	return func(s *settings) { s.Elastic = on }
 }
 
 // shrinkPoll is how often a rank in Shrink looks at the store for the
@@ -78,19 +78,19 @@ func (c *Communicator) Shrink(ctx context.Context) (*Communicator, error) {
 		return nil, errNilContext("shrink")
 	}
 	if !c.elastic {
-		return nil, fmt.Errorf("%s: shrink: the job is not elastic (start it with GOCOLL_ELASTIC=1, grun --elastic, or comm.WithElastic(true)): %w", c.prefix(), ErrInvalid)
+		return nil, fmt.Errorf("%s: shrink: the job is not elastic (start it with GOCOLL_ELASTIC=1, grun --elastic, or comm.WithElastic(true)): %w", c.names().Prefix(), ErrInvalid)
 	}
 	if c.calls == nil || c.ext.ch == nil {
-		return nil, fmt.Errorf("%s: shrink: a job without a rendezvous store cannot agree on survivors: %w", c.prefix(), ErrInvalid)
+		return nil, fmt.Errorf("%s: shrink: a job without a rendezvous store cannot agree on survivors: %w", c.names().Prefix(), ErrInvalid)
 	}
 	if c.closing.Load() {
-		return nil, fmt.Errorf("%s: shrink: %w", c.prefix(), ErrClosed)
+		return nil, fmt.Errorf("%s: shrink: %w", c.names().Prefix(), ErrClosed)
 	}
 	if c.ext.grown.Load() {
-		return nil, fmt.Errorf("%s: shrink: this communicator was grown; shrink the one Grow returned: %w", c.prefix(), ErrInvalid)
+		return nil, fmt.Errorf("%s: shrink: this communicator was grown; shrink the one Grow returned: %w", c.names().Prefix(), ErrInvalid)
 	}
 	if !c.ext.shrunk.CompareAndSwap(false, true) {
-		return nil, fmt.Errorf("%s: shrink: this communicator was shrunk already; shrink the one that returned: %w", c.prefix(), ErrInvalid)
+		return nil, fmt.Errorf("%s: shrink: this communicator was shrunk already; shrink the one that returned: %w", c.names().Prefix(), ErrInvalid)
 	}
 	start := time.Now()
 	if _, ok := ctx.Deadline(); !ok && c.timeout > 0 {
@@ -115,11 +115,11 @@ func (c *Communicator) Shrink(ctx context.Context) (*Communicator, error) {
 	}
 	survivors, err := c.agreeSurvivors(ctx, members)
 	if err != nil {
-		return nil, fmt.Errorf("%s: shrink: %w", c.prefix(), err)
+		return nil, fmt.Errorf("%s: shrink: %w", c.names().Prefix(), err)
 	}
-	me := c.jobRank(c.cfg.Rank)
+	me := c.names().JobRank(c.cfg.Rank)
 	if !slices.Contains(survivors, me) {
-		return nil, fmt.Errorf("%s: shrink: the survivors (job ranks %s) agreed without this rank: %w", c.prefix(), rankList(survivors), ErrExcluded)
+		return nil, fmt.Errorf("%s: shrink: the survivors (job ranks %s) agreed without this rank: %w", c.names().Prefix(), rankList(survivors), ErrExcluded)
 	}
 	gen := c.ext.gen + 1
 	name := strings.TrimSuffix(c.ext.name, fmt.Sprintf("shrink #%d", c.ext.gen))
@@ -138,7 +138,7 @@ func (c *Communicator) Shrink(ctx context.Context) (*Communicator, error) {
 	id := h.Sum64() | 1
 	nc, err := c.child(id, survivors, name)
 	if err != nil {
-		return nil, fmt.Errorf("%s: shrink: %w", c.prefix(), err)
+		return nil, fmt.Errorf("%s: shrink: %w", c.names().Prefix(), err)
 	}
 	nc.ext.gen = gen
 	nc.ext.shrunkFrom = c
@@ -181,7 +181,7 @@ func (c *Communicator) endDescendants(cause error) {
 // store keeps the first proposal: the one every rank then acts on.
 func (c *Communicator) agreeSurvivors(ctx context.Context, members []int) ([]int, error) {
 	base := "elastic/" + strconv.FormatUint(c.ext.id, 16) + "/"
-	me := c.jobRank(c.cfg.Rank)
+	me := c.names().JobRank(c.cfg.Rank)
 	store := c.calls
 	var lost []int
 	if ln, ok := c.ext.mux.Transport().(transport.LossNotifier); ok {
@@ -205,7 +205,7 @@ func (c *Communicator) agreeSurvivors(ctx context.Context, members []int) ([]int
 		}
 		names := make([]string, len(waiting))
 		for i, j := range waiting {
-			names[i] = c.jobWho(j)
+			names[i] = c.names().JobWho(j)
 		}
 		return fmt.Errorf("%w: %s neither called Shrink nor left the job: %w",
 			ErrTimeout, strings.Join(names, ", "), context.Cause(ctx))
@@ -325,7 +325,7 @@ func lossList(err error) []*transport.PeerError {
 func (c *Communicator) memberLoss(ln transport.LossNotifier) error {
 	var mine transport.Losses
 	for _, pe := range lossList(ln.LostErr()) {
-		if c.fromJob(pe.Peer) >= 0 {
+		if c.names().FromJob(pe.Peer) >= 0 {
 			mine = append(mine, pe)
 		}
 	}
@@ -355,7 +355,7 @@ func (c *Communicator) memberDeparted() error {
 		return nil
 	}
 	for _, d := range ds {
-		if c.fromJob(d.Rank) >= 0 && d.Rank != c.jobRank(c.cfg.Rank) {
+		if c.names().FromJob(d.Rank) >= 0 && d.Rank != c.names().JobRank(c.cfg.Rank) {
 			return &transport.PeerError{Peer: d.Rank, Op: "wait for",
 				Err: fmt.Errorf("%w: the rendezvous saw it %s", ErrPeerLost, d.Why)}
 		}

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gocoll/gocoll/internal/blame"
+	"github.com/gocoll/gocoll/internal/probe"
 	"github.com/gocoll/gocoll/transport"
 )
 
@@ -27,15 +29,15 @@ func (c *Communicator) failed(what string, err error) error {
 	if ferr := c.faultErr(); ferr != nil {
 		ferr = c.callError(what, true, c.withLosses(ferr))
 		c.setBroken(ferr)
-		c.sayGaveUp()
-		c.log.Info("collective failed", "err", ferr, "chain", chainOf(ferr))
+		c.board().SayGaveUp()
+		c.log.Info("collective failed", "err", ferr, "chain", blame.ChainOf(ferr))
 		return ferr
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		// Name the ranks this call still waited for: those that never
 		// reached it (the waiting ones publish theirs, see probe).
 		_, at := c.probe(context.Background())
-		err = fmt.Errorf("%w%s: %w", ErrTimeout, c.absent(at), err)
+		err = fmt.Errorf("%w%s: %w", ErrTimeout, c.board().Absent(c.g.Recent(), at), err)
 	}
 	if errors.Is(err, transport.ErrClosed) && c.kill != nil {
 		// The job's communicator failed and dropped the links every
@@ -53,14 +55,14 @@ func (c *Communicator) failed(what string, err error) error {
 	}
 	err = c.callError(what, true, err)
 	c.setBroken(err)
-	c.sayGaveUp()
+	c.board().SayGaveUp()
 	// The ranks are out of step now, and a peer may be waiting for data
 	// this rank will never send. Dropping the connections tells every peer
 	// at once (their calls fail with ErrPeerLost naming this rank) instead
 	// of leaving them to hang until their own deadlines. The peers read
 	// the one line as the reason this rank gave up.
 	c.drop(err)
-	c.log.Info("communicator broken; "+c.howPeersLearn(), "err", err, "chain", chainOf(err))
+	c.log.Info("communicator broken; "+c.howPeersLearn(), "err", err, "chain", blame.ChainOf(err))
 	return err
 }
 
@@ -86,7 +88,7 @@ func (c *Communicator) refused(what string, err error) error {
 	}
 	c.setBroken(err)
 	why := strings.TrimSuffix(strings.TrimPrefix(err.Error(), "comm: "), ": "+ErrInvalid.Error())
-	c.publishFault(true, fmt.Sprintf("%s refused its %s", c.who(), why))
+	c.publishFault(true, fmt.Sprintf("%s refused its %s", c.names().WhoIs(c.cfg.Rank), why))
 	c.drop(err)
 	return fmt.Errorf("%w (the other ranks were told; the communicator is broken)", err)
 }
@@ -99,7 +101,7 @@ func (c *Communicator) refused(what string, err error) error {
 // fails within moments with ErrPeerLost saying this rank gave it up.
 // Only a job of one rank carries on.
 func (c *Communicator) skipped(what string, cause error) error {
-	err := fmt.Errorf("%s: %s given up before it started: %w", c.prefix(), what, cause)
+	err := fmt.Errorf("%s: %s given up before it started: %w", c.names().Prefix(), what, cause)
 	if c.cfg.Size == 1 || c.unusable() != nil {
 		return err
 	}
@@ -123,8 +125,8 @@ func (c *Communicator) breakFor(err error) bool {
 // tellSkipped tells the other ranks that this one gave up a call before
 // it started, and drops the links (see skipped).
 func (c *Communicator) tellSkipped(err error) {
-	c.publishFault(false, fmt.Sprintf("%s gave up a call before it started: %v", c.who(),
-		strings.TrimPrefix(err.Error(), c.prefix()+": ")))
+	c.publishFault(false, fmt.Sprintf("%s gave up a call before it started: %v", c.names().WhoIs(c.cfg.Rank),
+		strings.TrimPrefix(err.Error(), c.names().Prefix()+": ")))
 	c.drop(err)
 }
 
@@ -140,7 +142,7 @@ func (c *Communicator) explainLoss(err error) error {
 		return also{mm, err}
 	}
 	if errors.Is(err, transport.ErrPeerClosed) {
-		if left := c.closedBefore(); left != nil {
+		if left := c.board().ClosedBefore(); left != nil {
 			return also{left, err}
 		}
 	}
@@ -219,7 +221,7 @@ func (c *Communicator) watch() {
 		defer t.Stop()
 		tick = t.C
 	}
-	var probing stall
+	var probing probe.Schedule
 	// The collective seen running on the last tick (1 + its ticket; 0
 	// for none), and since when: the collectives store nothing for this,
 	// as reading the clock would cost them more than the rest of a small
@@ -293,7 +295,7 @@ func (c *Communicator) watch() {
 			if !running {
 				seen = 0
 			} else if turn+1 != seen {
-				seen, since, probing = turn+1, now, stall{}
+				seen, since, probing = turn+1, now, probe.Schedule{}
 			}
 			c.observe(now, running)
 			c.drainTrace(false)
@@ -303,11 +305,11 @@ func (c *Communicator) watch() {
 				if c.ext.name != "" {
 					call += " of " + c.ext.name
 				}
-				go c.requestReport(call, fmt.Sprintf("%s: %s has waited %v (GOCOLL_STALL)", c.whoIs(c.cfg.Rank), call, c.stallAfter))
+				go c.requestReport(call, fmt.Sprintf("%s: %s has waited %v (GOCOLL_STALL)", c.names().WhoIs(c.cfg.Rank), call, c.stallAfter))
 			}
-			if running && probing.due(now.Sub(since)) {
+			if running && probing.Due(now.Sub(since)) {
 				if mm, _ := c.probe(context.Background()); mm != nil {
-					if _, read := mm.(told); !read {
+					if _, read := mm.(probe.Told); !read {
 						c.publishMismatch(mm)
 					}
 					c.setFault(mm)
@@ -317,7 +319,7 @@ func (c *Communicator) watch() {
 			if running && c.timeout > 0 && c.bounded.Load() != turn+1 && now.Sub(since) > c.timeout {
 				_, at := c.probe(context.Background())
 				c.setFault(fmt.Errorf("%w: a collective ran longer than %v (GOCOLL_TIMEOUT) while its context had no deadline%s: %w",
-					ErrTimeout, c.timeout, c.absent(at), context.DeadlineExceeded))
+					ErrTimeout, c.timeout, c.board().Absent(c.g.Recent(), at), context.DeadlineExceeded))
 				return
 			}
 		}
@@ -420,10 +422,10 @@ func (c *Communicator) Abort(reason error) {
 // rank), else that this rank left and why.
 func (c *Communicator) leftBecause(cause error) string {
 	var ce *CallError
-	if errors.As(cause, &ce) && ce.Culprit >= 0 && ce.Culprit != c.cfg.Rank && strings.HasPrefix(ce.Cause, c.whoIs(ce.Culprit)+" ") {
+	if errors.As(cause, &ce) && ce.Culprit >= 0 && ce.Culprit != c.cfg.Rank && strings.HasPrefix(ce.Cause, c.names().WhoIs(ce.Culprit)+" ") {
 		return ce.Cause
 	}
-	return fmt.Sprintf("%s left the communicator: %v", c.who(), cause)
+	return fmt.Sprintf("%s left the communicator: %v", c.names().WhoIs(c.cfg.Rank), cause)
 }
 
 // howPeersLearn says, for the log, how drop tells the peers.
@@ -475,3 +477,11 @@ func (c *Communicator) drop(cause error) {
 	}
 	go c.t.Close()
 }
+
+// also is an error that reads as its first part and matches both: a
+// mismatch found after a peer's link was lost is the cause, the loss its
+// consequence.
+type also struct{ cause, then error }
+
+func (e also) Error() string   { return e.cause.Error() }
+func (e also) Unwrap() []error { return []error{e.cause, e.then} }

@@ -54,10 +54,6 @@ const (
 // canGrow says which transports link to processes started later.
 const canGrow = "replacements link to the members over TCP made on demand, which GOCOLL_TCP_CONNECT=eager turns off"
 
-// growSpare is how many replacements an elastic job of size ranks
-// admits over its life: the job ranks size .. size+growSpare-1.
-func growSpare(size int) int { return size + 64 }
-
 // Pending is how many replacement processes this rank last saw waiting
 // to join the job (see Grow). It reads a value a background goroutine
 // refreshes from the rendezvous store every 100 ms, so it costs an
@@ -138,27 +134,27 @@ func (c *Communicator) Grow(ctx context.Context) (*Communicator, error) {
 		return nil, errNilContext("grow")
 	}
 	if !c.elastic {
-		return nil, fmt.Errorf("%s: grow: the job is not elastic (start it with GOCOLL_ELASTIC=1, grun --elastic, or comm.WithElastic(true)): %w", c.prefix(), ErrInvalid)
+		return nil, fmt.Errorf("%s: grow: the job is not elastic (start it with GOCOLL_ELASTIC=1, grun --elastic, or comm.WithElastic(true)): %w", c.names().Prefix(), ErrInvalid)
 	}
 	if c.calls == nil || c.ext.ch == nil {
-		return nil, fmt.Errorf("%s: grow: a job without a rendezvous store cannot admit anyone: %w", c.prefix(), ErrInvalid)
+		return nil, fmt.Errorf("%s: grow: a job without a rendezvous store cannot admit anyone: %w", c.names().Prefix(), ErrInvalid)
 	}
 	if c.ext.root != nil && c.ext.shrunkFrom == nil {
-		return nil, fmt.Errorf("%s: grow: a communicator split from another cannot grow: grow the job's (or the one Shrink or Grow returned), then split it again: %w", c.prefix(), ErrInvalid)
+		return nil, fmt.Errorf("%s: grow: a communicator split from another cannot grow: grow the job's (or the one Shrink or Grow returned), then split it again: %w", c.names().Prefix(), ErrInvalid)
 	}
 	if err := c.unusable(); err != nil {
-		return nil, fmt.Errorf("%s: grow: %w", c.prefix(), err)
+		return nil, fmt.Errorf("%s: grow: %w", c.names().Prefix(), err)
 	}
 	if c.ext.shrunk.Load() || c.ext.grown.Load() {
-		return nil, fmt.Errorf("%s: grow: this communicator was shrunk or grown already; grow the one that returned: %w", c.prefix(), ErrInvalid)
+		return nil, fmt.Errorf("%s: grow: this communicator was shrunk or grown already; grow the one that returned: %w", c.names().Prefix(), ErrInvalid)
 	}
 	if b := c.broken.Load(); b != nil {
-		return nil, fmt.Errorf("%s: grow: the communicator is broken (shrink it first): %w: %w", c.prefix(), ErrBroken, *b)
+		return nil, fmt.Errorf("%s: grow: the communicator is broken (shrink it first): %w: %w", c.names().Prefix(), ErrBroken, *b)
 	}
 	root := c.rootOrSelf()
 	if root.ext.spare == 0 {
 		return nil, fmt.Errorf("%s: grow: the %s transport cannot link to new processes (%s): %w",
-			c.prefix(), root.tname, canGrow, ErrUnsupported)
+			c.names().Prefix(), root.tname, canGrow, ErrUnsupported)
 	}
 	start := time.Now()
 	if _, ok := ctx.Deadline(); !ok && c.timeout > 0 {
@@ -173,7 +169,7 @@ func (c *Communicator) Grow(ctx context.Context) (*Communicator, error) {
 	}
 	joiners, err := c.agreeJoiners(ctx, seq)
 	if err != nil {
-		return nil, fmt.Errorf("%s: grow: %w", c.prefix(), err)
+		return nil, fmt.Errorf("%s: grow: %w", c.names().Prefix(), err)
 	}
 	if len(joiners) == 0 {
 		return c, nil
@@ -195,7 +191,7 @@ func (c *Communicator) Grow(ctx context.Context) (*Communicator, error) {
 	admit := "admit " + strconv.FormatUint(id, 16) + " " + rankList(all) + " " + name
 	for _, j := range joiners {
 		if err := c.calls.Put(ctx, pendingPrefix+strconv.Itoa(j), []byte(admit)); err != nil {
-			return nil, fmt.Errorf("%s: grow: %w", c.prefix(), c.storeGone(err))
+			return nil, fmt.Errorf("%s: grow: %w", c.names().Prefix(), c.storeGone(err))
 		}
 	}
 	// c, and what was split from it, end here: the ranks move on.
@@ -205,7 +201,7 @@ func (c *Communicator) Grow(ctx context.Context) (*Communicator, error) {
 	c.endDescendants(cause)
 	nc, err := c.child(id, all, name)
 	if err != nil {
-		return nil, fmt.Errorf("%s: grow: %w", c.prefix(), err)
+		return nil, fmt.Errorf("%s: grow: %w", c.names().Prefix(), err)
 	}
 	nc.ext.gen = c.ext.gen
 	nc.ext.shrunkFrom = c
@@ -460,7 +456,7 @@ func join(ctx context.Context, cfg Config, s settings, store *bootstrap.Client) 
 	if err != nil {
 		return fail("", err)
 	}
-	o := s.tcp
+	o := s.TCP
 	o.Spare, o.Eager, o.Warm = spare, false, nil
 	t, err := tcp.Connect(ctx, links, k, cfg.Size, cfg.Token, o)
 	if err != nil {

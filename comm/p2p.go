@@ -24,7 +24,7 @@ func (c *Communicator) p2pCheck(ctx context.Context, what string, peer, tag int)
 		return errNilContext(what)
 	}
 	if err := c.unusable(); err != nil {
-		return fmt.Errorf("%s: %s: %w", c.prefix(), what, err)
+		return fmt.Errorf("%s: %s: %w", c.names().Prefix(), what, err)
 	}
 	if peer < 0 || peer >= c.Size() {
 		return fmt.Errorf("comm: %s: peer %d out of range [0, %d): %w", what, peer, c.Size(), ErrInvalid)

@@ -27,18 +27,18 @@ const (
 // settingsPlan is the settings half of the plan s asks for, with the
 // parsed GOCOLL_ALGO algos and the job's half accumulation.
 func settingsPlan(s settings, algos map[collectives.Kind]collectives.Algo, halfAccum string) plan.Plan {
-	p := plan.Plan{Algos: plan.Canon(algos), HalfAccum: halfAccum, Transport: s.transport, Elastic: s.elastic,
-		Encrypt: s.tcp.Encrypt, TCPConnect: "lazy", RDMAConnect: "lazy"}
+	p := plan.Plan{Algos: plan.Canon(algos), HalfAccum: halfAccum, Transport: s.Transport, Elastic: s.Elastic,
+		Encrypt: s.TCP.Encrypt, TCPConnect: "lazy", RDMAConnect: "lazy"}
 	if p.HalfAccum == "" {
 		p.HalfAccum = bootstrap.HalfAccumFloat32
 	}
 	switch {
-	case s.tcp.Eager:
+	case s.TCP.Eager:
 		p.TCPConnect = "eager"
-	case s.tcpWarm:
+	case s.TCPWarm:
 		p.TCPConnect = "warm"
 	}
-	if s.rdma.Eager {
+	if s.RDMA.Eager {
 		p.RDMAConnect = "eager"
 	}
 	return p

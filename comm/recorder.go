@@ -75,7 +75,7 @@ func (c *Communicator) callRecords(recs []collectives.Record, live bool) []CallR
 	}
 	out := make([]CallRecord, 0, len(recs))
 	for _, r := range recs {
-		cr := CallRecord{Comm: c.ext.name, Rank: c.cfg.Rank, JobRank: c.jobRank(c.cfg.Rank), Seq: r.Seq, Call: r.Desc(),
+		cr := CallRecord{Comm: c.ext.name, Rank: c.cfg.Rank, JobRank: c.names().JobRank(c.cfg.Rank), Seq: r.Seq, Call: r.Desc(),
 			Kind: r.Kind.String(), Algo: r.Algo.String(), Type: r.DType.String(), Root: r.Root, Count: r.Count,
 			Bytes: r.Bytes(), Start: r.Start, End: r.End, Failed: r.Failed}
 		switch r.Kind {

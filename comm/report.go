@@ -14,6 +14,7 @@ import (
 
 	"github.com/gocoll/gocoll/bootstrap"
 	"github.com/gocoll/gocoll/collectives"
+	"github.com/gocoll/gocoll/internal/blame"
 	"github.com/gocoll/gocoll/internal/stallreport"
 )
 
@@ -219,7 +220,7 @@ func (c *Communicator) departed(ctx context.Context, cl *bootstrap.Client, stop 
 	select {
 	case <-ready:
 	default:
-		stop(fmt.Errorf("%w: %w", ErrPeerLost, rankGone(ds)))
+		stop(fmt.Errorf("%w: %w", ErrPeerLost, blame.RankGone(ds)))
 		select {
 		case <-ready: // too late to fail New
 		case <-ctx.Done():
@@ -304,4 +305,4 @@ func (c *Communicator) jobSize() int {
 	return c.cfg.Size
 }
 
-func (c *Communicator) jobRankOf() int { return c.jobRank(c.cfg.Rank) }
+func (c *Communicator) jobRankOf() int { return c.names().JobRank(c.cfg.Rank) }

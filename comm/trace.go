@@ -108,7 +108,7 @@ func (c *Communicator) drainTrace(final bool) {
 // ranks need. Times are Unix nanoseconds.
 func (c *Communicator) traceLine(b []byte, r collectives.Record) []byte {
 	b = append(b, `{"rank":`...)
-	b = strconv.AppendInt(b, int64(c.jobRank(c.cfg.Rank)), 10)
+	b = strconv.AppendInt(b, int64(c.names().JobRank(c.cfg.Rank)), 10)
 	if c.ext.name != "" {
 		b = append(b, `,"comm":`...)
 		b = strconv.AppendQuote(b, c.ext.name)

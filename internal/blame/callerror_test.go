@@ -1,4 +1,4 @@
-package comm
+package blame
 
 import (
 	"errors"
@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/gocoll/gocoll/bootstrap"
+	"github.com/gocoll/gocoll/transport"
 )
 
 // TestRootCause reduces chains that ranks really printed (some from
@@ -133,24 +134,24 @@ func TestInitLoss(t *testing.T) {
 		{Rank: 1, Why: "give up: an earlier goodbye of this very rank"},
 		{Rank: 5, Why: "give up: peer lost: rank 3 gave up: ..."},
 	}
-	chain := departed{fmt.Errorf("%w: %s", ErrPeerLost, relay), ds}
-	c := &Communicator{cfg: Config{Rank: 1, Size: 8}}
-	err := c.initLoss(chain)
+	chain := Departed{fmt.Errorf("%w: %s", transport.ErrPeerLost, relay), ds}
+	n := Names{Rank: 1, Size: 8}
+	err := InitLoss(n, chain)
 	want := "peer lost: rank 3 gave up: comm: rank 3: allgather #2 (algo ring, 7 x float64): rank 2 called barrier #2 (algo dissemination): collective mismatch between ranks, then 1 more"
 	if err.Error() != want {
-		t.Errorf("initLoss:\n got %s\nwant %s", err, want)
+		t.Errorf("InitLoss:\n got %s\nwant %s", err, want)
 	}
-	var d departed
-	if !errors.Is(err, ErrPeerLost) || !errors.Is(err, bootstrap.ErrRankGone) || !errors.As(err, &d) || len(d.ds) != 3 {
-		t.Errorf("initLoss: %v is not ErrPeerLost and ErrRankGone with the departures behind it", err)
+	var d Departed
+	if !errors.Is(err, transport.ErrPeerLost) || !errors.Is(err, bootstrap.ErrRankGone) || !errors.As(err, &d) || len(d.Departures) != 3 {
+		t.Errorf("InitLoss: %v is not ErrPeerLost and ErrRankGone with the departures behind it", err)
 	}
 	// Only this rank left (its own goodbye), or nobody: nothing to name.
-	alone := departed{fmt.Errorf("%w: %s", ErrPeerLost, relay), ds[1:2]}
-	if got := c.initLoss(alone); got.Error() != alone.Error() {
-		t.Errorf("initLoss with only this rank gone: %v, want the error as it was", got)
+	alone := Departed{fmt.Errorf("%w: %s", transport.ErrPeerLost, relay), ds[1:2]}
+	if got := InitLoss(n, alone); got.Error() != alone.Error() {
+		t.Errorf("InitLoss with only this rank gone: %v, want the error as it was", got)
 	}
-	plain := fmt.Errorf("%w: dial refused", ErrPeerLost)
-	if got := c.initLoss(plain); got != plain {
-		t.Errorf("initLoss without departures: %v, want the error as it was", got)
+	plain := fmt.Errorf("%w: dial refused", transport.ErrPeerLost)
+	if got := InitLoss(n, plain); got != plain {
+		t.Errorf("InitLoss without departures: %v, want the error as it was", got)
 	}
 }

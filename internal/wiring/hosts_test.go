@@ -1,6 +1,6 @@
 //go:build linux
 
-package comm
+package wiring
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gocoll/gocoll/bootstrap"
+	"github.com/gocoll/gocoll/collectives"
 )
 
 // TestExchangeHostsCPUs checks how crowded the ranks of this machine are
@@ -18,7 +19,7 @@ import (
 // not crowded though each sees one CPU, ranks sharing the same cores are,
 // and ranks on other machines do not count.
 func TestExchangeHostsCPUs(t *testing.T) {
-	mine := cpuList()
+	mine := CPUList()
 	if mine == "" {
 		t.Fatal("cpuList: the kernel did not report this process's CPUs")
 	}
@@ -57,13 +58,13 @@ func TestExchangeHostsCPUs(t *testing.T) {
 				if tc.err {
 					v = o
 				}
-				if err := store.Put(ctx, "comm/host/"+strconv.Itoa(i+1), []byte(v)); err != nil {
+				if err := store.Put(ctx, HostPrefix+strconv.Itoa(i+1), []byte(v)); err != nil {
 					t.Fatal(err)
 				}
 			}
-			j, err := exchangeHosts(ctx, store, Config{Rank: 0, Size: 1 + len(tc.others)}, -1, nil)
+			j, err := exchangeHosts(ctx, store, bootstrap.Config{Rank: 0, Size: 1 + len(tc.others)}, -1, nil)
 			if tc.err {
-				if !errors.Is(err, ErrInvalid) {
+				if !errors.Is(err, collectives.ErrInvalid) {
 					t.Fatalf("err = %v, want ErrInvalid", err)
 				}
 				return

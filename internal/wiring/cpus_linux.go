@@ -1,4 +1,4 @@
-package comm
+package wiring
 
 import (
 	"strconv"
@@ -7,9 +7,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// cpuList is the CPUs this process may run on, as "0,1,5", or "" if the
+// CPUList is the CPUs this process may run on, as "0,1,5", or "" if the
 // kernel does not say.
-func cpuList() string {
+func CPUList() string {
 	var set unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &set); err != nil {
 		return ""

@@ -1,10 +1,11 @@
-package comm
+package wiring
 
 import (
 	"errors"
 	"fmt"
 	"testing"
 
+	"github.com/gocoll/gocoll/collectives"
 	envset "github.com/gocoll/gocoll/internal/settings"
 )
 
@@ -18,9 +19,9 @@ func fakeHostOf(v string, rank, size int) (int, error) {
 		return "", false
 	})
 	if err != nil {
-		return 0, fmt.Errorf("%w: %w", err, ErrInvalid)
+		return 0, fmt.Errorf("%w: %w", err, collectives.ErrInvalid)
 	}
-	return fakeHost(env.FakeHosts, rank, size)
+	return FakeHost(env.FakeHosts, rank, size)
 }
 
 // TestFakeHost: GOCOLL_FAKE_HOSTS as a number of hosts or as a list of
@@ -46,7 +47,7 @@ func TestFakeHost(t *testing.T) {
 		for r := range tc.size {
 			got, err := fakeHostOf(tc.v, r, tc.size)
 			if tc.hosts == nil {
-				if !errors.Is(err, ErrInvalid) {
+				if !errors.Is(err, collectives.ErrInvalid) {
 					t.Errorf("fakeHost(%q, %d, %d) = %d, %v; want ErrInvalid", tc.v, r, tc.size, got, err)
 				}
 				continue
