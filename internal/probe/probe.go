@@ -179,9 +179,12 @@ func (b Board) ClosedBefore() error {
 // closeCompareWait bounds how long Close waits for the other ranks'
 // last calls (see lastCallsAgree). Ranks that end together close within
 // milliseconds of one another, and a rank waiting in a call the others
-// never made publishes it within stallProbeAfter and a tick; one still
-// busy after it is not waited for.
-const closeCompareWait = 500 * time.Millisecond
+// never made publishes it within stallProbeAfter and a tick. The bound
+// is that latency on a machine so overloaded that a rank waits seconds
+// for a CPU: a mismatch missed here passes silently, while the wait
+// costs only a Close that ranks reach unevenly (as MPI_Finalize, which
+// waits for every rank). One still busy after it is not waited for.
+const closeCompareWait = 2 * time.Second
 
 // CompareLast compares mine, this rank's last calls as it closes, with
 // those the other ranks publish as they close (PublishLast) or while
