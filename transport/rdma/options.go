@@ -365,7 +365,7 @@ func memlockError(need, limit uint64, unlimited, capIPCLock bool) error {
 		"or use fewer or smaller slots", ErrMemlock, limit>>10, (need+1023)>>10)
 }
 
-// info is what a rank tells a peer when they connect (see cm.go): its
+// info is what a rank tells a peer when they connect (see links.go): its
 // port's address and the queue pair and receive slab meant for that peer.
 type info struct {
 	rank, size, slots, slotSize uint32

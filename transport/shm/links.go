@@ -10,15 +10,12 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/gocoll/gocoll/internal/auth"
-	"github.com/gocoll/gocoll/internal/gate"
-	"github.com/gocoll/gocoll/internal/logging"
 	"github.com/gocoll/gocoll/internal/mesh"
 	"github.com/gocoll/gocoll/internal/peercred"
 	"github.com/gocoll/gocoll/transport"
@@ -51,7 +48,8 @@ func (t *Transport) listen(ctx context.Context) error {
 		return fmt.Errorf("shm: listen on %s: %w", name, err)
 	}
 	t.ln = ln
-	if !t.links.Go(func() { t.acceptLoop(ln) }) {
+	t.door = mesh.NewDoor("shm", t.rank)
+	if !t.links.Go(func() { t.door.Serve(t.links.Life(), ln, t.links.Go, t.admit) }) {
 		ln.Close()
 		return fmt.Errorf("shm: listen: %w", transport.ErrClosed)
 	}
@@ -135,51 +133,14 @@ func (t *Transport) dial(ctx context.Context, r int) (*peer, bool, error) {
 // out (a host overloaded by its ranks), or the peer's accept queue was
 // full. A dead peer refuses the connection instead.
 func transient(err error) bool {
-	var ne net.Error
-	return errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, syscall.EAGAIN) || errors.As(err, &ne) && ne.Timeout()
+	return mesh.TimedOut(err) || errors.Is(err, syscall.EAGAIN)
 }
 
-// acceptLoop admits whoever dials, until the listener closes. Each
-// handshake runs on its own, so a stranger that stalls cannot hold up the
-// ranks behind it.
-//
-// At most gate.Max connections authenticate at once (the rest wait in the
-// backlog), and refusals are logged in summary.
-func (t *Transport) acceptLoop(ln *net.UnixListener) {
-	life := t.links.Life()
-	g := gate.New("shm", gate.Max, gate.Every, logging.L(), "rank", t.rank)
-	defer g.Close()
-	for {
-		if !g.Acquire(life) {
-			return
-		}
-		c, err := ln.AcceptUnix()
-		if err != nil {
-			g.Release()
-			if errors.Is(err, net.ErrClosed) || life.Err() != nil {
-				return
-			}
-			// Transient (descriptors ran out): back off, keep serving.
-			logging.L().Warn("shm: accept", "rank", t.rank, "err", err)
-			select {
-			case <-time.After(10 * time.Millisecond):
-			case <-life.Done():
-				return
-			}
-			continue
-		}
-		if !t.links.Go(func() { defer g.Release(); t.admit(c, g) }) {
-			g.Release()
-			c.Close()
-			return
-		}
-	}
-}
-
-// admit runs the accepting end of one connection; strangers are refused,
-// counted and logged.
-func (t *Transport) admit(c *net.UnixConn, g *gate.Gate) {
+// admit runs the accepting end of one connection, holding a slot of the
+// door until it ends; strangers are refused, counted and logged.
+func (t *Transport) admit(nc net.Conn) {
+	defer t.door.Release()
+	c := nc.(*net.UnixConn)
 	ctx, cancel := context.WithTimeout(t.links.Life(), t.opts.HandshakeTimeout)
 	defer cancel()
 	// A job's ranks on one host run as one user: another user's
@@ -191,10 +152,7 @@ func (t *Transport) admit(c *net.UnixConn, g *gate.Gate) {
 	}
 	if err != nil {
 		c.Close()
-		if t.links.Life().Err() == nil {
-			t.refused.Add(1)
-			g.Refuse(nil, err)
-		}
+		t.door.Refuse(t.links.Life(), nil, err)
 	}
 	if p == nil && err == nil {
 		c.Close() // declined: the pair is linked, or our own dial wins
@@ -308,10 +266,7 @@ func (t *Transport) unreachable(r int, err error) {
 	if t.closing.Load() {
 		return
 	}
-	t.lostOnce.Do(func() {
-		t.lostErr = &transport.PeerError{Peer: r, Op: "connect to", Err: err}
-		close(t.lost)
-	})
+	t.loss.Report(r, "connect to", err)
 }
 
 // Links is how many peers this rank is linked to now: one pair of rings

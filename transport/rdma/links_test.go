@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gocoll/gocoll/internal/mesh"
 	"github.com/gocoll/gocoll/transport"
 )
 
@@ -101,7 +102,7 @@ func TestBothDial(t *testing.T) {
 	if !haveDevice(t) {
 		return
 	}
-	for _, d := range []time.Duration{0, dialGrace - 5*time.Millisecond, dialGrace, dialGrace + 5*time.Millisecond, 2 * dialGrace} {
+	for _, d := range []time.Duration{0, mesh.DialGrace - 5*time.Millisecond, mesh.DialGrace, mesh.DialGrace + 5*time.Millisecond, 2 * mesh.DialGrace} {
 		t.Run(d.String(), func(t *testing.T) {
 			ts := newMesh(t, 2, Options{})
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
