@@ -80,7 +80,7 @@ func TestEager(t *testing.T) {
 	if !haveDevice(t) {
 		return
 	}
-	ts := newMesh(t, 4, Options{Eager: true})
+	ts := newMesh(t, 4, Options{LinkOptions: transport.LinkOptions{Eager: true}})
 	if got := linkCounts(ts); fmt.Sprint(got) != "[3 3 3 3]" {
 		t.Fatalf("queue pairs after an eager Connect: %v, want 3 per rank", got)
 	}
@@ -271,9 +271,9 @@ func TestOptionMismatch(t *testing.T) {
 	}
 	ts, err := tryMeshEach(t, 2, func(r int) Options {
 		if r == 1 {
-			return Options{Slots: 4}
+			return Options{LinkOptions: transport.LinkOptions{Slots: 4}}
 		}
-		return Options{Slots: 8}
+		return Options{LinkOptions: transport.LinkOptions{Slots: 8}}
 	})
 	if err != nil {
 		t.Fatal(err)

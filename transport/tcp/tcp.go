@@ -83,77 +83,6 @@ import (
 	"github.com/gocoll/gocoll/transport"
 )
 
-// Options tune the mesh. The zero value picks the defaults.
-type Options struct {
-	// Slots is the number of receive slots per peer (default 4, at least 2).
-	Slots int
-	// SlotSize is the bytes per slot, the largest message (default 512 KiB).
-	SlotSize int
-	// ListenHost is the address to listen on. Default: the local address
-	// this process uses to reach the store, which is the one peers reach.
-	ListenHost string
-	// Namespace separates meshes built through the same store (one per
-	// communicator); it prefixes the store keys and is checked at connect.
-	Namespace string
-	// HandshakeTimeout bounds a single connection's authentication.
-	HandshakeTimeout time.Duration
-	// Spin is how long a waiting call busy-polls its sockets before it
-	// blocks in poll(2) (default DefaultSpin; negative: never spin).
-	// While the waits have lately lasted longer than Spin, each spins at
-	// most 20 µs (mesh.Waits).
-	Spin time.Duration
-	// Crowded says the ranks of this host outnumber the CPUs they may run
-	// on together (not this process's share: a launcher that binds each
-	// rank to a core of its own leaves every rank one CPU, and they are
-	// not crowded). A spinning call then gives its CPU away
-	// (sched_yield) after each empty poll, since the peer it waits for
-	// is likely queued behind it.
-	Crowded bool
-	// CloseLinger bounds how long Close waits for peers to close their ends
-	// in order, so that no data in flight is cut off by a reset.
-	CloseLinger time.Duration
-	// Eager makes Connect link every pair of ranks before it returns:
-	// n(n-1)/2 connections per job, each with its handshake, and a
-	// receive slab for every peer, as the transport did before links were
-	// made on demand. By default (false) a rank links to a peer the first
-	// time a Send or Recv needs it, so that a job whose algorithms talk to
-	// O(log n) partners holds O(log n) connections and slabs per rank.
-	// GOCOLL_TCP_CONNECT=eager sets it for a communicator.
-	Eager bool
-	// Warm lists peers to link at Connect, all at once, when not Eager:
-	// the partners of the algorithms the job will run first (a
-	// communicator warms those of the small-message allreduce and the
-	// ring), so that the first collective finds its links ready instead
-	// of making them one round at a time, and a peer that cannot be
-	// reached fails Connect. Ranks out of range are refused.
-	Warm []int
-	// SilentPeer is how long a peer's host may stay silent (data sent but
-	// not acknowledged, or keepalive probes unanswered on an idle link)
-	// before the peer is declared lost: the host crashed, lost power or
-	// dropped off the network, and no reset will ever come. The kernel
-	// does the probing (TCP keepalive and TCP_USER_TIMEOUT), so a rank
-	// busy computing for an hour is not mistaken for a dead one, and
-	// neither is a stopped process, whose kernel still answers. Default
-	// DefaultSilentPeer; negative: never (the kernel's own retransmission
-	// limit, about 15 minutes).
-	SilentPeer time.Duration
-	// Spare is how many job ranks past size may link to this rank, or
-	// be linked to: ranks size, size+1, ... size+Spare-1, replacements
-	// that join a running elastic job (comm's Grow). Every rank of a job
-	// must pass the same Spare. Capacity reports size + Spare. Links to
-	// them are made on demand as to any rank, so Spare needs the lazy
-	// mode (not Eager, whose listener closes once the first ranks are
-	// linked).
-	Spare int
-	// Encrypt seals every frame with AES-256-GCM under keys derived from
-	// the job token (which must not be empty), fresh for each connection
-	// and each direction (see encrypt.go). Every rank must set the same:
-	// a link between a rank that encrypts and one that does not is
-	// refused at its handshake (ErrEncryptMismatch). GOCOLL_ENCRYPT=1
-	// sets it for a communicator.
-	Encrypt bool
-}
-
 // DefaultSilentPeer is how long a silent peer host is waited for by
 // default: well above any pause of a loaded but live network.
 const DefaultSilentPeer = 30 * time.Second
@@ -197,30 +126,6 @@ var (
 	// on Windows, where only a job of one rank (no peers) connects.
 	ErrUnsupported = errors.New("tcp: transport not supported on this system")
 )
-
-func (o *Options) fill() error {
-	if err := rings.Fill("tcp", &o.Slots, &o.SlotSize); err != nil {
-		return err
-	}
-	if o.HandshakeTimeout == 0 {
-		o.HandshakeTimeout = mesh.DefaultHandshake
-	}
-	// A crowded rank yields its CPU between polls (drive), so the peer it
-	// waits for runs meanwhile: its spin need not be cut short as the
-	// other transports' is. Four ranks on 2 cores, 8 B-32 KiB: 1.2-1.4x
-	// the busbw of a 20 µs spin (bench/ab, 9 rounds alternating).
-	o.Spin = mesh.Spin(o.Spin, false)
-	if o.CloseLinger == 0 {
-		o.CloseLinger = 2 * time.Second
-	}
-	if o.SilentPeer == 0 {
-		o.SilentPeer = DefaultSilentPeer
-	}
-	if o.SilentPeer > 0 && o.SilentPeer < 2*time.Second {
-		return fmt.Errorf("tcp: SilentPeer %v, want at least 2s (keepalive probes go at whole seconds)", o.SilentPeer)
-	}
-	return nil
-}
 
 // Connect joins the job as rank of size: it listens, publishes its
 // address in store, and returns. Links to the peers are made as calls need
