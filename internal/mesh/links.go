@@ -9,9 +9,7 @@ import (
 )
 
 // Links makes a rank's links to its peers on demand, for a transport
-// whose links are connections it dials or accepts (shm; tcp has its own
-// copy of the same rules, tied into its engine's poll list, in
-// transport/tcp/links.go).
+// whose links are connections it dials or accepts (tcp, shm).
 //
 // The first call that needs a peer links it (Link); the transport
 // accepts, for as long as it is open, whoever dials it, and asks Admit
