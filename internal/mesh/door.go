@@ -3,6 +3,7 @@ package mesh
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/gocoll/gocoll/internal/gate"
 	"github.com/gocoll/gocoll/internal/logging"
+	"github.com/gocoll/gocoll/transport"
 )
 
 // Door is the accepting side of a transport's links: the loop that
@@ -97,4 +99,27 @@ func TimedOut(err error) bool {
 	var ne net.Error
 	return errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) ||
 		errors.As(err, &ne) && ne.Timeout()
+}
+
+// Address fetches rank r's address, published under key, from store. A
+// rank whose address the store cannot give (it left the job, or never
+// joined it) is lost: the error wraps transport.ErrPeerLost.
+func Address(ctx context.Context, store transport.Store, key string, r int) (string, error) {
+	addr, err := store.Get(ctx, key)
+	if err != nil {
+		return "", fmt.Errorf("%w: address of rank %d: %w", transport.ErrPeerLost, r, err)
+	}
+	return string(addr), nil
+}
+
+// Bound bounds a handshake on c: its deadline is timeout from now, or
+// ctx's deadline if that comes first, and c's deadline is cut short when
+// ctx ends meanwhile. stop ends the watch on ctx; false means ctx ended
+// first.
+func Bound(ctx context.Context, c net.Conn, timeout time.Duration) (deadline time.Time, stop func() bool) {
+	deadline = time.Now().Add(timeout)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+		deadline = dl
+	}
+	return deadline, context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
 }

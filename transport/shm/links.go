@@ -96,14 +96,14 @@ func (t *Transport) link(ctx context.Context, r int, op string) (*peer, error) {
 // dial reaches r and shakes hands; declined means r's own dial to us wins.
 func (t *Transport) dial(ctx context.Context, r int) (*peer, bool, error) {
 	t.addrGets.Add(1)
-	addr, err := t.store.Get(ctx, t.key(r))
+	addr, err := mesh.Address(ctx, t.store, t.key(r), r)
 	if err != nil {
-		return nil, false, fmt.Errorf("%w: address of rank %d: %w", transport.ErrPeerLost, r, err)
+		return nil, false, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, t.opts.HandshakeTimeout)
 	defer cancel()
 	var d net.Dialer
-	c, err := d.DialContext(ctx, "unix", string(addr))
+	c, err := d.DialContext(ctx, "unix", addr)
 	if err != nil {
 		if errors.Is(err, syscall.EAGAIN) {
 			// The peer's accept queue is full (a crowd dialing it at
@@ -173,11 +173,7 @@ const (
 // the dialing end's link is registered by mesh.Links. declined means the
 // connection is not kept and no ring was made.
 func (t *Transport) handshake(ctx context.Context, c *net.UnixConn, want int) (p *peer, declined bool, err error) {
-	deadline := time.Now().Add(t.opts.HandshakeTimeout)
-	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
-		deadline = dl
-	}
-	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
+	deadline, stop := mesh.Bound(ctx, c, t.opts.HandshakeTimeout)
 	defer stop()
 	dialer := want >= 0
 	if err := auth.Handshake(c, t.token, auth.Mesh, dialer, deadline); err != nil {

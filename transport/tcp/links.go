@@ -80,14 +80,14 @@ func (t *Transport) transient(err error) bool {
 // us at the same time and its connection is the one to keep.
 func (t *Transport) dial(ctx context.Context, r int) (p *peer, declined bool, err error) {
 	t.addrGets.Add(1)
-	addr, err := t.store.Get(ctx, t.key(r))
+	addr, err := mesh.Address(ctx, t.store, t.key(r), r)
 	if err != nil {
-		return nil, false, fmt.Errorf("%w: address of rank %d: %w", transport.ErrPeerLost, r, err)
+		return nil, false, err
 	}
 	dctx, cancel := context.WithTimeout(ctx, t.opts.HandshakeTimeout)
 	defer cancel()
 	var d net.Dialer
-	c, err := d.DialContext(dctx, "tcp", string(addr))
+	c, err := d.DialContext(dctx, "tcp", addr)
 	if err != nil {
 		// The listener lives as long as the peer's transport: a refusal
 		// means the peer is gone (died, gave up or closed).
@@ -204,11 +204,7 @@ func (t *Transport) admit(nc net.Conn) {
 // is the rank expected, or -1 on the accepting end. It returns the
 // peer's rank and, with Options.Encrypt, the link's keys.
 func (t *Transport) handshake(ctx context.Context, c *net.TCPConn, dialer bool, want int) (int, *linkKeys, error) {
-	deadline := time.Now().Add(t.opts.HandshakeTimeout)
-	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
-		deadline = dl
-	}
-	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
+	deadline, stop := mesh.Bound(ctx, c, t.opts.HandshakeTimeout)
 	defer stop()
 	session, err := auth.HandshakeKey(c, t.token, auth.Mesh, dialer, deadline)
 	if err != nil {
