@@ -34,7 +34,7 @@ var meshes = []struct {
 }{
 	{"tcp", func(tb testing.TB, n int) []transport.Transport {
 		return connectMesh(tb, n, func(ctx context.Context, store *bootstrap.Client, rank int, token []byte) (transport.Transport, error) {
-			return tcp.Connect(ctx, store, rank, n, token, tcp.Options{Crowded: n > runtime.NumCPU()})
+			return tcp.Connect(ctx, store, rank, n, token, tcp.Options{LinkOptions: transport.LinkOptions{Crowded: n > runtime.NumCPU()}})
 		})
 	}},
 }

@@ -3,6 +3,7 @@ package comm_test
 import (
 	"context"
 	"errors"
+	"github.com/gocoll/gocoll/transport"
 	"math"
 	"os"
 	"strings"
@@ -515,4 +516,6 @@ func TestUnavailableTransport(t *testing.T) {
 
 // tcpSmall makes every message span many small slots, so that senders
 // wait on credits all the time.
-func tcpSmall() tcp.Options { return tcp.Options{Slots: 2, SlotSize: 4 << 10} }
+func tcpSmall() tcp.Options {
+	return tcp.Options{LinkOptions: transport.LinkOptions{Slots: 2, SlotSize: 4 << 10}}
+}

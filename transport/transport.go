@@ -17,6 +17,29 @@
 // bounded and allocated with the connection, nothing is allocated per message and a fast
 // sender can never overrun a slow receiver.
 //
+// Links on demand are made the same way in every transport, by one link
+// core (internal/mesh): a rank listens on one address, published once in
+// the rendezvous store, and admits whoever dials it for as long as it is
+// open (at most 256 authenticating at once; strangers refused, counted,
+// and logged in summary); the first Send or Recv that needs a peer dials
+// it. Either end may dial first; when both do at once, the higher rank's
+// connection is kept and the other declined, so each pair has one link. A
+// peer that cannot be reached (it died, gave up, or never published its
+// address) is lost, like one whose link broke. The transports plug their
+// own steps into the core: how to dial, the handshake (the job token of
+// internal/auth, then hellos checking size, slots and namespace), and
+// what a link is once made (a socket in tcp's poll list, a pair of rings,
+// a queue pair). Options every transport takes are LinkOptions.
+//
+// The transports name their files alike, by concept, as Gloo names pair,
+// device and context in each of its transports, so that a reader who
+// knows one finds the same thing in the others: doc.go (the design),
+// options.go (Options: LinkOptions and the transport's own), links.go
+// (links on demand: dial, handshake, admit), and the package's own name
+// (tcp.go, shm.go, rdma.go: Connect, the contract's methods, Close,
+// Abort); the data path has names of its own (tcp's engine, shm's ring,
+// rdma's verbs and registered memory).
+//
 // Contract, for every implementation:
 //
 //   - Ordering: messages from one peer are delivered in the order they were
@@ -35,8 +58,9 @@
 //     unusable; the transport then reports the peer broken on later calls.
 //   - Peer loss: when a peer's connection fails or the peer dies, every
 //     pending and later Send and Recv involving it returns an error wrapping
-//     ErrPeerLost that names the peer's rank. Messages the peer had already
-//     delivered can still be received first.
+//     ErrPeerLost that names the peer's rank (a *PeerError). Messages the
+//     peer had already delivered can still be received first. A peer never
+//     linked is lost when the first call that needs it cannot reach it.
 //   - Peers: the ranks [0, Size), this one excepted. A transport that can
 //     admit ranks started after it (tcp.Options.Spare, for the
 //     replacements that join an elastic job) has a Capacity() int method

@@ -9,9 +9,7 @@ import (
 )
 
 // Links makes a rank's links to its peers on demand, for a transport
-// whose links are connections it dials or accepts (shm; tcp has its own
-// copy of the same rules, tied into its engine's poll list, in
-// transport/tcp/links.go).
+// whose links are connections it dials or accepts (tcp, shm).
 //
 // The first call that needs a peer links it (Link); the transport
 // accepts, for as long as it is open, whoever dials it, and asks Admit
@@ -35,7 +33,7 @@ type Links[T any] struct {
 	mu          sync.Mutex
 	shut        bool
 	linked      int
-	attempts    map[int]*attempt
+	attempts    map[int]*Attempt
 	unreachable map[int]error
 	note        chan struct{} // closed and replaced at each new link
 }
@@ -78,21 +76,44 @@ const DialGrace = 20 * time.Millisecond
 // ErrShut is returned by Link once Shut was called.
 var ErrShut = errors.New("links shut")
 
-// attempt is a link to one peer in the making: an outgoing dial, an
+// Attempt is a link to one peer in the making: an outgoing dial, an
 // incoming connection admitted, or both at once. Calls that need the
-// peer wait on done, which closes once the link is up or every attempt
-// has ended; then they look again.
-type attempt struct {
+// peer wait on Done, which closes once the link is up or every attempt
+// has ended; then they look again. Its owner's lock guards it (Links',
+// or rdma's, whose queue pairs outlive their exchanges).
+type Attempt struct {
 	done    chan struct{}
 	closed  bool
-	out, in int // attempts of each kind in flight
+	Out, In int // attempts of each kind in flight
 }
 
-func (a *attempt) finish() {
+// NewAttempt returns an attempt with none in flight yet.
+func NewAttempt() *Attempt { return &Attempt{done: make(chan struct{})} }
+
+// Done is closed by Finish.
+func (a *Attempt) Done() <-chan struct{} { return a.done }
+
+// Finish wakes the calls waiting on a; later calls do nothing.
+func (a *Attempt) Finish() {
 	if !a.closed {
 		a.closed = true
 		close(a.done)
 	}
+}
+
+// End records the end of one attempt, out or in, and reports whether it
+// was the last in flight (a is then finished, and its owner forgets it).
+func (a *Attempt) End(out bool) bool {
+	if out {
+		a.Out--
+	} else {
+		a.In--
+	}
+	if a.Out == 0 && a.In == 0 {
+		a.Finish()
+		return true
+	}
+	return false
 }
 
 // NewLinks returns the links of rank among size ranks, none made yet.
@@ -104,7 +125,7 @@ func NewLinks[T any](rank, size int, cfg LinkConfig[T]) *Links[T] {
 		cfg.DeclineWait = DefaultHandshake
 	}
 	l := &Links[T]{rank: rank, peers: make([]atomic.Pointer[T], size), cfg: cfg,
-		attempts: make(map[int]*attempt), unreachable: make(map[int]error), note: make(chan struct{})}
+		attempts: make(map[int]*Attempt), unreachable: make(map[int]error), note: make(chan struct{})}
 	l.life, l.endLife = context.WithCancel(context.Background())
 	return l
 }
@@ -178,7 +199,7 @@ func (l *Links[T]) Link(ctx context.Context, r int) (*T, error) {
 			if a == nil {
 				a = l.dialLocked(r)
 			}
-			wait = a.done
+			wait = a.Done()
 		}
 		l.mu.Unlock()
 		select {
@@ -196,20 +217,20 @@ func (l *Links[T]) Link(ctx context.Context, r int) (*T, error) {
 // outlives the call that needed it (another may need it too, and a
 // cancelled call must not leave the pair half-linked). Called with mu
 // held, not shut.
-func (l *Links[T]) dialLocked(r int) *attempt {
+func (l *Links[T]) dialLocked(r int) *Attempt {
 	a := l.attempts[r]
 	if a == nil {
-		a = &attempt{done: make(chan struct{})}
+		a = NewAttempt()
 		l.attempts[r] = a
 	}
-	a.out++
+	a.Out++
 	l.bg.Add(1)
 	go l.dial(r, a)
 	return a
 }
 
 // dial runs one outgoing attempt on r.
-func (l *Links[T]) dial(r int, a *attempt) {
+func (l *Links[T]) dial(r int, a *Attempt) {
 	defer l.bg.Done()
 	p, declined, err := l.cfg.Dial(l.life, r)
 	if err == nil && !declined {
@@ -218,7 +239,7 @@ func (l *Links[T]) dial(r int, a *attempt) {
 	if declined {
 		timer := time.NewTimer(l.cfg.DeclineWait)
 		select {
-		case <-a.done: // r's connection arrived (register finished a)
+		case <-a.Done(): // r's connection arrived (register finished a)
 		case <-timer.C: // r's dial may have failed at its end: look again
 		case <-l.life.Done():
 		}
@@ -232,25 +253,17 @@ func (l *Links[T]) dial(r int, a *attempt) {
 
 // end records the end of one attempt on r, with err if it makes r lost.
 // The last attempt to end forgets a and wakes the calls waiting on it.
-func (l *Links[T]) end(r int, a *attempt, out bool, err error) {
+func (l *Links[T]) end(r int, a *Attempt, out bool, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if out {
-		a.out--
-	} else {
-		a.in--
-	}
 	if err != nil && l.peers[r].Load() == nil && !l.shut && l.unreachable[r] == nil {
 		l.unreachable[r] = err
 		if l.cfg.Unreachable != nil {
 			l.cfg.Unreachable(r, err)
 		}
 	}
-	if a.out == 0 && a.in == 0 {
-		if l.attempts[r] == a {
-			delete(l.attempts, r)
-		}
-		a.finish()
+	if a.End(out) && l.attempts[r] == a {
+		delete(l.attempts, r)
 	}
 }
 
@@ -269,7 +282,7 @@ func (l *Links[T]) register(r int, p *T) {
 		l.cfg.Linked(r, p)
 	}
 	if a := l.attempts[r]; a != nil {
-		a.finish()
+		a.Finish()
 	}
 	close(l.note)
 	l.note = make(chan struct{})
@@ -284,14 +297,14 @@ func (l *Links[T]) Admit(r int) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	a := l.attempts[r]
-	if l.shut || l.peers[r].Load() != nil || a != nil && (a.in > 0 || a.out > 0 && r < l.rank) {
+	if l.shut || l.peers[r].Load() != nil || a != nil && (a.In > 0 || a.Out > 0 && r < l.rank) {
 		return false
 	}
 	if a == nil {
-		a = &attempt{done: make(chan struct{})}
+		a = NewAttempt()
 		l.attempts[r] = a
 	}
-	a.in++
+	a.In++
 	return true
 }
 
@@ -333,7 +346,7 @@ func (l *Links[T]) All(ctx context.Context) (int, error) {
 			l.mu.Unlock()
 			return r, err
 		}
-		var pending *attempt
+		var pending *Attempt
 		for r := 0; r < l.rank && pending == nil; r++ {
 			if l.peers[r].Load() == nil && l.attempts[r] == nil {
 				// A dial that timed out ended without a loss: again.

@@ -25,7 +25,7 @@
 // waiting on the first. When both ends dial at once, one queue pair per
 // end still results (a rank makes at most one per peer, and every
 // exchange with that peer carries its numbers), and the higher rank's
-// connection is the one answered, as in tcp. cm.go has the details.
+// connection is the one answered, as in tcp. links.go has the details.
 //
 // So a job's store traffic is one record per rank and one lookup per
 // pair that talks, not n records of n entries each; and a rank's queue

@@ -12,10 +12,14 @@ import (
 	"github.com/gocoll/gocoll/transport"
 )
 
-// Options tune the mesh. The zero value picks the defaults. Every rank of
-// a job must use the same Slots and SlotSize (each exchange of queue pair
-// numbers checks).
+// Options tune the mesh. The zero value picks the defaults: 4 slots of
+// 512 KiB per peer (2..128 slots, at most 16 MiB each), queue pairs made
+// on demand; HandshakeTimeout bounds one exchange of queue pair numbers.
+// A waiting call busy-polls the completion queue for Spin before it
+// sleeps on the completion channel. Every rank of a job must use the same
+// Slots and SlotSize (each exchange of queue pair numbers checks).
 type Options struct {
+	transport.LinkOptions
 	// Device is the verbs device to use, e.g. "mlx5_0" or "rxe0" (comm
 	// reads GOCOLL_IB_DEV). Empty: the first device with an active port.
 	Device string
@@ -27,13 +31,6 @@ type Options struct {
 	// of an IPv4 or global IPv6 entry (see show_gids). Ignored on
 	// InfiniBand, where the LID is used.
 	GIDIndex int
-	// Slots is the number of receive slots per peer (default 4, 2..128).
-	Slots int
-	// SlotSize is the bytes per slot, the largest message (default 512
-	// KiB, a multiple of 64 in [4 KiB, 16 MiB]).
-	SlotSize int
-	// Namespace separates meshes built through the same store.
-	Namespace string
 	// Timeout is the local ACK timeout exponent of every queue pair: a
 	// request unacknowledged for 4.096 µs × 2^Timeout is retransmitted
 	// (default 14, about 67 ms; 1..31). Together with RetryCount it bounds
@@ -61,34 +58,16 @@ type Options struct {
 	// a send waits until the device has read the body; below this size
 	// the copy costs less than that wait.
 	ZeroCopyMin int
-	// Spin is how long a waiting call busy-polls the completion queue
-	// before it sleeps on the completion channel (default DefaultSpin, or
-	// 20 µs when Crowded; negative: never spin).
-	Spin time.Duration
-	// Crowded says the ranks of this host outnumber the CPUs they may run
-	// on together (see tcp.Options.Crowded): a spinning rank would take
-	// the core from the very peer it waits for.
-	Crowded bool
 	// ProbeInterval is how often a waiting call checks that silent peers
 	// are alive, with an empty RDMA write: receiving alone never notices
 	// a dead sender (default 1 s).
 	ProbeInterval time.Duration
 	// CloseLinger bounds how long Close waits for peers to say goodbye.
 	CloseLinger time.Duration
-	// Eager makes Connect bring up a queue pair to every peer before it
-	// returns, so that a job either starts fully connected or fails at
-	// start (comm: GOCOLL_RDMA_CONNECT=eager). By default a rank makes
-	// the queue pair to a peer, and its slabs, the first time a call
-	// needs that peer, so that its memory and queue pairs grow with the
-	// partners its algorithms use, not with the job's size.
-	Eager bool
 	// ListenHost is the address the connection manager listens on for
 	// peers exchanging queue pair numbers. Default: the local address of
 	// this rank's connection to the store, as for tcp.
 	ListenHost string
-	// HandshakeTimeout bounds one exchange of queue pair numbers with a
-	// peer (default 10 s).
-	HandshakeTimeout time.Duration
 }
 
 const (
@@ -365,7 +344,7 @@ func memlockError(need, limit uint64, unlimited, capIPCLock bool) error {
 		"or use fewer or smaller slots", ErrMemlock, limit>>10, (need+1023)>>10)
 }
 
-// info is what a rank tells a peer when they connect (see cm.go): its
+// info is what a rank tells a peer when they connect (see links.go): its
 // port's address and the queue pair and receive slab meant for that peer.
 type info struct {
 	rank, size, slots, slotSize uint32

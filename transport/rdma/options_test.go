@@ -168,11 +168,11 @@ func TestOptionsFill(t *testing.T) {
 		o.RNRRetry != DefaultRNRRetry || o.MaxInline != defaultInline || o.Spin != DefaultSpin || o.ZeroCopyMin != DefaultZeroCopyMin {
 		t.Fatalf("defaults: %+v", o)
 	}
-	o = Options{RetryCount: -1, MaxInline: -1, Spin: -1, ZeroCopyMin: -1}
+	o = Options{LinkOptions: transport.LinkOptions{Spin: -1}, RetryCount: -1, MaxInline: -1, ZeroCopyMin: -1}
 	if err := o.fill(); err != nil || o.RetryCount != 0 || o.MaxInline != 0 || o.Spin != 0 || o.ZeroCopyMin != math.MaxInt {
 		t.Fatalf("explicit zeros: %+v, %v", o, err)
 	}
-	for _, bad := range []Options{{Slots: 1}, {Slots: maxSlots + 1}, {SlotSize: 4<<10 + 1}, {SlotSize: MaxSlotSize + 64}, {Timeout: 32}, {RetryCount: 8}, {RNRRetry: 8}, {Port: 256}, {GIDIndex: 256}} {
+	for _, bad := range []Options{{LinkOptions: transport.LinkOptions{Slots: 1}}, {LinkOptions: transport.LinkOptions{Slots: maxSlots + 1}}, {LinkOptions: transport.LinkOptions{SlotSize: 4<<10 + 1}}, {LinkOptions: transport.LinkOptions{SlotSize: MaxSlotSize + 64}}, {Timeout: 32}, {RetryCount: 8}, {RNRRetry: 8}, {Port: 256}, {GIDIndex: 256}} {
 		if err := bad.fill(); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%+v: %v, want ErrInvalid", bad, err)
 		}

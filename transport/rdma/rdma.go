@@ -32,7 +32,7 @@ type Transport struct {
 	opts       Options
 	h          *hca
 	// peers holds, by rank, the peers this rank has made a queue pair
-	// with (cm.go); nil for the others and at our own rank.
+	// with (links.go); nil for the others and at our own rank.
 	peers []atomic.Pointer[peer]
 	// list is the peers the progress engine looks after: those of peers
 	// adopted so far (see adopt), under progress.
@@ -64,11 +64,9 @@ type Transport struct {
 	slabMu   sync.Mutex
 	deferred [][]byte // slabs left for the last Release to unmap
 
-	lostOnce sync.Once
-	lost     chan struct{}
-	lostErr  error
+	loss *mesh.Loss // the peers lost, first noticed first
 
-	links    // the connection manager (cm.go)
+	links    // the connection manager (links.go)
 	registry // caller memory for zero-copy sends
 }
 
@@ -89,7 +87,7 @@ type peer struct {
 	slabMR, stageMR   unsafe.Pointer
 	rkey, sendLKey    uint32
 
-	// Bringing the queue pair up (cm.go). cm serializes the exchanges
+	// Bringing the queue pair up (links.go). cm serializes the exchanges
 	// that may reach this peer at once (our dial, its dial, a retry);
 	// rtr and remote are under it. up closes once this rank knows that
 	// both ends' queue pairs receive: only then may it write.
@@ -154,7 +152,7 @@ func Probe(opts Options) (string, error) {
 // Connect joins the job as rank of size: it opens the device, publishes
 // the address of its connection manager in store, and returns. A queue
 // pair to a peer is made the first time a call needs that peer (see
-// cm.go), which needs store until Close; with Options.Eager, every queue
+// links.go), which needs store until Close; with Options.Eager, every queue
 // pair is up before Connect returns. token authenticates the exchanges
 // of queue pair numbers between ranks.
 func Connect(ctx context.Context, store transport.Store, rank, size int, token []byte, opts Options) (*Transport, error) {
@@ -171,7 +169,7 @@ func Connect(ctx context.Context, store transport.Store, rank, size int, token [
 		peers:    make([]atomic.Pointer[peer], size),
 		progress: make(chan struct{}, 1),
 		closed:   make(chan struct{}),
-		lost:     make(chan struct{}),
+		loss:     mesh.NewLoss(),
 		wakefd:   -1,
 		wcs:      make([]wc, maxPollBatch),
 	}
@@ -240,7 +238,7 @@ func (t *Transport) key(kind string, r int) string {
 
 // connect opens the device and sets up what every queue pair shares: the
 // completion queue, its channel and the engine's eventfd; then it starts
-// the connection manager (cm.go).
+// the connection manager (links.go).
 func (t *Transport) connect(ctx context.Context, store transport.Store, token []byte) error {
 	o := t.opts
 	h, err := openHCA(o)
@@ -956,7 +954,7 @@ func (t *Transport) complete(w *wc) {
 		p.repost++
 		// The peer wrote, so its queue pair is up, and it brought it up
 		// only once ours received: a lost last word of the exchange
-		// (cm.go) does not keep this rank from answering. rts, under
+		// (links.go) does not keep this rank from answering. rts, under
 		// the lock the exchange held, also orders the exchange's writes
 		// (the peer's slab address) before the writes this allows.
 		if !p.isUp() && p.rts() {
@@ -1065,7 +1063,7 @@ func (p *peer) fail(err error) {
 	})
 }
 
-// noteLoss records the first peer lost while the transport is open.
+// noteLoss records a peer lost while the transport is open.
 func (t *Transport) noteLoss(p *peer) {
 	select {
 	case <-t.closed:
@@ -1075,24 +1073,15 @@ func (t *Transport) noteLoss(p *peer) {
 	if errors.Is(p.err, transport.ErrPeerClosed) {
 		return
 	}
-	t.lostOnce.Do(func() {
-		t.lostErr = &transport.PeerError{Peer: p.rank, Op: "link to", Err: p.err}
-		close(t.lost)
-	})
+	t.loss.Report(p.rank, "link to", p.err)
 }
 
 // Lost implements transport.LossNotifier.
-func (t *Transport) Lost() <-chan struct{} { return t.lost }
+func (t *Transport) Lost() <-chan struct{} { return t.loss.Lost() }
 
-// LostErr implements transport.LossNotifier.
-func (t *Transport) LostErr() error {
-	select {
-	case <-t.lost:
-		return t.lostErr
-	default:
-		return nil
-	}
-}
+// LostErr implements transport.LossNotifier: every peer lost so far, in
+// the order noticed.
+func (t *Transport) LostErr() error { return t.loss.Err() }
 
 func (p *peer) failed() error {
 	select {

@@ -172,7 +172,7 @@ func TestBadGIDIndex(t *testing.T) {
 }
 
 func TestBadOptions(t *testing.T) {
-	for _, o := range []Options{{Slots: 1}, {Slots: 1000}, {SlotSize: 100}, {SlotSize: 32 << 20}, {Timeout: 40}, {RetryCount: 9}, {GIDIndex: -1}} {
+	for _, o := range []Options{{LinkOptions: transport.LinkOptions{Slots: 1}}, {LinkOptions: transport.LinkOptions{Slots: 1000}}, {LinkOptions: transport.LinkOptions{SlotSize: 100}}, {LinkOptions: transport.LinkOptions{SlotSize: 32 << 20}}, {Timeout: 40}, {RetryCount: 9}, {GIDIndex: -1}} {
 		if _, err := Connect(context.Background(), nil, 0, 2, nil, o); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%+v: got %v, want ErrInvalid", o, err)
 		}
@@ -197,7 +197,7 @@ func TestConformanceSmallSlots(t *testing.T) {
 		return
 	}
 	conformance.Run(t, func(t testing.TB, n int) []transport.Transport {
-		return newMesh(t, n, Options{Slots: 2, SlotSize: 4 << 10, MaxInline: -1, Eager: true})
+		return newMesh(t, n, Options{LinkOptions: transport.LinkOptions{Slots: 2, SlotSize: 4 << 10, Eager: true}, MaxInline: -1})
 	})
 }
 
@@ -215,8 +215,8 @@ func TestStream(t *testing.T) {
 		name string
 		opts Options
 	}{
-		{"sleeping", Options{Slots: 2, SlotSize: 64 << 10}},
-		{"spinning", Options{Slots: 4, SlotSize: 64 << 10, Spin: time.Hour}},
+		{"sleeping", Options{LinkOptions: transport.LinkOptions{Slots: 2, SlotSize: 64 << 10}}},
+		{"spinning", Options{LinkOptions: transport.LinkOptions{Slots: 4, SlotSize: 64 << 10, Spin: time.Hour}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) { stream(t, tc.opts) })
 	}
@@ -277,7 +277,7 @@ func TestCreditsRideWithData(t *testing.T) {
 	if !haveDevice(t) {
 		return
 	}
-	ts := newMesh(t, 2, Options{Slots: 4, SlotSize: 4 << 10})
+	ts := newMesh(t, 2, Options{LinkOptions: transport.LinkOptions{Slots: 4, SlotSize: 4 << 10}})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const rounds = 200
@@ -334,7 +334,7 @@ func TestSendParts(t *testing.T) {
 	if !haveDevice(t) {
 		return
 	}
-	conformance.PartSender(t, newMesh(t, 2, Options{Slots: 2, SlotSize: 4096}), 4096)
+	conformance.PartSender(t, newMesh(t, 2, Options{LinkOptions: transport.LinkOptions{Slots: 2, SlotSize: 4096}}), 4096)
 }
 
 // TestZeroCopy: a send whose body lies in registered memory and is at
@@ -347,7 +347,7 @@ func TestZeroCopy(t *testing.T) {
 		return
 	}
 	const zcMin = 64 << 10
-	ts := newMesh(t, 2, Options{Slots: 4, SlotSize: 256 << 10, ZeroCopyMin: zcMin})
+	ts := newMesh(t, 2, Options{LinkOptions: transport.LinkOptions{Slots: 4, SlotSize: 256 << 10}, ZeroCopyMin: zcMin})
 	tx, rx := ts[0].(*Transport), ts[1].(*Transport)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -481,7 +481,7 @@ func TestAbort(t *testing.T) {
 	if !haveDevice(t) {
 		return
 	}
-	ts := newMesh(t, 3, Options{Eager: true})
+	ts := newMesh(t, 3, Options{LinkOptions: transport.LinkOptions{Eager: true}})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	start := time.Now()

@@ -5,6 +5,7 @@ package rdma
 import (
 	"context"
 	"errors"
+	"github.com/gocoll/gocoll/transport"
 	"runtime"
 	"strings"
 	"testing"
@@ -26,7 +27,7 @@ func TestStub(t *testing.T) {
 	if _, err := Probe(Options{}); errors.Is(err, ErrNoCgo) != linux || !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("Probe without cgo: %v", err)
 	}
-	if _, err := Connect(context.Background(), nil, 0, 2, nil, Options{Slots: 1}); !errors.Is(err, ErrInvalid) {
+	if _, err := Connect(context.Background(), nil, 0, 2, nil, Options{LinkOptions: transport.LinkOptions{Slots: 1}}); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("bad options are still bad options: %v", err)
 	}
 }

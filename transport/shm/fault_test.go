@@ -47,7 +47,7 @@ func child() error {
 	if err != nil {
 		return err
 	}
-	tr, err := shm.Connect(ctx, store, rank, size, token, shm.Options{Spin: 50 * time.Microsecond})
+	tr, err := shm.Connect(ctx, store, rank, size, token, shm.Options{LinkOptions: transport.LinkOptions{Spin: 50 * time.Microsecond}})
 	if err != nil {
 		return err
 	}
@@ -126,7 +126,7 @@ func TestPeerKilled(t *testing.T) {
 				return
 			}
 			t.Cleanup(func() { store.Close() }) // links are made through it
-			ts[r], errs[r] = shm.Connect(ctx, store, r, 3, token, shm.Options{Spin: 50 * time.Microsecond})
+			ts[r], errs[r] = shm.Connect(ctx, store, r, 3, token, shm.Options{LinkOptions: transport.LinkOptions{Spin: 50 * time.Microsecond}})
 		}()
 	}
 	wg.Wait()
@@ -202,7 +202,7 @@ func TestPeerKilled(t *testing.T) {
 // its Close an orderly goodbye that is not. (A peer never linked learns
 // of neither: see TestCloseUnlinked.)
 func TestAbortLooksLost(t *testing.T) {
-	ts := mesh(t, 3, shm.Options{Eager: true})
+	ts := mesh(t, 3, shm.Options{LinkOptions: transport.LinkOptions{Eager: true}})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	ts[2].Close()
@@ -229,7 +229,7 @@ func TestAbortLooksLost(t *testing.T) {
 // TestCloseWakesPending checks that Close wakes a parked call with
 // ErrClosed and that calls after Close fail the same way.
 func TestCloseWakesPending(t *testing.T) {
-	ts := mesh(t, 2, shm.Options{Spin: -1})
+	ts := mesh(t, 2, shm.Options{LinkOptions: transport.LinkOptions{Spin: -1}})
 	done := make(chan error, 1)
 	go func() {
 		_, err := ts[0].Recv(context.Background(), 1)
@@ -272,7 +272,7 @@ func TestHeldMessageSurvivesAbort(t *testing.T) {
 }
 
 func TestBadOptions(t *testing.T) {
-	for _, o := range []shm.Options{{Slots: 1}, {SlotSize: 100}, {SlotSize: 1 << 30}, {Slots: 1 << 20}} {
+	for _, o := range []shm.Options{{LinkOptions: transport.LinkOptions{Slots: 1}}, {LinkOptions: transport.LinkOptions{SlotSize: 100}}, {LinkOptions: transport.LinkOptions{SlotSize: 1 << 30}}, {LinkOptions: transport.LinkOptions{Slots: 1 << 20}}} {
 		if _, err := shm.Connect(context.Background(), nil, 0, 2, nil, o); err == nil || !strings.Contains(err.Error(), "shm:") {
 			t.Errorf("options %+v: got %v, want an error", o, err)
 		}

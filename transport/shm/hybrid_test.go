@@ -68,7 +68,7 @@ func hybridMesh(t testing.TB, hosts []int) []transport.Transport {
 					local = append(local, q)
 				}
 			}
-			far, err := tcp.Connect(ctx, store, r, n, token, tcp.Options{Crowded: n > runtime.NumCPU()})
+			far, err := tcp.Connect(ctx, store, r, n, token, tcp.Options{LinkOptions: transport.LinkOptions{Crowded: n > runtime.NumCPU()}})
 			if err != nil {
 				errs[r] = err
 				return
@@ -78,7 +78,7 @@ func hybridMesh(t testing.TB, hosts []int) []transport.Transport {
 				idx++
 			}
 			near, err := shm.Connect(ctx, store, idx, len(local), token,
-				shm.Options{Crowded: n > runtime.NumCPU(), Namespace: "host" + strconv.Itoa(hosts[r]) + "/"})
+				shm.Options{LinkOptions: transport.LinkOptions{Crowded: n > runtime.NumCPU(), Namespace: "host" + strconv.Itoa(hosts[r]) + "/"}})
 			if err != nil {
 				far.Close()
 				errs[r] = err
@@ -312,7 +312,7 @@ func TestHybridSpare(t *testing.T) {
 		t.Cleanup(func() { store.Close() })
 		return store
 	}
-	o := tcp.Options{Spare: spare, Crowded: true}
+	o := tcp.Options{LinkOptions: transport.LinkOptions{Crowded: true}, Spare: spare}
 	hs := make([]*shm.Hybrid, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -326,7 +326,7 @@ func TestHybridSpare(t *testing.T) {
 				errs[r] = err
 				return
 			}
-			near, err := shm.Connect(ctx, store, r, n, token, shm.Options{Crowded: true})
+			near, err := shm.Connect(ctx, store, r, n, token, shm.Options{LinkOptions: transport.LinkOptions{Crowded: true}})
 			if err != nil {
 				far.Close()
 				errs[r] = err

@@ -10,15 +10,12 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/gocoll/gocoll/internal/auth"
-	"github.com/gocoll/gocoll/internal/gate"
-	"github.com/gocoll/gocoll/internal/logging"
 	"github.com/gocoll/gocoll/internal/mesh"
 	"github.com/gocoll/gocoll/internal/peercred"
 	"github.com/gocoll/gocoll/transport"
@@ -51,7 +48,8 @@ func (t *Transport) listen(ctx context.Context) error {
 		return fmt.Errorf("shm: listen on %s: %w", name, err)
 	}
 	t.ln = ln
-	if !t.links.Go(func() { t.acceptLoop(ln) }) {
+	t.door = mesh.NewDoor("shm", t.rank)
+	if !t.links.Go(func() { t.door.Serve(t.links.Life(), ln, t.links.Go, t.admit) }) {
 		ln.Close()
 		return fmt.Errorf("shm: listen: %w", transport.ErrClosed)
 	}
@@ -98,14 +96,14 @@ func (t *Transport) link(ctx context.Context, r int, op string) (*peer, error) {
 // dial reaches r and shakes hands; declined means r's own dial to us wins.
 func (t *Transport) dial(ctx context.Context, r int) (*peer, bool, error) {
 	t.addrGets.Add(1)
-	addr, err := t.store.Get(ctx, t.key(r))
+	addr, err := mesh.Address(ctx, t.store, t.key(r), r)
 	if err != nil {
-		return nil, false, fmt.Errorf("%w: address of rank %d: %w", transport.ErrPeerLost, r, err)
+		return nil, false, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, t.opts.HandshakeTimeout)
 	defer cancel()
 	var d net.Dialer
-	c, err := d.DialContext(ctx, "unix", string(addr))
+	c, err := d.DialContext(ctx, "unix", addr)
 	if err != nil {
 		if errors.Is(err, syscall.EAGAIN) {
 			// The peer's accept queue is full (a crowd dialing it at
@@ -135,51 +133,14 @@ func (t *Transport) dial(ctx context.Context, r int) (*peer, bool, error) {
 // out (a host overloaded by its ranks), or the peer's accept queue was
 // full. A dead peer refuses the connection instead.
 func transient(err error) bool {
-	var ne net.Error
-	return errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, syscall.EAGAIN) || errors.As(err, &ne) && ne.Timeout()
+	return mesh.TimedOut(err) || errors.Is(err, syscall.EAGAIN)
 }
 
-// acceptLoop admits whoever dials, until the listener closes. Each
-// handshake runs on its own, so a stranger that stalls cannot hold up the
-// ranks behind it.
-//
-// At most gate.Max connections authenticate at once (the rest wait in the
-// backlog), and refusals are logged in summary.
-func (t *Transport) acceptLoop(ln *net.UnixListener) {
-	life := t.links.Life()
-	g := gate.New("shm", gate.Max, gate.Every, logging.L(), "rank", t.rank)
-	defer g.Close()
-	for {
-		if !g.Acquire(life) {
-			return
-		}
-		c, err := ln.AcceptUnix()
-		if err != nil {
-			g.Release()
-			if errors.Is(err, net.ErrClosed) || life.Err() != nil {
-				return
-			}
-			// Transient (descriptors ran out): back off, keep serving.
-			logging.L().Warn("shm: accept", "rank", t.rank, "err", err)
-			select {
-			case <-time.After(10 * time.Millisecond):
-			case <-life.Done():
-				return
-			}
-			continue
-		}
-		if !t.links.Go(func() { defer g.Release(); t.admit(c, g) }) {
-			g.Release()
-			c.Close()
-			return
-		}
-	}
-}
-
-// admit runs the accepting end of one connection; strangers are refused,
-// counted and logged.
-func (t *Transport) admit(c *net.UnixConn, g *gate.Gate) {
+// admit runs the accepting end of one connection, holding a slot of the
+// door until it ends; strangers are refused, counted and logged.
+func (t *Transport) admit(nc net.Conn) {
+	defer t.door.Release()
+	c := nc.(*net.UnixConn)
 	ctx, cancel := context.WithTimeout(t.links.Life(), t.opts.HandshakeTimeout)
 	defer cancel()
 	// A job's ranks on one host run as one user: another user's
@@ -191,10 +152,7 @@ func (t *Transport) admit(c *net.UnixConn, g *gate.Gate) {
 	}
 	if err != nil {
 		c.Close()
-		if t.links.Life().Err() == nil {
-			t.refused.Add(1)
-			g.Refuse(nil, err)
-		}
+		t.door.Refuse(t.links.Life(), nil, err)
 	}
 	if p == nil && err == nil {
 		c.Close() // declined: the pair is linked, or our own dial wins
@@ -215,11 +173,7 @@ const (
 // the dialing end's link is registered by mesh.Links. declined means the
 // connection is not kept and no ring was made.
 func (t *Transport) handshake(ctx context.Context, c *net.UnixConn, want int) (p *peer, declined bool, err error) {
-	deadline := time.Now().Add(t.opts.HandshakeTimeout)
-	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
-		deadline = dl
-	}
-	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
+	deadline, stop := mesh.Bound(ctx, c, t.opts.HandshakeTimeout)
 	defer stop()
 	dialer := want >= 0
 	if err := auth.Handshake(c, t.token, auth.Mesh, dialer, deadline); err != nil {
@@ -308,10 +262,7 @@ func (t *Transport) unreachable(r int, err error) {
 	if t.closing.Load() {
 		return
 	}
-	t.lostOnce.Do(func() {
-		t.lostErr = &transport.PeerError{Peer: r, Op: "connect to", Err: err}
-		close(t.lost)
-	})
+	t.loss.Report(r, "connect to", err)
 }
 
 // Links is how many peers this rank is linked to now: one pair of rings

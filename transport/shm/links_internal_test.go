@@ -4,6 +4,7 @@ package shm
 
 import (
 	"context"
+	"github.com/gocoll/gocoll/transport"
 	"os"
 	"strings"
 	"sync"
@@ -41,7 +42,7 @@ func TestSimultaneousLink(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer store.Close()
-			o := Options{Slots: 2, SlotSize: 4 << 10, Namespace: "round" + string(rune('a'+round)) + "/"}
+			o := Options{LinkOptions: transport.LinkOptions{Slots: 2, SlotSize: 4 << 10, Namespace: "round" + string(rune('a'+round)) + "/"}}
 			if ts[r], err = Connect(ctx, store, r, n, token, o); err != nil {
 				t.Fatal(err)
 			}

@@ -78,7 +78,7 @@ func exchange(ctx context.Context, ts []*shm.Transport, a, b int) error {
 // TestLinksOnlyPartners runs a job of 4 whose ranks talk in the pairs
 // {0,1} and {2,3}, and 0 with 3: only those pairs get rings and sockets.
 func TestLinksOnlyPartners(t *testing.T) {
-	ts := mesh(t, 4, shm.Options{Slots: 2, SlotSize: 4 << 10})
+	ts := mesh(t, 4, shm.Options{LinkOptions: transport.LinkOptions{Slots: 2, SlotSize: 4 << 10}})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for r, tr := range ts {
@@ -218,7 +218,7 @@ func TestCloseUnlinked(t *testing.T) {
 			t.Fatal(err)
 		}
 		stores = append(stores, store)
-		if ts[r], err = shm.Connect(ctx, store, r, n, token, shm.Options{Slots: 2, SlotSize: 4 << 10}); err != nil {
+		if ts[r], err = shm.Connect(ctx, store, r, n, token, shm.Options{LinkOptions: transport.LinkOptions{Slots: 2, SlotSize: 4 << 10}}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -37,7 +37,7 @@ func pair(t *testing.T) [2]*Transport {
 				return
 			}
 			defer store.Close()
-			ts[r], errs[r] = Connect(ctx, store, r, 2, token, Options{Slots: 2, SlotSize: 4 << 10, Eager: true})
+			ts[r], errs[r] = Connect(ctx, store, r, 2, token, Options{LinkOptions: transport.LinkOptions{Slots: 2, SlotSize: 4 << 10, Eager: true}})
 		}()
 	}
 	wg.Wait()

@@ -45,11 +45,8 @@ type Transport struct {
 	refs      atomic.Int64
 	unmapOnce sync.Once
 	readers   sync.WaitGroup
-	refused   atomic.Int64
-
-	lostOnce sync.Once
-	lost     chan struct{}
-	lostErr  error
+	door      *mesh.Door // admits the peers that dial this rank (links.go)
+	loss      *mesh.Loss
 }
 
 type peer struct {
@@ -89,7 +86,7 @@ func Connect(ctx context.Context, store transport.Store, rank, size int, token [
 		store:  store,
 		token:  token,
 		closed: make(chan struct{}),
-		lost:   make(chan struct{}),
+		loss:   mesh.NewLoss(),
 	}
 	t.links = mesh.NewLinks(rank, size, mesh.LinkConfig[peer]{
 		Dial:        t.dial,
@@ -340,25 +337,16 @@ func (t *Transport) noteLoss(p *peer) {
 		if t.closing.Load() {
 			return
 		}
-		t.lostOnce.Do(func() {
-			t.lostErr = &transport.PeerError{Peer: p.rank, Op: "link to", Err: p.err}
-			close(t.lost)
-		})
+		t.loss.Report(p.rank, "link to", p.err)
 	})
 }
 
 // Lost implements transport.LossNotifier.
-func (t *Transport) Lost() <-chan struct{} { return t.lost }
+func (t *Transport) Lost() <-chan struct{} { return t.loss.Lost() }
 
-// LostErr implements transport.LossNotifier.
-func (t *Transport) LostErr() error {
-	select {
-	case <-t.lost:
-		return t.lostErr
-	default:
-		return nil
-	}
-}
+// LostErr implements transport.LossNotifier: every peer lost so far, in
+// the order noticed.
+func (t *Transport) LostErr() error { return t.loss.Err() }
 
 // Rank implements transport.Transport.
 func (t *Transport) Rank() int { return t.rank }
@@ -371,7 +359,7 @@ func (t *Transport) MaxMessage() int { return t.opts.SlotSize }
 
 // Refused counts connections turned away: strangers, and peers that
 // failed the handshake.
-func (t *Transport) Refused() int { return int(t.refused.Load()) }
+func (t *Transport) Refused() int { return t.door.Refused() }
 
 // enter takes a reference for a call, and reports false once the
 // transport is closed: the caller then gives the reference back (exit)

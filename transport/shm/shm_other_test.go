@@ -5,6 +5,7 @@ package shm
 import (
 	"context"
 	"errors"
+	"github.com/gocoll/gocoll/transport"
 	"runtime"
 	"strings"
 	"testing"
@@ -21,7 +22,7 @@ func TestUnsupported(t *testing.T) {
 	if err := Probe(); !errors.Is(err, ErrUnsupported) {
 		t.Fatalf("Probe: %v", err)
 	}
-	if _, err := Connect(context.Background(), nil, 0, 2, nil, Options{Slots: 1}); err == nil || errors.Is(err, ErrUnsupported) {
+	if _, err := Connect(context.Background(), nil, 0, 2, nil, Options{LinkOptions: transport.LinkOptions{Slots: 1}}); err == nil || errors.Is(err, ErrUnsupported) {
 		t.Fatalf("bad options are still bad options: %v", err)
 	}
 }

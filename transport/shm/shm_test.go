@@ -86,7 +86,7 @@ func TestConformance(t *testing.T) {
 // on credits all the time.
 func TestConformanceSmallSlots(t *testing.T) {
 	conformance.Run(t, func(t testing.TB, n int) []transport.Transport {
-		return asTransports(mesh(t, n, shm.Options{Slots: 2, SlotSize: 4 << 10}))
+		return asTransports(mesh(t, n, shm.Options{LinkOptions: transport.LinkOptions{Slots: 2, SlotSize: 4 << 10}}))
 	})
 }
 
@@ -99,7 +99,7 @@ func TestConformanceSmallSlots(t *testing.T) {
 func TestMessageLengths(t *testing.T) {
 	for _, slotSize := range []int{0, 4<<10 + 64} {
 		t.Run(fmt.Sprintf("slot=%d", slotSize), func(t *testing.T) {
-			testMessageLengths(t, mesh(t, 2, shm.Options{Slots: 3, SlotSize: slotSize}))
+			testMessageLengths(t, mesh(t, 2, shm.Options{LinkOptions: transport.LinkOptions{Slots: 3, SlotSize: slotSize}}))
 		})
 	}
 }
@@ -145,5 +145,5 @@ func testMessageLengths(t *testing.T, ts []*shm.Transport) {
 
 // TestSendParts runs the PartSender checks over shared memory.
 func TestSendParts(t *testing.T) {
-	conformance.PartSender(t, asTransports(mesh(t, 2, shm.Options{Slots: 2, SlotSize: 4096})), 4096)
+	conformance.PartSender(t, asTransports(mesh(t, 2, shm.Options{LinkOptions: transport.LinkOptions{Slots: 2, SlotSize: 4096}})), 4096)
 }

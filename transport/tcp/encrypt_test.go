@@ -31,12 +31,12 @@ func TestConformanceEncrypted(t *testing.T) {
 // frames, sealed too, go back all the time.
 func TestConformanceEncryptedSmallSlots(t *testing.T) {
 	conformance.Run(t, func(t testing.TB, n int) []transport.Transport {
-		return mesh(t, n, tcp.Options{Slots: 2, SlotSize: 4 << 10, Encrypt: true})
+		return mesh(t, n, tcp.Options{LinkOptions: transport.LinkOptions{Slots: 2, SlotSize: 4 << 10}, Encrypt: true})
 	})
 }
 
 func TestSendPartsEncrypted(t *testing.T) {
-	conformance.PartSender(t, mesh(t, 2, tcp.Options{Slots: 2, SlotSize: 8 << 10, Encrypt: true}), 8<<10)
+	conformance.PartSender(t, mesh(t, 2, tcp.Options{LinkOptions: transport.LinkOptions{Slots: 2, SlotSize: 8 << 10}, Encrypt: true}), 8<<10)
 }
 
 // redirect is a rendezvous store that hands out, for the addresses it is
@@ -220,7 +220,7 @@ func TestEncryptRoundTrip(t *testing.T) {
 	sizes := []int{0, 1, 12, 100, 4 << 10, 4<<10 + 1, 16<<10 - 1, 16 << 10, 40000, slot - 16, slot}
 	for _, n := range []int{2, 3} {
 		t.Run(fmt.Sprintf("ranks=%d", n), func(t *testing.T) {
-			ts := mesh(t, n, tcp.Options{Slots: 2, SlotSize: slot, Encrypt: true})
+			ts := mesh(t, n, tcp.Options{LinkOptions: transport.LinkOptions{Slots: 2, SlotSize: slot}, Encrypt: true})
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			var wg sync.WaitGroup

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"net"
 	"runtime"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,8 +40,8 @@ const (
 type Transport struct {
 	rank, size int
 	opts       Options
-	peers      []atomic.Pointer[peer] // indexed by rank; nil at our own and where no link exists yet
-	list       []*peer                // the linked peers, in poll order (the progress holder's)
+	links      *mesh.Links[peer] // the link to each rank, made on demand (links.go)
+	list       []*peer           // the linked peers, in poll order (the progress holder's)
 	pfds       []unix.PollFd
 	wakefd     int // polled: a write to wakewr interrupts a blocking poll (Close)
 	wakewr     int // the same eventfd on Linux, a pipe's write end elsewhere
@@ -64,49 +63,35 @@ type Transport struct {
 	closing   atomic.Bool
 	closed    chan struct{}
 	closeOnce sync.Once
-	refused   atomic.Int64
-
-	lostOnce sync.Once
-	lost     chan struct{} // closed when the first peer is lost
-	lostMu   sync.Mutex
-	losses   transport.Losses // peers lost, in the order noticed; set before lost is closed
+	loss      *mesh.Loss // the peers lost, first noticed first
 
 	// Links on demand (links.go). The store and token serve the dials;
-	// life ends at Close or Abort and cuts dials and handshakes short.
+	// door admits the peers that dial this rank.
 	store    transport.Store
 	token    []byte
 	ln       net.Listener
-	life     context.Context
-	endLife  context.CancelFunc
-	bg       sync.WaitGroup // the accept loop, admissions and dials
+	door     *mesh.Door
 	addrGets atomic.Int64
 
-	linkMu      sync.Mutex
-	shut        bool             // Close or Abort began: no link forms any more
-	attempts    map[int]*attempt // links in the making
-	unreachable map[int]error    // peers a dial failed to reach: lost
-	linked      int              // links registered
-	linkedNote  chan struct{}    // closed and replaced at each registration
-	joining     []*peer          // registered, not yet in list
-	newcomers   atomic.Bool      // joining is not empty
+	joinMu    sync.Mutex
+	joining   []*peer     // linked, not yet in list, under joinMu
+	newcomers atomic.Bool // joining is not empty
 }
 
 // newTransport is a transport with no links yet.
 func newTransport(rank, size int, opts Options) *Transport {
-	return &Transport{
-		rank:        rank,
-		size:        size,
-		opts:        opts,
-		peers:       make([]atomic.Pointer[peer], size+opts.Spare),
-		closed:      make(chan struct{}),
-		lost:        make(chan struct{}),
-		progress:    make(chan struct{}, 1),
-		wakefd:      -1,
-		attempts:    make(map[int]*attempt),
-		unreachable: make(map[int]error),
-		linkedNote:  make(chan struct{}),
-		ring:        make(chan struct{}, 1),
+	t := &Transport{
+		rank:     rank,
+		size:     size,
+		opts:     opts,
+		closed:   make(chan struct{}),
+		loss:     mesh.NewLoss(),
+		progress: make(chan struct{}, 1),
+		wakefd:   -1,
+		ring:     make(chan struct{}, 1),
 	}
+	t.links = t.newLinks(size + opts.Spare)
+	return t
 }
 
 type peer struct {
@@ -278,7 +263,7 @@ func (t *Transport) MaxMessage() int { return t.opts.SlotSize }
 
 // Refused counts connections to the data port turned away (strangers,
 // wrong tokens, other communicators) while it was open.
-func (t *Transport) Refused() int { return int(t.refused.Load()) }
+func (t *Transport) Refused() int { return t.door.Refused() }
 
 // Recv implements transport.Transport.
 func (t *Transport) Recv(ctx context.Context, from int) (transport.Message, error) {
@@ -365,16 +350,13 @@ func (t *Transport) SendParts(ctx context.Context, to int, head, body []byte, wa
 // HasCredit implements transport.CreditReporter.
 // A peer not linked yet has every slot free: Send links it first.
 func (t *Transport) HasCredit(to int) bool {
-	if to < 0 || to >= len(t.peers) || to == t.rank {
-		return true
-	}
-	p := t.peers[to].Load()
+	p := t.links.Get(to)
 	return p == nil || len(p.credits) > 0 || p.failed() != nil
 }
 
 // Release implements transport.Transport.
 func (t *Transport) Release(m transport.Message) {
-	p := t.peers[m.Peer].Load()
+	p := t.links.Get(int(m.Peer))
 	if p == nil {
 		return
 	}
@@ -940,35 +922,20 @@ func (t *Transport) noteLoss(p *peer) {
 		return
 	default:
 	}
-	if t.lost == nil || errors.Is(p.err, transport.ErrPeerClosed) {
+	if t.loss == nil || errors.Is(p.err, transport.ErrPeerClosed) {
 		// A peer outside a connected mesh (tests of the decoder), or one
 		// that finished first and said goodbye.
 		return
 	}
-	t.lostMu.Lock()
-	t.losses = append(t.losses, &transport.PeerError{Peer: p.rank, Op: "link to", Err: p.err})
-	t.lostMu.Unlock()
-	t.lostOnce.Do(func() { close(t.lost) })
+	t.loss.Report(p.rank, "link to", p.err)
 }
 
 // Lost implements transport.LossNotifier.
-func (t *Transport) Lost() <-chan struct{} { return t.lost }
+func (t *Transport) Lost() <-chan struct{} { return t.loss.Lost() }
 
 // LostErr implements transport.LossNotifier: every peer lost so far, in
 // the order noticed.
-func (t *Transport) LostErr() error {
-	select {
-	case <-t.lost:
-	default:
-		return nil
-	}
-	t.lostMu.Lock()
-	defer t.lostMu.Unlock()
-	if len(t.losses) == 1 {
-		return t.losses[0]
-	}
-	return slices.Clone(t.losses)
-}
+func (t *Transport) LostErr() error { return t.loss.Err() }
 
 // failed is the peer's failure cause, or nil while it is healthy.
 func (p *peer) failed() error {
@@ -992,14 +959,10 @@ func (t *Transport) Close() error {
 	t.closeOnce.Do(func() {
 		close(t.closed)
 		t.shutLinks()
-		t.bg.Wait()
+		t.links.Wait()
 		if t.wakefd < 0 {
 			// Connect failed before the engine started.
-			for i := range t.peers {
-				if p := t.peers[i].Load(); p != nil {
-					p.closeFd()
-				}
-			}
+			t.links.Each(func(_ int, p *peer) { p.closeFd() })
 			return
 		}
 		t.wake()
@@ -1060,11 +1023,7 @@ func (t *Transport) Abort(cause error) error {
 				why = append(why[:maxAbortText-3], "..."...)
 			}
 		}
-		for i := range t.peers {
-			p := t.peers[i].Load()
-			if p == nil {
-				continue
-			}
+		t.links.Each(func(_ int, p *peer) {
 			if why != nil && p.fd >= 0 && p.failed() == nil && p.wmu.TryLock() {
 				p.tellAbort(why)
 				p.wmu.Unlock()
@@ -1074,7 +1033,7 @@ func (t *Transport) Abort(cause error) error {
 			// learns at once, and nothing queued is delivered late.
 			unix.SetsockoptLinger(p.fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0})
 			p.closeFd()
-		}
+		})
 		if t.wakefd >= 0 {
 			t.closeWake()
 		}

@@ -88,7 +88,7 @@ func receive(t *testing.T, wire []byte, slots, slotSize int, keys *linkKeys) {
 	}
 	unix.Shutdown(fds[1], unix.SHUT_WR)
 
-	tr := &Transport{opts: Options{Slots: slots, SlotSize: slotSize}}
+	tr := &Transport{opts: Options{LinkOptions: transport.LinkOptions{Slots: slots, SlotSize: slotSize}}}
 	p := tr.peerOnFd(1, fds[0], keys)
 	defer p.closeFd()
 	for i := 0; i < len(wire)+2 && !p.ended && p.failed() == nil; i++ {

@@ -140,7 +140,7 @@ func TestLinksOnDemand(t *testing.T) {
 	}{
 		{"lazy ring", func(int) tcp.Options { return tcp.Options{} }, 0, ring, 2},
 		{"lazy all pairs at once", func(int) tcp.Options { return tcp.Options{} }, 0, allPeers, n - 1},
-		{"eager", func(int) tcp.Options { return tcp.Options{Eager: true} }, n - 1, ring, n - 1},
+		{"eager", func(int) tcp.Options { return tcp.Options{LinkOptions: transport.LinkOptions{Eager: true}} }, n - 1, ring, n - 1},
 		{"warm ring", func(r int) tcp.Options { return tcp.Options{Warm: ring(r)} }, 2, ring, 2},
 		{"warm, then nothing", func(r int) tcp.Options { return tcp.Options{Warm: ring(r)} }, 2, none, 2},
 	}
@@ -320,7 +320,7 @@ func TestEagerConnectNeedsEveryone(t *testing.T) {
 			}
 			defer store.Close()
 			start := time.Now()
-			_, err = tcp.Connect(ctx, store, 1, 2, token, tcp.Options{Eager: true})
+			_, err = tcp.Connect(ctx, store, 1, 2, token, tcp.Options{LinkOptions: transport.LinkOptions{Eager: true}})
 			want := context.DeadlineExceeded
 			if died {
 				want = bootstrap.ErrRankGone
@@ -365,7 +365,7 @@ func BenchmarkFirstContact(b *testing.B) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				ts[r], errs[r] = tcp.Connect(ctx, stores[r], r, 2, token, tcp.Options{Namespace: fmt.Sprintf("b%d/", i)})
+				ts[r], errs[r] = tcp.Connect(ctx, stores[r], r, 2, token, tcp.Options{LinkOptions: transport.LinkOptions{Namespace: fmt.Sprintf("b%d/", i)}})
 			}()
 		}
 		wg.Wait()

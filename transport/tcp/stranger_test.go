@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"github.com/gocoll/gocoll/transport"
 	"net"
 	"runtime"
 	"sync"
@@ -81,7 +82,7 @@ func TestStrangers(t *testing.T) {
 				return
 			}
 			t.Cleanup(func() { store.Close() })
-			ts[r], errs[r] = tcp.Connect(ctx, store, r, n, token, tcp.Options{Crowded: n > runtime.NumCPU()})
+			ts[r], errs[r] = tcp.Connect(ctx, store, r, n, token, tcp.Options{LinkOptions: transport.LinkOptions{Crowded: n > runtime.NumCPU()}})
 		}(r)
 	}
 	// The test itself knows the token, so it can read where the data

@@ -85,12 +85,12 @@ func TestConformance(t *testing.T) {
 // on credits all the time.
 func TestConformanceSmallSlots(t *testing.T) {
 	conformance.Run(t, func(t testing.TB, n int) []transport.Transport {
-		return mesh(t, n, tcp.Options{Slots: 2, SlotSize: 4 << 10})
+		return mesh(t, n, tcp.Options{LinkOptions: transport.LinkOptions{Slots: 2, SlotSize: 4 << 10}})
 	})
 }
 
 // TestSendParts runs the PartSender checks over TCP: header and payload
 // leave in one writev, and arrive as one message.
 func TestSendParts(t *testing.T) {
-	conformance.PartSender(t, mesh(t, 2, tcp.Options{Slots: 2, SlotSize: 8 << 10}), 8<<10)
+	conformance.PartSender(t, mesh(t, 2, tcp.Options{LinkOptions: transport.LinkOptions{Slots: 2, SlotSize: 8 << 10}}), 8<<10)
 }

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gocoll/gocoll/internal/mesh"
 	"github.com/gocoll/gocoll/transport"
 )
 
@@ -79,7 +80,7 @@ func TestEager(t *testing.T) {
 	if !haveDevice(t) {
 		return
 	}
-	ts := newMesh(t, 4, Options{Eager: true})
+	ts := newMesh(t, 4, Options{LinkOptions: transport.LinkOptions{Eager: true}})
 	if got := linkCounts(ts); fmt.Sprint(got) != "[3 3 3 3]" {
 		t.Fatalf("queue pairs after an eager Connect: %v, want 3 per rank", got)
 	}
@@ -101,7 +102,7 @@ func TestBothDial(t *testing.T) {
 	if !haveDevice(t) {
 		return
 	}
-	for _, d := range []time.Duration{0, dialGrace - 5*time.Millisecond, dialGrace, dialGrace + 5*time.Millisecond, 2 * dialGrace} {
+	for _, d := range []time.Duration{0, mesh.DialGrace - 5*time.Millisecond, mesh.DialGrace, mesh.DialGrace + 5*time.Millisecond, 2 * mesh.DialGrace} {
 		t.Run(d.String(), func(t *testing.T) {
 			ts := newMesh(t, 2, Options{})
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -270,9 +271,9 @@ func TestOptionMismatch(t *testing.T) {
 	}
 	ts, err := tryMeshEach(t, 2, func(r int) Options {
 		if r == 1 {
-			return Options{Slots: 4}
+			return Options{LinkOptions: transport.LinkOptions{Slots: 4}}
 		}
-		return Options{Slots: 8}
+		return Options{LinkOptions: transport.LinkOptions{Slots: 8}}
 	})
 	if err != nil {
 		t.Fatal(err)

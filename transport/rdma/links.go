@@ -9,7 +9,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,7 +38,7 @@ import (
 // a later exchange only checks that the peer's numbers did not change.
 // When both ends dial at once the higher rank's connection is the one
 // answered, as in tcp (the lower rank gives the higher a moment first,
-// see dialGrace), which spares the pair the second exchange.
+// see mesh.DialGrace), which spares the pair the second exchange.
 //
 // One exchange, after the job-token handshake (internal/auth): the dialer
 // sends its record (info: its port's address, its queue pair for the
@@ -49,12 +48,6 @@ import (
 // (dropped, and counted against the retries); the dialer takes its queue
 // pair to RTR and RTS, may write from then on, and says so with one byte,
 // after which the peer may write too. Both close the connection.
-
-// dialGrace is how long a rank that needs a queue pair to a higher rank
-// waits for that rank to dial before it dials itself: most first
-// contacts are both ends of an exchange reaching for each other at once,
-// and the wait spares the pair an exchange that would only be declined.
-const dialGrace = 20 * time.Millisecond
 
 // links is the connection manager's state.
 type links struct {
@@ -72,30 +65,13 @@ type links struct {
 	maxPeers int // how many the completion queue has room for
 
 	linkMu     sync.Mutex
-	attempts   map[int]*attempt // under linkMu
-	stopped    bool             // under linkMu: no more links
-	linkedNote chan struct{}    // closed and replaced as a link comes up, under linkMu
-	joining    []*peer          // made, not yet adopted by the engine, under linkMu
-	newcomers  atomic.Bool      // joining is not empty
+	attempts   map[int]*mesh.Attempt // under linkMu
+	stopped    bool                  // under linkMu: no more links
+	linkedNote chan struct{}         // closed and replaced as a link comes up, under linkMu
+	joining    []*peer               // made, not yet adopted by the engine, under linkMu
+	newcomers  atomic.Bool           // joining is not empty
 
-	refused atomic.Int64 // connections from strangers
-}
-
-// attempt is an exchange with one peer in the making: an outgoing dial,
-// an incoming connection admitted, or both. Calls that need the peer
-// wait on done, which closes once the queue pair is up or every attempt
-// has ended; then they look again.
-type attempt struct {
-	done    chan struct{}
-	closed  bool
-	out, in int // attempts of each kind in flight
-}
-
-func (a *attempt) finish() {
-	if !a.closed {
-		a.closed = true
-		close(a.done)
-	}
+	door *mesh.Door // admits the ranks that dial this one
 }
 
 func (p *peer) isUp() bool {
@@ -123,7 +99,7 @@ func (p *peer) markUp() { p.upOnce.Do(func() { close(p.up) }) }
 // brings up every queue pair before it returns.
 func (t *Transport) startLinks(ctx context.Context, store transport.Store, token []byte) error {
 	t.store, t.token = store, token
-	t.attempts = make(map[int]*attempt)
+	t.attempts = make(map[int]*mesh.Attempt)
 	t.linkedNote = make(chan struct{})
 	t.life, t.endLife = context.WithCancel(context.Background())
 	host := mesh.ListenHost(t.opts.ListenHost, store)
@@ -132,8 +108,12 @@ func (t *Transport) startLinks(ctx context.Context, store transport.Store, token
 		return fmt.Errorf("listen on %s for queue pair exchanges: %w", host, err)
 	}
 	t.ln = ln
+	t.door = mesh.NewDoor("rdma", t.rank)
 	t.bg.Add(1)
-	go t.acceptLoop(ln)
+	go func() {
+		defer t.bg.Done()
+		t.door.Serve(t.life, ln, t.spawn, t.admit)
+	}()
 	if err := store.Put(ctx, t.key("cm", t.rank), []byte(ln.Addr().String())); err != nil {
 		return fmt.Errorf("publish the connection manager's address: %w", err)
 	}
@@ -200,7 +180,7 @@ func (t *Transport) Links() int {
 
 // Refused is how many connections to the connection manager failed the
 // job-token handshake or sent a record of no rank of this job.
-func (t *Transport) Refused() int { return int(t.refused.Load()) }
+func (t *Transport) Refused() int { return t.door.Refused() }
 
 // makePeer returns this rank's queue pair to r, making it first if there
 // is none: the slabs mapped and registered, the queue pair created, in
@@ -342,7 +322,7 @@ func (t *Transport) link(ctx context.Context, r int, op string) (*peer, error) {
 		}
 		return nil, fmt.Errorf("rdma: %s rank %d: %w", op, r, err)
 	}
-	graceEnd := time.Now().Add(dialGrace)
+	graceEnd := time.Now().Add(mesh.DialGrace)
 	var grace *time.Timer
 	defer func() {
 		if grace != nil {
@@ -361,7 +341,7 @@ func (t *Transport) link(ctx context.Context, r int, op string) (*peer, error) {
 		a := t.attempts[r]
 		if a == nil && r > t.rank {
 			if wait := time.Until(graceEnd); wait > 0 {
-				// r dials us: give it a moment to (see dialGrace).
+				// r dials us: give it a moment to (see mesh.DialGrace).
 				note := t.linkedNote
 				t.linkMu.Unlock()
 				if grace == nil {
@@ -381,15 +361,15 @@ func (t *Transport) link(ctx context.Context, r int, op string) (*peer, error) {
 			}
 		}
 		if a == nil {
-			a = &attempt{done: make(chan struct{})}
+			a = mesh.NewAttempt()
 			t.attempts[r] = a
-			a.out++
+			a.Out++
 			t.bg.Add(1)
 			go t.dialPeer(p, a)
 		}
 		t.linkMu.Unlock()
 		select {
-		case <-a.done:
+		case <-a.Done():
 		case <-p.up:
 		case <-p.dead:
 		case <-ctx.Done():
@@ -416,22 +396,14 @@ func (t *Transport) linkLater(r int) {
 // endAttempt records the end of one attempt on p (out or in), with err if
 // it failed for a reason that makes p lost. The last attempt to end
 // forgets a and wakes the calls waiting on it.
-func (t *Transport) endAttempt(p *peer, a *attempt, out bool, err error) {
+func (t *Transport) endAttempt(p *peer, a *mesh.Attempt, out bool, err error) {
 	if err != nil && !p.isUp() && t.life.Err() == nil {
 		p.fail(fmt.Errorf("%w: %w", transport.ErrPeerLost, err))
 	}
 	t.linkMu.Lock()
 	defer t.linkMu.Unlock()
-	if out {
-		a.out--
-	} else {
-		a.in--
-	}
-	if a.out == 0 && a.in == 0 {
-		if t.attempts[p.rank] == a {
-			delete(t.attempts, p.rank)
-		}
-		a.finish()
+	if a.End(out) && t.attempts[p.rank] == a {
+		delete(t.attempts, p.rank)
 	}
 }
 
@@ -441,7 +413,7 @@ func (t *Transport) linked(p *peer) {
 	t.linkMu.Lock()
 	defer t.linkMu.Unlock()
 	if a := t.attempts[p.rank]; a != nil {
-		a.finish()
+		a.Finish()
 	}
 	close(t.linkedNote)
 	t.linkedNote = make(chan struct{})
@@ -449,7 +421,7 @@ func (t *Transport) linked(p *peer) {
 
 // dialPeer runs one outgoing exchange with p's rank, in the background so
 // that it outlives the call that needed it (another may need it too).
-func (t *Transport) dialPeer(p *peer, a *attempt) {
+func (t *Transport) dialPeer(p *peer, a *mesh.Attempt) {
 	defer t.bg.Done()
 	declined, err := t.dial(t.life, p)
 	if declined {
@@ -463,7 +435,7 @@ func (t *Transport) dialPeer(p *peer, a *attempt) {
 		}
 		timer.Stop()
 	}
-	if err != nil && timedOut(err) {
+	if err != nil && mesh.TimedOut(err) {
 		// A peer too slow to answer in time (a host overloaded by its
 		// ranks) is not lost: the calls that wait dial again, for as
 		// long as their contexts let them. A dead peer refuses the
@@ -550,64 +522,37 @@ func (t *Transport) dial(ctx context.Context, p *peer) (declined bool, err error
 	return false, nil
 }
 
-// timedOut says whether err is a deadline's: the exchange's, or the
-// connect's.
-func timedOut(err error) bool {
-	var ne net.Error
-	return errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) ||
-		errors.As(err, &ne) && ne.Timeout()
-}
-
-// acceptLoop admits whoever dials, until the listener closes. Each
-// exchange runs on its own, so a stranger that stalls cannot hold up the
-// ranks behind it.
-func (t *Transport) acceptLoop(ln net.Listener) {
-	defer t.bg.Done()
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) || t.life.Err() != nil {
-				return
-			}
-			// Transient (descriptors ran out): back off, keep serving.
-			logging.L().Warn("rdma: accept", "rank", t.rank, "err", err)
-			select {
-			case <-time.After(10 * time.Millisecond):
-			case <-t.life.Done():
-				return
-			}
-			continue
-		}
-		t.linkMu.Lock()
-		if t.stopped {
-			t.linkMu.Unlock()
-			c.Close()
-			return
-		}
-		t.bg.Add(1)
-		t.linkMu.Unlock()
-		go t.admit(c)
+// spawn runs an admission in the background, counted so that stopLinks
+// waits for it, unless links stopped: then it reports false.
+func (t *Transport) spawn(f func()) bool {
+	t.linkMu.Lock()
+	defer t.linkMu.Unlock()
+	if t.stopped {
+		return false
 	}
+	t.bg.Add(1)
+	go func() {
+		defer t.bg.Done()
+		f()
+	}()
+	return true
 }
 
 // admit runs the answering end of one exchange.
 func (t *Transport) admit(c net.Conn) {
-	defer t.bg.Done()
 	defer c.Close()
 	deadline := time.Now().Add(t.opts.HandshakeTimeout)
 	stop := context.AfterFunc(t.life, func() { c.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 	theirs, err := t.hear(c, deadline)
+	t.door.Release()
 	if err != nil {
 		if errors.Is(err, ErrMismatch) {
 			// An authenticated rank of the job whose options differ:
 			// tell it, with our record, so that it fails saying what.
 			c.Write(append([]byte{verdictMismatch}, t.mine().marshal()...))
 		}
-		if t.life.Err() == nil {
-			t.refused.Add(1)
-			logging.L().Warn("rdma: refused a connection", "rank", t.rank, "remote", c.RemoteAddr().String(), "err", err)
-		}
+		t.door.Refuse(t.life, c.RemoteAddr(), err)
 		return
 	}
 	r := int(theirs.rank)
@@ -615,13 +560,13 @@ func (t *Transport) admit(c net.Conn) {
 	// is the one to answer; or another exchange with r is answered now.
 	t.linkMu.Lock()
 	a := t.attempts[r]
-	accept := !t.stopped && (a == nil || a.in == 0 && (a.out == 0 || r > t.rank))
+	accept := !t.stopped && (a == nil || a.In == 0 && (a.Out == 0 || r > t.rank))
 	if accept {
 		if a == nil {
-			a = &attempt{done: make(chan struct{})}
+			a = mesh.NewAttempt()
 			t.attempts[r] = a
 		}
-		a.in++
+		a.In++
 	}
 	t.linkMu.Unlock()
 	if !accept {
@@ -634,11 +579,8 @@ func (t *Transport) admit(c net.Conn) {
 		// calls, and ours, look again.
 		logging.L().Warn("rdma: cannot make a queue pair for a peer that dialed", "rank", t.rank, "peer", r, "err", err)
 		t.linkMu.Lock()
-		if a.in--; a.in == 0 && a.out == 0 {
-			if t.attempts[r] == a {
-				delete(t.attempts, r)
-			}
-			a.finish()
+		if a.End(false) && t.attempts[r] == a {
+			delete(t.attempts, r)
 		}
 		t.linkMu.Unlock()
 		return
