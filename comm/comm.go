@@ -179,6 +179,7 @@ type settings struct {
 	fakeEnv    envset.FakeHosts // GOCOLL_FAKE_HOSTS, if fakeHosts is 0
 	elastic    bool
 	elasticSet bool
+	traffic    *collectives.Traffic // WithTraffic (traffic.go)
 }
 
 // WithTransport picks the transport: "auto" (default), "tcp", "shm", "rdma".
@@ -331,7 +332,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 	if err != nil {
 		return fail("", err)
 	}
-	gopts.Hosts = c.hosts
+	gopts.Hosts, gopts.Traffic = c.hosts, s.traffic
 	if s.trace != "" {
 		if c.trace, err = openTrace(s.trace, cfg.Rank); err != nil {
 			return fail("", err)
