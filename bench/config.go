@@ -34,6 +34,7 @@ type config struct {
 	spin             time.Duration
 	check            bool
 	register         bool
+	traffic          bool
 	transport, algo  string
 	format           string
 	plot             string
@@ -115,6 +116,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.settle, "settle", 3000, "untimed barriers before the sweep, while the ranks' runtimes settle")
 	fs.DurationVar(&cfg.spin, "spin", 50*time.Millisecond, "busy time of each rank on its CPU before the settling barriers, so that idle CPUs reach full speed first")
 	fs.BoolVar(&cfg.register, "register", false, "register the buffers for zero-copy sends (comm.Register: over RDMA, large messages are sent straight from them)")
+	fs.BoolVar(&cfg.traffic, "traffic", false, "count the bytes each rank moves through memory (comm.WithTraffic) and print them per byte of the collective (column moved/B)")
 	fs.BoolVar(&cfg.check, "check", true, "verify every result against known inputs (count wrong elements; exit 1 if any)")
 	fs.StringVar(&cfg.transport, "transport", "", "transport: auto, tcp, shm, rdma (default: GOCOLL_TRANSPORT, else auto)")
 	fs.StringVar(&cfg.algo, "algo", "", "force algorithms, GOCOLL_ALGO syntax: ring, or allreduce=rd,broadcast=chain (default: GOCOLL_ALGO)")

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gocoll/gocoll/bench/internal/report"
 	"github.com/gocoll/gocoll/bootstrap"
+	"github.com/gocoll/gocoll/collectives"
 	"github.com/gocoll/gocoll/comm"
 )
 
@@ -55,6 +56,11 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 
 func runBench(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	opts := []comm.Option{comm.WithTransport(cfg.transport)}
+	var traffic *collectives.Traffic
+	if cfg.traffic {
+		traffic = new(collectives.Traffic)
+		opts = append(opts, comm.WithTraffic(traffic))
+	}
 	if cfg.algo != "" {
 		opts = append(opts, comm.WithAlgorithm(cfg.algo))
 	}
@@ -64,9 +70,9 @@ func runBench(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	}
 	defer c.Close()
 	dt, _ := dtypeByName(cfg.dtype)
-	e := env{ctx: ctx, c: c, cfg: cfg}
+	e := env{ctx: ctx, c: c, cfg: cfg, traffic: traffic}
 	if c.Rank() == 0 {
-		e.out = newSink(cfg.format, stdout)
+		e.out = newSink(cfg.format, stdout, cfg.traffic)
 		tty := isTerminal(stderr)
 		if tty || cfg.progress {
 			e.progress, e.tty = stderr, tty

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/csv"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -200,7 +201,7 @@ func TestJSONRoundTrip(t *testing.T) {
 		},
 	}
 	var buf bytes.Buffer
-	s := newSink("json", &buf)
+	s := newSink("json", &buf, false)
 	s.begin()
 	for _, r := range in.Rows {
 		if err := s.row(r); err != nil {
@@ -230,7 +231,7 @@ func TestTableAndCSV(t *testing.T) {
 	for _, sk := range []struct {
 		s sink
 		b *bytes.Buffer
-	}{{newSink("table", &tb), &tb}, {newSink("csv", &cb), &cb}} {
+	}{{newSink("table", &tb, false), &tb}, {newSink("csv", &cb, false), &cb}} {
 		sk.s.begin()
 		sk.s.row(row)
 		sk.s.row(report.Row{Size: 0, Type: "float32", Redop: "none", Root: -1, TimeUS: 3, Wrong: -1, Algo: "auto"})
@@ -726,5 +727,30 @@ func TestProgressLine(t *testing.T) {
 	}
 	if isTerminal(&b) {
 		t.Error("a buffer is not a terminal")
+	}
+}
+
+// TestTrafficColumn: with -traffic the table and the CSV end in moved/B,
+// the row's bytes moved per byte, and the table's columns stay aligned.
+func TestTrafficColumn(t *testing.T) {
+	row := report.Row{Size: 1 << 20, Count: 1 << 18, Type: "float32", Redop: "sum", Root: -1, TimeUS: 100, AlgBW: 10, BusBW: 10, Wrong: 0, Algo: "rabenseifner", MovedPerByte: 6.75}
+	var tb, cb bytes.Buffer
+	for _, s := range []sink{newSink("table", &tb, true), newSink("csv", &cb, true)} {
+		s.begin()
+		if err := s.row(row); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lines := strings.Split(strings.TrimRight(tb.String(), "\n"), "\n")
+	head, got := strings.Fields(lines[0]), strings.Fields(lines[1])
+	if len(head) != len(columns)+1 || head[len(head)-1] != movedColumn || got[len(got)-1] != "6.750" {
+		t.Errorf("table:\n%s", tb.String())
+	}
+	if h, r := fieldSpans(lines[0]), fieldSpans(lines[1]); h[len(h)-1][1] != r[len(r)-1][1] {
+		t.Errorf("moved/B is not right-aligned under its header:\n%s", tb.String())
+	}
+	recs, err := csv.NewReader(&cb).ReadAll()
+	if err != nil || len(recs) != 2 || recs[0][len(recs[0])-1] != movedColumn || recs[1][len(recs[1])-1] != "6.7500" {
+		t.Errorf("csv: %q (%v)", recs, err)
 	}
 }

@@ -17,15 +17,20 @@ type sink interface {
 	end(report.Meta) error
 }
 
-func newSink(format string, w io.Writer) sink {
+// newSink makes the sink of format; traffic adds the column moved/B
+// (-traffic) to a table or CSV (JSON rows always carry the field).
+func newSink(format string, w io.Writer, traffic bool) sink {
 	switch format {
 	case "csv":
-		return &csvSink{w: csv.NewWriter(w)}
+		return &csvSink{w: csv.NewWriter(w), traffic: traffic}
 	case "json":
 		return &jsonSink{w: w}
 	}
-	return &tableSink{w: w}
+	return &tableSink{w: w, traffic: traffic}
 }
+
+// movedColumn is the column -traffic adds after the others.
+const movedColumn = "moved/B"
 
 type kept struct{ list []report.Row }
 
@@ -43,7 +48,8 @@ var columns = []string{"size(B)", "count", "type", "redop", "root", "time(us)", 
 
 type tableSink struct {
 	kept
-	w io.Writer
+	w       io.Writer
+	traffic bool
 }
 
 func (t *tableSink) begin() {
@@ -51,12 +57,22 @@ func (t *tableSink) begin() {
 	for i, c := range columns {
 		h[i] = c
 	}
-	fmt.Fprintf(t.w, tableHead, h...)
+	head := tableHead
+	if t.traffic {
+		head = head[:len(head)-3] + "%-12s  %7s\n"
+		h = append(h, movedColumn)
+	}
+	fmt.Fprintf(t.w, head, h...)
 }
 
 func (t *tableSink) row(r report.Row) error {
 	t.list = append(t.list, r)
-	_, err := fmt.Fprintf(t.w, tableRow, r.Size, r.Count, r.Type, r.Redop, r.Root, r.TimeUS, r.AlgBW, r.BusBW, wrongText(r.Wrong), r.Algo)
+	row, args := tableRow, []any{r.Size, r.Count, r.Type, r.Redop, r.Root, r.TimeUS, r.AlgBW, r.BusBW, wrongText(r.Wrong), r.Algo}
+	if t.traffic {
+		row = row[:len(row)-3] + "%-12s  %7.3f\n"
+		args = append(args, r.MovedPerByte)
+	}
+	_, err := fmt.Fprintf(t.w, row, args...)
 	return err
 }
 
@@ -71,16 +87,28 @@ func wrongText(w int64) string {
 
 type csvSink struct {
 	kept
-	w *csv.Writer
+	w       *csv.Writer
+	traffic bool
 }
 
-func (c *csvSink) begin() { c.w.Write(columns); c.w.Flush() }
+func (c *csvSink) begin() {
+	if c.traffic {
+		c.w.Write(append(columns[:len(columns):len(columns)], movedColumn))
+	} else {
+		c.w.Write(columns)
+	}
+	c.w.Flush()
+}
 
 func (c *csvSink) row(r report.Row) error {
 	c.list = append(c.list, r)
-	c.w.Write([]string{strconv.FormatInt(r.Size, 10), strconv.FormatInt(r.Count, 10), r.Type, r.Redop, strconv.Itoa(r.Root),
+	rec := []string{strconv.FormatInt(r.Size, 10), strconv.FormatInt(r.Count, 10), r.Type, r.Redop, strconv.Itoa(r.Root),
 		strconv.FormatFloat(r.TimeUS, 'f', 3, 64), strconv.FormatFloat(r.AlgBW, 'f', 4, 64), strconv.FormatFloat(r.BusBW, 'f', 4, 64),
-		wrongText(r.Wrong), r.Algo})
+		wrongText(r.Wrong), r.Algo}
+	if c.traffic {
+		rec = append(rec, strconv.FormatFloat(r.MovedPerByte, 'f', 4, 64))
+	}
+	c.w.Write(rec)
 	c.w.Flush()
 	return c.w.Error()
 }

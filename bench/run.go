@@ -11,6 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/gocoll/gocoll/bench/internal/report"
+	"github.com/gocoll/gocoll/collectives"
 	"github.com/gocoll/gocoll/comm"
 )
 
@@ -22,9 +23,10 @@ type env struct {
 	ctx      context.Context
 	c        *comm.Communicator
 	cfg      config
-	out      sink      // rank 0 only; nil elsewhere
-	progress io.Writer // rank 0's progress line, or nil
-	tty      bool      // progress overwrites one line
+	out      sink                 // rank 0 only; nil elsewhere
+	progress io.Writer            // rank 0's progress line, or nil
+	tty      bool                 // progress overwrites one line
+	traffic  *collectives.Traffic // -traffic's counts, or nil
 }
 
 // bench runs cfg's sweep with elements of type T.
@@ -128,6 +130,10 @@ func benchSpec[T comm.Element](e env, spec opSpec[T]) error {
 		if err := c.Barrier(ctx); err != nil {
 			return err
 		}
+		var before collectives.TrafficCounts
+		if e.traffic != nil {
+			before = e.traffic.Counts()
+		}
 		start := time.Now()
 		for i := 0; i < it; i++ {
 			if err := spec.run(ctx, c, s, r, p); err != nil {
@@ -135,6 +141,15 @@ func benchSpec[T comm.Element](e env, spec opSpec[T]) error {
 			}
 		}
 		mean := []float64{time.Since(start).Seconds() / float64(it)}
+		var moved float64
+		if e.traffic != nil && bytes > 0 {
+			// Counted before the calls below, which are not the sweep's.
+			m := []float64{float64(e.traffic.Counts().Moved()-before.Moved()) / float64(it) / float64(bytes)}
+			if err := comm.AllReduce(ctx, c, m, comm.Sum); err != nil {
+				return err
+			}
+			moved = m[0] / float64(n)
+		}
 		if err := comm.AllReduce(ctx, c, mean, comm.Max); err != nil {
 			return err
 		}
@@ -159,7 +174,7 @@ func benchSpec[T comm.Element](e env, spec opSpec[T]) error {
 		}
 		if e.out != nil {
 			row := report.Row{Size: bytes, Count: int64(spec.countOf(sl, rl, n)), Type: cfg.dtype, Redop: redop, Root: root,
-				TimeUS: mean[0] * 1e6, Wrong: wrong, Algo: algo, Iters: it}
+				TimeUS: mean[0] * 1e6, Wrong: wrong, Algo: algo, Iters: it, MovedPerByte: moved}
 			if mean[0] > 0 {
 				row.AlgBW = float64(bytes) / mean[0] / 1e9
 				row.BusBW = row.AlgBW * spec.bus(n)

@@ -15,7 +15,7 @@ func (c *call) ringAllGather(buf []byte, count, es int) error {
 	for s := 0; s < n-1; s++ {
 		out := chunk(buf, count, n, mod(r-s, n), es)
 		in := chunk(buf, count, n, mod(r-s-1, n), es)
-		if err := c.stream(next, prev, out, in, func(dst, src []byte) { copy(dst, src) }); err != nil {
+		if err := c.stream(next, prev, out, in, func(dst, src []byte) { c.copy(dst, src) }); err != nil {
 			return err
 		}
 	}
@@ -35,7 +35,7 @@ func (g *Group) AllGather(ctx context.Context, send, recv []byte, dt reduce.DTyp
 	}
 	algo := g.choose(AllGather, len(recv))
 	c := g.newCall(ctx, spec{what: tag(AllGather, algo, dt, 0), count: uint64(count)})
-	copy(recv[r*len(send):], send)
+	c.copy(recv[r*len(send):], send)
 	if algo == Local {
 		return nil
 	}
@@ -63,7 +63,7 @@ func (g *Group) AllGatherV(ctx context.Context, send, recv []byte, counts []int,
 	}
 	algo := g.choose(AllGatherV, len(recv))
 	c := g.newCall(ctx, spec{what: tag(AllGatherV, algo, dt, 0), count: uint64(total(counts)), extra: countsSum(counts)})
-	copy(recv[offs[r]:], send)
+	c.copy(recv[offs[r]:], send)
 	if algo == Local {
 		return nil
 	}
@@ -77,7 +77,7 @@ func (c *call) ringAllGatherV(buf []byte, offs []int) error {
 	next, prev := mod(r+1, n), mod(r-1, n)
 	block := func(q int) []byte { return buf[offs[q]:offs[q+1]:offs[q+1]] }
 	for s := 0; s < n-1; s++ {
-		if err := c.stream(next, prev, block(mod(r-s, n)), block(mod(r-s-1, n)), func(dst, src []byte) { copy(dst, src) }); err != nil {
+		if err := c.stream(next, prev, block(mod(r-s, n)), block(mod(r-s-1, n)), func(dst, src []byte) { c.copy(dst, src) }); err != nil {
 			return err
 		}
 	}

@@ -71,7 +71,7 @@ func (c *call) ringAllReduce(buf []byte, count int, dt reduce.DType, op reduce.O
 	for s := 0; s < n-1; s++ {
 		out := chunk(buf, count, n, mod(r-s-1, n), es)
 		in := chunk(buf, count, n, mod(r-s-2, n), es)
-		err := c.stream(next, prev, out, in, func(dst, src []byte) { reduce.Reduce(dt, op, dst, dst, src) })
+		err := c.stream(next, prev, out, in, func(dst, src []byte) { c.reduce(dt, op, dst, dst, src) })
 		if err != nil {
 			return err
 		}
@@ -95,7 +95,7 @@ func (c *call) recursiveDoubling(buf []byte, dt reduce.DType, op reduce.Op) erro
 		r := c.t.Rank()
 		for mask := 1; mask < p; mask <<= 1 {
 			partner := r ^ mask
-			err := c.stream(partner, partner, buf, buf, func(dst, src []byte) { combine(dt, op, partner < r, dst, src) })
+			err := c.stream(partner, partner, buf, buf, func(dst, src []byte) { c.combine(dt, op, partner < r, dst, src) })
 			if err != nil {
 				return err
 			}
@@ -120,7 +120,7 @@ func (c *call) swapAll(buf []byte, dt reduce.DType, op reduce.Op) error {
 		if err != nil {
 			return err
 		}
-		combine(dt, op, partner < r, buf, msg.Data)
+		c.combine(dt, op, partner < r, buf, msg.Data)
 		c.release(msg)
 	}
 	return nil
@@ -142,10 +142,10 @@ func (c *call) onPowerOfTwo(fold, result []byte, dt reduce.DType, op reduce.Op, 
 		if err := c.sendAll(r-p, fold); err != nil {
 			return err
 		}
-		return c.recvAll(r-p, result, func(dst, src []byte) { copy(dst, src) })
+		return c.recvAll(r-p, result, func(dst, src []byte) { c.copy(dst, src) })
 	}
 	if r+p < n {
-		if err := c.recvAll(r+p, fold, func(dst, src []byte) { combine(dt, op, false, dst, src) }); err != nil {
+		if err := c.recvAll(r+p, fold, func(dst, src []byte) { c.combine(dt, op, false, dst, src) }); err != nil {
 			return err
 		}
 	}
@@ -198,7 +198,7 @@ func (c *call) halvingDoubling(half, full []byte, count int, dt reduce.DType, op
 			if r&mask != 0 {
 				keepLo, keepHi, giveLo, giveHi = mid, hi, lo, mid
 			}
-			err := c.stream(partner, partner, span(half, giveLo, giveHi), span(half, keepLo, keepHi), func(dst, src []byte) { combine(dt, op, partner < r, dst, src) })
+			err := c.stream(partner, partner, span(half, giveLo, giveHi), span(half, keepLo, keepHi), func(dst, src []byte) { c.combine(dt, op, partner < r, dst, src) })
 			if err != nil {
 				return err
 			}
@@ -214,7 +214,7 @@ func (c *call) halvingDoubling(half, full []byte, count int, dt reduce.DType, op
 			if r&mask != 0 {
 				plo, phi = lo-w, lo
 			}
-			if err := c.stream(partner, partner, span(full, lo, hi), span(full, plo, phi), func(dst, src []byte) { copy(dst, src) }); err != nil {
+			if err := c.stream(partner, partner, span(full, lo, hi), span(full, plo, phi), func(dst, src []byte) { c.copy(dst, src) }); err != nil {
 				return err
 			}
 			lo, hi = min(lo, plo), max(hi, phi)

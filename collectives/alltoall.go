@@ -68,10 +68,10 @@ func (g *Group) AllToAllV(ctx context.Context, send []byte, sendCounts []int, re
 // and each step is a permutation (no rank is the target of two senders).
 func (c *call) pairwise(send, recv []byte, so, ro []int) error {
 	n, r := c.t.Size(), c.t.Rank()
-	copy(recv[ro[r]:ro[r+1]], send[so[r]:so[r+1]])
+	c.copy(recv[ro[r]:ro[r+1]], send[so[r]:so[r+1]])
 	for s := 1; s < n; s++ {
 		to, from := mod(r+s, n), mod(r-s, n)
-		err := c.stream(to, from, send[so[to]:so[to+1]], recv[ro[from]:ro[from+1]], func(dst, src []byte) { copy(dst, src) })
+		err := c.stream(to, from, send[so[to]:so[to+1]], recv[ro[from]:ro[from+1]], func(dst, src []byte) { c.copy(dst, src) })
 		if err != nil {
 			return err
 		}

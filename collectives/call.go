@@ -149,6 +149,8 @@ type call struct {
 	// segMax is the largest payload of one message, leaving room for the
 	// header, and a multiple of 64 so every element type divides it.
 	segMax int
+	// tally is Options.Traffic: nil, the usual case, counts nothing.
+	tally *Traffic
 }
 
 func (g *Group) newCall(ctx context.Context, s spec) *call {
@@ -225,6 +227,7 @@ func CallNumber(b []byte) uint64 {
 // send sends data to peer, prefixed by the call header if this is the
 // first message to that peer in this call.
 func (c *call) send(peer int, data []byte) error {
+	c.tally.sending(len(data))
 	if c.g.sentSeq[peer] != c.hdr.seq {
 		c.g.sentSeq[peer] = c.hdr.seq
 		if len(data) <= combineMax {
@@ -233,7 +236,7 @@ func (c *call) send(peer int, data []byte) error {
 			}
 			buf := c.g.small[:hdrLen+len(data)]
 			c.hdr.put(buf)
-			copy(buf[hdrLen:], data)
+			c.copy(buf[hdrLen:], data)
 			return c.wrap(c.t.Send(c.ctx, peer, buf))
 		}
 		buf := c.g.small[:hdrLen]

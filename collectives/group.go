@@ -51,6 +51,9 @@ type Options struct {
 	// less accurate, and from three ranks on faster. Calls say which in
 	// their header, so ranks that disagree get ErrMismatch.
 	Round16 bool
+	// Traffic, if set, counts the bytes the group's calls move through
+	// memory (see Traffic); nil counts nothing and costs nothing.
+	Traffic *Traffic
 }
 
 // Group runs collectives over one transport: the algorithms' view of a
@@ -108,7 +111,7 @@ func NewGroup(t transport.Transport, opts Options) *Group {
 		logInfo: opts.Logger != nil && opts.Logger.Enabled(context.Background(), slog.LevelInfo),
 	}
 	g.rec = newRecorder(opts.Recorded, opts.Timed)
-	g.cur = call{g: g, t: t, segMax: (t.MaxMessage() - hdrLen) &^ 63}
+	g.cur = call{g: g, t: t, segMax: (t.MaxMessage() - hdrLen) &^ 63, tally: opts.Traffic}
 	g.cur.ch, _ = t.(*Channel)
 	for k, a := range opts.Algos {
 		if k < kindLimit {

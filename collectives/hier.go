@@ -82,7 +82,7 @@ func (c *call) hierUpDown(up, down []byte, count int, dt reduce.DType, op reduce
 			if err != nil {
 				return err
 			}
-			reduce.Reduce(dt, op, seg, seg, msg.Data)
+			c.reduce(dt, op, seg, seg, msg.Data)
 			c.release(msg)
 		}
 		if parent >= 0 {
@@ -107,7 +107,7 @@ func (c *call) hierUpDown(up, down []byte, count int, dt reduce.DType, op reduce
 			if err != nil {
 				return err
 			}
-			copy(seg, msg.Data)
+			c.copy(seg, msg.Data)
 			c.release(msg)
 		}
 		for _, ch := range children {
@@ -153,14 +153,14 @@ func (c *call) ringAllReduceAmong(buf []byte, count int, dt reduce.DType, op red
 	for s := 0; s < n-1; s++ {
 		out := chunk(buf, count, n, mod(i-s-1, n), es)
 		in := chunk(buf, count, n, mod(i-s-2, n), es)
-		if err := c.stream(next, prev, out, in, func(dst, src []byte) { reduce.Reduce(dt, op, dst, dst, src) }); err != nil {
+		if err := c.stream(next, prev, out, in, func(dst, src []byte) { c.reduce(dt, op, dst, dst, src) }); err != nil {
 			return err
 		}
 	}
 	for s := 0; s < n-1; s++ {
 		out := chunk(buf, count, n, mod(i-s, n), es)
 		in := chunk(buf, count, n, mod(i-s-1, n), es)
-		if err := c.stream(next, prev, out, in, func(dst, src []byte) { copy(dst, src) }); err != nil {
+		if err := c.stream(next, prev, out, in, func(dst, src []byte) { c.copy(dst, src) }); err != nil {
 			return err
 		}
 	}

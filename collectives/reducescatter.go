@@ -33,7 +33,7 @@ func (g *Group) ReduceScatter(ctx context.Context, send, recv []byte, dt reduce.
 	c := g.newCall(ctx, spec{what: tag(ReduceScatter, algo, dt, op), count: uint64(count)})
 	block := func(b []byte, i int) []byte { return b[i*len(recv) : (i+1)*len(recv)] }
 	if algo == Local {
-		copy(recv, send)
+		c.copy(recv, send)
 	} else if algo == Pairwise {
 		// Avg divided too.
 		return c.pairwiseReduceScatter(func(q int) []byte { return block(send, q) }, recv, dt, op, wide)
@@ -60,7 +60,7 @@ func (g *Group) ReduceScatter(ctx context.Context, send, recv []byte, dt reduce.
 			own := block(send, mod(r-s-2, n))
 			off := 0
 			err := c.stream(next, prev, out, dst, func(d, src []byte) {
-				reduce.Reduce(dt, op, d, own[off:off+len(d)], src)
+				c.reduce(dt, op, d, own[off:off+len(d)], src)
 				off += len(d)
 			})
 			if err != nil {
@@ -112,7 +112,7 @@ func (g *Group) ReduceScatterV(ctx context.Context, send, recv []byte, counts []
 		big = max(big, offs[q+1]-offs[q])
 	}
 	if algo == Local {
-		copy(recv, send)
+		c.copy(recv, send)
 	} else if algo == Pairwise {
 		// Avg divided too.
 		return c.pairwiseReduceScatter(func(q int) []byte { return block(send, q) }, recv, dt, op, wide)
@@ -140,7 +140,7 @@ func (g *Group) ReduceScatterV(ctx context.Context, send, recv []byte, counts []
 			}
 			off := 0
 			err := c.stream(next, prev, out, dst, func(d, src []byte) {
-				reduce.Reduce(dt, op, d, own[off:off+len(d)], src)
+				c.reduce(dt, op, d, own[off:off+len(d)], src)
 				off += len(d)
 			})
 			if err != nil {

@@ -56,7 +56,7 @@ func (g *Group) Broadcast(ctx context.Context, buf []byte, dt reduce.DType, root
 			if err != nil {
 				return err
 			}
-			copy(seg, msg.Data)
+			c.copy(seg, msg.Data)
 			c.release(msg)
 		}
 		for _, ch := range children {
@@ -78,7 +78,7 @@ func (c *call) spreadDown(buf []byte, parent int, children []int) error {
 			if err != nil {
 				return err
 			}
-			copy(seg, msg.Data)
+			c.copy(seg, msg.Data)
 			c.release(msg)
 		}
 		for _, ch := range children {
@@ -142,7 +142,7 @@ func (g *Group) Reduce(ctx context.Context, send, recv []byte, dt reduce.DType, 
 	acc := send
 	switch {
 	case atRoot:
-		copy(recv, send)
+		c.copy(recv, send)
 		acc = recv
 	case len(children) > 0:
 		// An inner node must not write into send: it sums into scratch.
@@ -193,7 +193,7 @@ func (c *call) reduceUp(acc []byte, dt reduce.DType, op reduce.Op, parent int, c
 			if err != nil {
 				return err
 			}
-			reduce.Reduce(dt, op, seg, seg, msg.Data)
+			c.reduce(dt, op, seg, seg, msg.Data)
 			c.release(msg)
 		}
 		if parent >= 0 {
@@ -228,7 +228,7 @@ func (g *Group) Gather(ctx context.Context, send, recv []byte, dt reduce.DType, 
 		}
 		return c.receipts(root, nil)
 	}
-	copy(recv[root*len(send):], send)
+	c.copy(recv[root*len(send):], send)
 	var others []int
 	for q := 0; q < n; q++ {
 		if q == root {
@@ -236,7 +236,7 @@ func (g *Group) Gather(ctx context.Context, send, recv []byte, dt reduce.DType, 
 		}
 		others = append(others, q)
 		block := recv[q*len(send) : (q+1)*len(send)]
-		if err := c.recvAll(q, block, func(dst, src []byte) { copy(dst, src) }); err != nil {
+		if err := c.recvAll(q, block, func(dst, src []byte) { c.copy(dst, src) }); err != nil {
 			return err
 		}
 	}
@@ -286,7 +286,7 @@ func (g *Group) Scatter(ctx context.Context, send, recv []byte, dt reduce.DType,
 	algo := g.choose(Scatter, len(recv)*n)
 	c := g.newCall(ctx, spec{what: tag(Scatter, algo, dt, 0), count: uint64(count), root: uint32(root)})
 	if g.t.Rank() != root {
-		return c.recvAll(root, recv, func(dst, src []byte) { copy(dst, src) })
+		return c.recvAll(root, recv, func(dst, src []byte) { c.copy(dst, src) })
 	}
 	for q := 0; q < n; q++ {
 		if q == root {
@@ -296,6 +296,6 @@ func (g *Group) Scatter(ctx context.Context, send, recv []byte, dt reduce.DType,
 			return err
 		}
 	}
-	copy(recv, send[root*len(recv):(root+1)*len(recv)])
+	c.copy(recv, send[root*len(recv):(root+1)*len(recv)])
 	return nil
 }

@@ -47,11 +47,11 @@ func (c *call) stream(next, prev int, out, in []byte, land func(dst, src []byte)
 // payloads included. It is called from closures written at each call
 // site, which stay on the stack: a closure returned from a helper would
 // be allocated on every collective.
-func combine(dt reduce.DType, op reduce.Op, peerLower bool, dst, src []byte) {
+func (c *call) combine(dt reduce.DType, op reduce.Op, peerLower bool, dst, src []byte) {
 	if peerLower {
-		reduce.Reduce(dt, op, dst, src, dst)
+		c.reduce(dt, op, dst, src, dst)
 	} else {
-		reduce.Reduce(dt, op, dst, dst, src)
+		c.reduce(dt, op, dst, dst, src)
 	}
 }
 

@@ -120,18 +120,21 @@ func (c *call) wideRing(next, prev, pos, n int, block func(q int) []byte, big in
 		case s == 0:
 			err = c.stream(next, prev, block(sent), own, func(d, src []byte) {
 				reduce.ReduceWide(dt, op, acc[2*off:2*(off+len(d))], d, src)
+				c.tally.reduced(2*len(d), 2*len(d))
 				off += len(d)
 			})
 		case last && op != reduce.Avg:
 			err = c.stream(next, prev, tmp[(s-1)%2][:2*len(block(sent))], acc, func(d, src []byte) {
 				h := len(d) / 2
 				reduce.AccumulateNarrow(dt, op, out[off:off+h], src, own[off:off+h])
+				c.tally.reduced(3*h, h)
 				off += h
 			})
 		default:
 			err = c.stream(next, prev, tmp[(s-1)%2][:2*len(block(sent))], acc, func(d, src []byte) {
 				h := len(d) / 2
 				reduce.Accumulate(dt, op, d, src, own[off:off+h])
+				c.tally.reduced(3*h, 2*h)
 				off += h
 			})
 		}
@@ -317,19 +320,22 @@ func (c *call) reduceInOrder(own, out, acc []byte, dt reduce.DType, op reduce.Op
 		switch {
 		case wide && q == 1:
 			reduce.ReduceWide(dt, op, acc, first, in)
+			c.tally.reduced(2*len(in), 2*len(in))
 		case wide && last && op != reduce.Avg:
 			reduce.AccumulateNarrow(dt, op, out, acc, in)
+			c.tally.reduced(3*len(in), len(in))
 			rounded = true
 		case wide:
 			reduce.Accumulate(dt, op, acc, acc, in)
+			c.tally.reduced(3*len(in), 2*len(in))
 		case q == 1 && last:
-			reduce.Reduce(dt, op, out, first, in)
+			c.reduce(dt, op, out, first, in)
 		case q == 1:
-			reduce.Reduce(dt, op, acc, first, in)
+			c.reduce(dt, op, acc, first, in)
 		case last:
-			reduce.Reduce(dt, op, out, acc, in)
+			c.reduce(dt, op, out, acc, in)
 		default:
-			reduce.Reduce(dt, op, acc, acc, in)
+			c.reduce(dt, op, acc, acc, in)
 		}
 		if held {
 			c.release(firstMsg)

@@ -173,6 +173,7 @@ type settings struct {
 	stallSet bool
 	trace    string
 	logger   *slog.Logger
+	traffic  *collectives.Traffic // WithTraffic (traffic.go)
 }
 
 // WithTransport picks the transport: "auto" (default), "tcp", "shm", "rdma".
@@ -335,7 +336,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 	if err != nil {
 		return fail("", err)
 	}
-	gopts.Hosts = c.hosts
+	gopts.Hosts, gopts.Traffic = c.hosts, s.traffic
 	if s.trace != "" {
 		if c.trace, err = openTrace(s.trace, cfg.Rank); err != nil {
 			return fail("", err)

@@ -38,7 +38,11 @@
 // futex on the word (on head, its low 32 bits), after raising a flag that
 // tells the other side to issue a FUTEX_WAKE when it changes the word. So a
 // host with more ranks than cores (8 on 2) does not burn its cores, while
-// two ranks that each own a core pay no system call per message.
+// two ranks that each own a core pay no system call per message. After
+// its first polls a spinning call gives the CPU's spin-wait hint between
+// polls (PAUSE, YIELD: see relax): the core's other hardware thread, or a
+// hypervisor running the virtual CPU the call waits for on the same
+// physical one, gets the cycles a bare loop would burn.
 //
 // The Unix socket of each linked pair stays open for the life of the
 // transport, carrying nothing but a goodbye byte at Close (or an abort

@@ -586,6 +586,9 @@ func (t *Transport) wait(ctx context.Context, p *peer, counter, flag *atomic.Uin
 			if ready() || p.failed() != nil {
 				return nil
 			}
+			if i > eagerPolls {
+				relax(relaxPerPoll)
+			}
 			if i%clockEvery == 0 {
 				if err := t.stopped(ctx); err != nil {
 					return err
@@ -625,6 +628,16 @@ func (t *Transport) wait(ctx context.Context, p *peer, counter, flag *atomic.Uin
 		park(counter, v, parkSlice)
 	}
 }
+
+// A wait polls eagerPolls times back to back, as a small message's
+// reply is usually there within them; after that it gives the CPU's
+// spin-wait hint relaxPerPoll times between polls (see relax), as a
+// spin-wait loop should: one PAUSE delays seeing a message by tens of
+// cycles at most.
+const (
+	eagerPolls   = 64
+	relaxPerPoll = 1
+)
 
 func (t *Transport) stopped(ctx context.Context) error {
 	if t.closing.Load() {

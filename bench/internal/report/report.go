@@ -55,6 +55,10 @@ type Row struct {
 	Wrong  int64   `json:"wrong"`   // wrong elements over all ranks; -1: not checked
 	Algo   string  `json:"algo"`
 	Iters  int     `json:"iters"`
+	// MovedPerByte (collbench -traffic) is the bytes each rank moved
+	// through memory per iteration, per byte of Size, the mean over the
+	// ranks (see docs/traffic.md).
+	MovedPerByte float64 `json:"moved_per_byte,omitempty"`
 	// Over repeated runs merged by Merge: TimeUS is the median, these the
 	// fastest and slowest run, Runs how many runs had this size.
 	TimeMinUS float64 `json:"time_min_us,omitempty"`
