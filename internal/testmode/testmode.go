@@ -32,7 +32,8 @@ var sampled = quick || settings.Conformance(os.LookupEnv) == "transport"
 // transport rather than the reductions, and as the quick check does too:
 // one element type per shape a transport can tell apart (each size, and
 // 16-bit floats, whose partial results travel as float32), every op on
-// float32 alone, and ExactSum without the GOCOLL_ALGO overrides it ignores.
+// float32 alone, ExactSum without the GOCOLL_ALGO overrides it ignores,
+// and jobs of 1, 2, 3 and 8 ranks.
 // The reductions are the same code over every transport; the full run
 // (.ci/test) tries every type and op over tcp and shm, and internal/reduce
 // tests every kernel against its scalar reference. The race run and the
