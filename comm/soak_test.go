@@ -18,9 +18,13 @@ import (
 // the long-running counterpart of the conformance suite, for the bugs that
 // only show after many calls (slot reuse, credit leaks, sequence wrap,
 // races that -race catches only when they happen). GOCOLL_SOAK sets the
-// number of collectives (default 3000, about half a minute under -race).
+// number of collectives (default 3000; 1000 with -short, as in CI's race
+// run, which also runs the 3000 without the race detector).
 func TestSoak(t *testing.T) {
 	calls := 3000
+	if testing.Short() {
+		calls = 1000 // .ci/test runs the 3000 without -race too
+	}
 	if v, err := strconv.Atoi(os.Getenv("GOCOLL_SOAK")); err == nil && v > 0 {
 		calls = v
 	}

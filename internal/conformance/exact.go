@@ -10,6 +10,7 @@ import (
 	"github.com/gocoll/gocoll/collectives"
 	"github.com/gocoll/gocoll/internal/exactref"
 	"github.com/gocoll/gocoll/internal/reduce"
+	"github.com/gocoll/gocoll/internal/testmode"
 	"github.com/gocoll/gocoll/transport"
 )
 
@@ -105,6 +106,14 @@ func testExactSum(t *testing.T, ts []transport.Transport) {
 	n := len(ts)
 	maxMsg := ts[0].MaxMessage()
 	types := []reduce.DType{reduce.Float32, reduce.Float64, reduce.Float16, reduce.BFloat16}
+	names := []string{"auto", "ring", "rd", "rabenseifner", "tree", "pairwise"}
+	if testmode.Sampled() {
+		// One algorithm computes ExactSum whatever the override (see
+		// collectives/exact.go), so the overrides send a transport the
+		// same messages as auto; and bfloat16 travels as float16 does.
+		// The full suite tries them all.
+		types, names = []reduce.DType{reduce.Float32, reduce.Float64, reduce.Float16}, []string{"auto"}
+	}
 	counts := func(dt reduce.DType) []int {
 		c := []int{1, n + 1, 1031}
 		if dt == reduce.Float32 {
@@ -117,7 +126,7 @@ func testExactSum(t *testing.T, ts []transport.Transport) {
 	for _, dt := range types {
 		for _, count := range counts(dt) {
 			ins, want := exactInputs(dt, n, count, int64(n*100000+int(dt)*1000+count))
-			for _, name := range []string{"auto", "ring", "rd", "rabenseifner", "tree", "pairwise"} {
+			for _, name := range names {
 				j := allreduce[name]
 				t.Run(fmt.Sprintf("AllReduce/%s/%v/%d", name, dt, count), func(t *testing.T) {
 					bufs := clone(ins)
@@ -133,6 +142,9 @@ func testExactSum(t *testing.T, ts []transport.Transport) {
 	}
 	rs := algoJobs(ts, collectives.ReduceScatter, "ring", "pairwise")
 	for _, name := range []string{"auto", "ring", "pairwise"} {
+		if testmode.Sampled() && name != "auto" {
+			continue
+		}
 		j := rs[name]
 		for _, dt := range types {
 			t.Run(fmt.Sprintf("ReduceScatter/%s/%v", name, dt), func(t *testing.T) {

@@ -31,7 +31,7 @@ var allTypes = []reduce.DType{
 var allOps = []reduce.Op{reduce.Sum, reduce.Prod, reduce.Min, reduce.Max, reduce.Avg, reduce.ExactSum}
 
 // transportTypes are the types a transport-only run tries (see
-// testmode.TransportOnly): each element size, the 16-bit float whose
+// testmode.Sampled): each element size, the 16-bit float whose
 // partials are wider on the wire, and the types heavy and copyHeavy
 // pick for the multi-message sizes.
 var transportTypes = []reduce.DType{
@@ -40,7 +40,7 @@ var transportTypes = []reduce.DType{
 
 // suiteTypes are the element types the suite tries.
 func suiteTypes() []reduce.DType {
-	if testmode.TransportOnly() {
+	if testmode.Sampled() {
 		return transportTypes
 	}
 	return allTypes
@@ -49,7 +49,7 @@ func suiteTypes() []reduce.DType {
 // suiteOps are the ops the suite tries on dt: all of them, or in a
 // transport-only run every op on float32 and sums on the rest.
 func suiteOps(dt reduce.DType) []reduce.Op {
-	if testmode.TransportOnly() && dt != reduce.Float32 {
+	if testmode.Sampled() && dt != reduce.Float32 {
 		return []reduce.Op{reduce.Sum}
 	}
 	return allOps

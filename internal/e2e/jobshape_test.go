@@ -360,7 +360,11 @@ func TestLastCallMismatch(t *testing.T) {
 			if tr == "shm" {
 				s.hosts = []int{4}
 			}
-			for range 3 {
+			reps := 3
+			if testmode.Quick() {
+				reps = 1 // the full run repeats it
+			}
+			for range reps {
 				args := append([]string{"-n", fmt.Sprint(s.size()), filepath.Join(bin, "jobshape")}, s.args()...)
 				out, _ := grun(t, time.Minute, s.env(), args...)
 				res, faultAt := parseJob(out, s.size())

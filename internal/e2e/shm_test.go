@@ -31,17 +31,21 @@ func devShm(t *testing.T) []string {
 // checking from the info log that the intended transport and algorithm ran.
 func TestSHMAcrossProcesses(t *testing.T) {
 	cases := []struct {
-		n    int
-		env  []string
-		want []string
+		n     int
+		env   []string
+		want  []string
+		quick bool // in the quick check too: shm chosen by auto, and hier
 	}{
-		{2, []string{"GOCOLL_TRANSPORT=shm"}, []string{"transport=shm"}},
-		{4, []string{"GOCOLL_TRANSPORT=shm"}, []string{"transport=shm"}},
-		{3, nil, []string{"transport=shm", `why="auto: every rank on this host"`}},
-		{4, []string{"GOCOLL_FAKE_HOSTS=2"}, []string{"transport=shm+tcp", "algo=hier"}},
-		{5, []string{"GOCOLL_FAKE_HOSTS=2", "GOCOLL_ALGO=allreduce=ring"}, []string{"transport=shm+tcp", "algo=ring"}},
+		{2, []string{"GOCOLL_TRANSPORT=shm"}, []string{"transport=shm"}, false},
+		{4, []string{"GOCOLL_TRANSPORT=shm"}, []string{"transport=shm"}, false},
+		{3, nil, []string{"transport=shm", `why="auto: every rank on this host"`}, true},
+		{4, []string{"GOCOLL_FAKE_HOSTS=2"}, []string{"transport=shm+tcp", "algo=hier"}, true},
+		{5, []string{"GOCOLL_FAKE_HOSTS=2", "GOCOLL_ALGO=allreduce=ring"}, []string{"transport=shm+tcp", "algo=ring"}, false},
 	}
 	for _, tc := range cases {
+		if testmode.Quick() && !tc.quick {
+			continue // the full run (.ci/test) has it
+		}
 		t.Run(fmt.Sprintf("n=%d/%s", tc.n, strings.Join(tc.env, ",")), func(t *testing.T) {
 			before := devShm(t)
 			env := append([]string{"GOCOLL_DEBUG=info"}, tc.env...)

@@ -25,13 +25,18 @@ func SkipIfQuick(t testing.TB) {
 	}
 }
 
-var transportOnly = settings.Conformance(os.LookupEnv) == "transport"
+var sampled = quick || settings.Conformance(os.LookupEnv) == "transport"
 
-// TransportOnly reports whether GOCOLL_CONFORMANCE=transport asks the
-// conformance suite to test a transport rather than the reductions: one
-// element type per shape a transport can tell apart (each size, and
+// Sampled reports whether the conformance suite samples element types and
+// ops, as GOCOLL_CONFORMANCE=transport asks for a run that tests a
+// transport rather than the reductions, and as the quick check does too:
+// one element type per shape a transport can tell apart (each size, and
 // 16-bit floats, whose partial results travel as float32), every op on
-// float32 alone, and job sizes 1, 2, 3, 4 and 8. The reductions are the same code over every transport,
-// and the tcp and shm runs test every type and op; the RDMA run in the
-// emulated VM, where each collective costs a hundred times more, samples.
-func TransportOnly() bool { return transportOnly }
+// float32 alone, ExactSum without the GOCOLL_ALGO overrides it ignores,
+// and jobs of 1, 2, 3 and 8 ranks.
+// The reductions are the same code over every transport; the full run
+// (.ci/test) tries every type and op over tcp and shm, and internal/reduce
+// tests every kernel against its scalar reference. The race run and the
+// RDMA run in the emulated VM, where each collective costs a hundred times
+// more, sample.
+func Sampled() bool { return sampled }
