@@ -9,7 +9,7 @@
 // transports then make the link themselves. RDMA's queue pair numbers,
 // GIDs and memory keys never go through the store: two ranks exchange
 // them over a short token-authenticated TCP connection of their own
-// (transport/rdma/cm.go). Every connection to the
+// (transport/rdma/links.go). Every connection to the
 // store proves it holds the per-job token (see internal/auth) before it may
 // read or write anything, and every frame's length is checked before it is
 // read, so strangers and garbage are refused without disturbing the job.
