@@ -179,12 +179,18 @@ func (b Board) ClosedBefore() error {
 // closeCompareWait bounds how long Close waits for the other ranks'
 // last calls (see lastCallsAgree). Ranks that end together close within
 // milliseconds of one another, and a rank waiting in a call the others
-// never made publishes it within stallProbeAfter and a tick. The bound
-// is that latency on a machine so overloaded that a rank waits seconds
-// for a CPU: a mismatch missed here passes silently, while the wait
-// costs only a Close that ranks reach unevenly (as MPI_Finalize, which
-// waits for every rank). One still busy after it is not waited for.
-const closeCompareWait = 2 * time.Second
+// never made publishes it within stallProbeAfter and a tick. Once a rank
+// is seen in a later call, Close waits closeVerdictWait at most for the
+// rest (a rank waiting in a point-to-point call publishes nothing); while
+// none is, it waits up to closeCompareWait, the latency on a machine so
+// overloaded that a rank waits seconds for a CPU: a mismatch missed here
+// passes silently, while the wait costs only a Close that ranks reach
+// unevenly (as MPI_Finalize, which waits for every rank). One still busy
+// after it is not waited for.
+const (
+	closeCompareWait = 2 * time.Second
+	closeVerdictWait = 500 * time.Millisecond
+)
 
 // CompareLast compares mine, this rank's last calls as it closes, with
 // those the other ranks publish as they close (PublishLast) or while
@@ -200,6 +206,7 @@ func (b Board) CompareLast(mine []byte) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), closeCompareWait)
 	defer cancel()
+	verdictBy := time.Now().Add(closeVerdictWait)
 	prefix := b.Prefix
 	// Ranks that left the job before this Close (a call of theirs timed
 	// out waiting for this rank, say) wait for nothing now, and said why
@@ -245,7 +252,7 @@ func (b Board) CompareLast(mine []byte) error {
 			// finished its part of.
 			return Told{fmt.Errorf("%s: %w", f.text, collectives.ErrMismatch)}
 		}
-		if len(seen) >= b.Names.Size-1 {
+		if len(seen) >= b.Names.Size-1 || len(beyond) > 0 && time.Now().After(verdictBy) {
 			break
 		}
 		select {
