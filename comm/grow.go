@@ -61,6 +61,7 @@ const canGrow = "replacements link to the members over TCP made on demand, which
 // another rank may see a newcomer a step earlier or later, so ranks must
 // decide together when to grow, for instance by adding Pending to a
 // value they allreduce anyway and growing when the sum is positive.
+// Once Grow returns, it no longer counts the joiners that Grow admitted.
 // It is 0 outside an elastic job.
 func (c *Communicator) Pending() int {
 	if c == nil {
@@ -167,7 +168,7 @@ func (c *Communicator) Grow(ctx context.Context) (*Communicator, error) {
 	for i := range members {
 		members[i] = c.ext.ch.JobRank(i)
 	}
-	joiners, err := c.agreeJoiners(ctx, seq)
+	joiners, waiting, err := c.agreeJoiners(ctx, seq)
 	if err != nil {
 		return nil, fmt.Errorf("%s: grow: %w", c.names().Prefix(), err)
 	}
@@ -194,6 +195,17 @@ func (c *Communicator) Grow(ctx context.Context) (*Communicator, error) {
 			return nil, fmt.Errorf("%s: grow: %w", c.names().Prefix(), c.storeGone(err))
 		}
 	}
+	// Pending must not count the joiners admitted: the watcher may have
+	// read them waiting a moment ago and would say so until its next
+	// read, and ranks that grow again on a positive sum would admit
+	// nobody while the next replacement has not arrived yet.
+	left := 0
+	for _, j := range waiting {
+		if !slices.Contains(joiners, j) {
+			left++
+		}
+	}
+	root.pendingAfterGrow(left)
 	// c, and what was split from it, end here: the ranks move on.
 	c.ext.grown.Store(true)
 	cause := fmt.Errorf("%w: it was grown", ErrBroken)
@@ -211,24 +223,24 @@ func (c *Communicator) Grow(ctx context.Context) (*Communicator, error) {
 }
 
 // agreeJoiners returns the job ranks the members of c agree to admit in
-// their seq-th Grow: the first proposal stored wins. A rank proposes the
-// replacements it finds waiting that have not left the store.
-func (c *Communicator) agreeJoiners(ctx context.Context, seq int64) ([]int, error) {
+// their seq-th Grow (the first proposal stored wins), and those this
+// rank found waiting. A rank proposes the replacements it finds waiting
+// that have not left the store.
+func (c *Communicator) agreeJoiners(ctx context.Context, seq int64) (joiners, waiting []int, err error) {
 	key := "elastic/" + strconv.FormatUint(c.ext.id, 16) + "/grow/" + strconv.FormatInt(seq, 10)
 	store := c.calls
 	m, err := store.Scan(ctx, pendingPrefix)
 	if err != nil {
-		return nil, c.storeGone(err)
+		return nil, nil, c.storeGone(err)
 	}
 	ds, err := store.Departures(ctx, 0)
 	if err != nil {
-		return nil, c.storeGone(err)
+		return nil, nil, c.storeGone(err)
 	}
 	gone := map[int]bool{}
 	for _, d := range ds {
 		gone[d.Rank] = true
 	}
-	var waiting []int
 	for k, v := range m {
 		j, err := strconv.Atoi(strings.TrimPrefix(k, pendingPrefix))
 		if err != nil || !strings.HasPrefix(string(v), "wait ") {
@@ -244,9 +256,39 @@ func (c *Communicator) agreeJoiners(ctx context.Context, seq int64) ([]int, erro
 	slices.Sort(waiting)
 	v, err := store.Create(ctx, key, []byte(rankList(waiting)))
 	if err != nil {
-		return nil, c.storeGone(err)
+		return nil, nil, c.storeGone(err)
 	}
-	return parseRanks(string(v))
+	joiners, err = parseRanks(string(v))
+	return joiners, waiting, err
+}
+
+// pendingSeen sets Pending's count, on the job's communicator c, to n
+// replacements the watcher found waiting, unless a Grow set it since
+// the watcher took gen (pendingGeneration) before reading the store: n
+// may then count the joiners that Grow admitted.
+func (c *Communicator) pendingSeen(gen uint64, n int) {
+	c.ext.pendingMu.Lock()
+	defer c.ext.pendingMu.Unlock()
+	if gen == c.ext.pendingGen {
+		c.ext.pending.Store(int64(n))
+	}
+}
+
+// pendingAfterGrow sets Pending's count, on the job's communicator c, to
+// the n replacements still waiting after a Grow, and drops what the
+// watcher is reading meanwhile.
+func (c *Communicator) pendingAfterGrow(n int) {
+	c.ext.pendingMu.Lock()
+	defer c.ext.pendingMu.Unlock()
+	c.ext.pendingGen++
+	c.ext.pending.Store(int64(n))
+}
+
+// pendingGeneration counts the Grows that set Pending's count.
+func (c *Communicator) pendingGeneration() uint64 {
+	c.ext.pendingMu.Lock()
+	defer c.ext.pendingMu.Unlock()
+	return c.ext.pendingGen
 }
 
 // watchPending keeps the job communicator's count of waiting
@@ -274,6 +316,7 @@ func (c *Communicator) watchPending() {
 			return
 		case <-tick.C:
 		}
+		gen := c.pendingGeneration()
 		m, err := cl.Scan(ctx, pendingPrefix)
 		if err != nil {
 			return
@@ -284,7 +327,7 @@ func (c *Communicator) watchPending() {
 				n++
 			}
 		}
-		c.ext.pending.Store(int64(n))
+		c.pendingSeen(gen, n)
 	}
 }
 

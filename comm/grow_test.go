@@ -107,6 +107,11 @@ func growAfterDeath(t *testing.T, opts []comm.Option) {
 		if want := map[int]int{0: 0, 1: 1, 3: 2}[r]; gc.Rank() != want || gc.Size() != 4 {
 			return fmt.Errorf("grown to rank %d of %d, want %d of 4", gc.Rank(), gc.Size(), want)
 		}
+		// At once, not at the watcher's next look at the store: ranks
+		// that grow again on a positive sum would admit nobody.
+		if n := gc.Pending(); n != 0 {
+			return fmt.Errorf("Pending = %d right after the Grow that admitted the only replacement, want 0", n)
+		}
 		if err := checkGrown(ctx, gc); err != nil {
 			return err
 		}

@@ -115,6 +115,19 @@ func planAgreed(t *testing.T, n int, ops []planOp, opts []comm.Option, seed uint
 	var wg sync.WaitGroup
 	var final []*comm.Communicator
 	var joinErrs []error
+	// The victim of a grow step dies once the n-1 others reached that
+	// step: Die resets its links at once, which would otherwise make a
+	// survivor still finishing the previous step's calls fail there, a
+	// death inside a call that this test does not model.
+	arrived := make([]chan struct{}, len(ops))
+	left := make([]int, len(ops))
+	for i := range ops {
+		arrived[i], left[i] = make(chan struct{}), n-1
+	}
+	// A survivor's failure ends the replacements' waits too, so that a
+	// Grow that admitted nobody fails the test at once.
+	joinCtx, endJoins := context.WithCancel(context.Background())
+	defer endJoins()
 	// proc is one process from step on: orig is its index in cs, or -1
 	// for a replacement.
 	var proc func(ctx context.Context, cur *comm.Communicator, orig, step int) error
@@ -158,10 +171,20 @@ func planAgreed(t *testing.T, n int, ops []planOp, opts []comm.Option, seed uint
 				continue
 			}
 			if orig == op.victim {
+				select {
+				case <-arrived[step]:
+				case <-ctx.Done():
+					return fmt.Errorf("%s: waiting for the others before dying: %w", where, context.Cause(ctx))
+				}
 				comm.Die(cs[orig])
 				cur = nil
 				return nil
 			}
+			mu.Lock()
+			if left[step]--; left[step] == 0 {
+				close(arrived[step])
+			}
+			mu.Unlock()
 			err := cur.Barrier(ctx)
 			if !errors.Is(err, comm.ErrPeerLost) && !errors.Is(err, comm.ErrBroken) {
 				return fmt.Errorf("%s: barrier with a dead rank: %v, want ErrPeerLost or ErrBroken", where, err)
@@ -178,7 +201,7 @@ func planAgreed(t *testing.T, n int, ops []planOp, opts []comm.Option, seed uint
 				wg.Add(1)
 				go func(step int) {
 					defer wg.Done()
-					ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+					ctx, cancel := context.WithTimeout(joinCtx, time.Minute)
 					defer cancel()
 					jc, err := comm.New(ctx, cfg, opts...)
 					if err == nil {
@@ -210,6 +233,17 @@ func planAgreed(t *testing.T, n int, ops []planOp, opts []comm.Option, seed uint
 			if err != nil {
 				return fmt.Errorf("%s: grow: %w", where, err)
 			}
+			// The replacement was seen waiting (the sum of Pending was
+			// positive), so Grow must have admitted it: a Grow that
+			// returns sc itself leaves it waiting until its timeout.
+			if gc.Size() != sc.Size()+1 {
+				return fmt.Errorf("%s: grow: the grown communicator has %d ranks, want %d (the %d survivors and the replacement)", where, gc.Size(), sc.Size()+1, sc.Size())
+			}
+			// Nor may Pending still count the replacement admitted: the
+			// next grow step would then grow before its replacement came.
+			if p := gc.Pending(); p != 0 {
+				return fmt.Errorf("%s: grow: Pending = %d right after the Grow that admitted the only replacement, want 0", where, p)
+			}
 			cur = gc
 			if err := agreeOn(ctx, cur, where+", grown"); err != nil {
 				return err
@@ -218,7 +252,11 @@ func planAgreed(t *testing.T, n int, ops []planOp, opts []comm.Option, seed uint
 		return cur.Barrier(ctx)
 	}
 	errs := each(t, cs, func(ctx context.Context, c *comm.Communicator) error {
-		return proc(ctx, c, c.Rank(), 0)
+		err := proc(ctx, c, c.Rank(), 0)
+		if err != nil {
+			endJoins()
+		}
+		return err
 	})
 	wg.Wait()
 	for r, err := range errs {
