@@ -14,6 +14,7 @@ import (
 	"github.com/gocoll/gocoll/bootstrap"
 	"github.com/gocoll/gocoll/collectives"
 	"github.com/gocoll/gocoll/internal/blame"
+	"github.com/gocoll/gocoll/internal/elastic"
 	"github.com/gocoll/gocoll/internal/logging"
 	"github.com/gocoll/gocoll/internal/plan"
 	"github.com/gocoll/gocoll/internal/reduce"
@@ -287,7 +288,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Communicator, error)
 	if s.Elastic && cfg.Size > 1 && cfg.Addr != "" && !cfg.Serve {
 		// A process started after an elastic job began is a
 		// replacement: it joins the running job (see Grow).
-		store, err := runningJob(ctx, cfg)
+		store, err := elastic.Running(ctx, cfg)
 		if err != nil {
 			return nil, fmt.Errorf("comm: rank %d of %d: %w", cfg.Rank, cfg.Size, err)
 		}

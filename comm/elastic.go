@@ -2,15 +2,12 @@ package comm
 
 import (
 	"context"
-	"encoding/binary"
-	"errors"
 	"fmt"
-	"hash/fnv"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
+	"github.com/gocoll/gocoll/internal/elastic"
+	"github.com/gocoll/gocoll/internal/sentinel"
 	"github.com/gocoll/gocoll/transport"
 )
 
@@ -20,7 +17,7 @@ import (
 // in Init to join a running job, every member of the job closed or left
 // before a Grow admitted it. It cannot rejoin that communicator; it
 // should close what it holds and exit.
-var ErrExcluded = errors.New("left out of the communicator the others went on with")
+var ErrExcluded = sentinel.Excluded
 
 // WithElastic makes the job elastic (see Shrink): a communicator that
 // fails ends alone, leaving the connections to the live ranks up, so that
@@ -28,10 +25,6 @@ var ErrExcluded = errors.New("left out of the communicator the others went on wi
 func WithElastic(on bool) Option {
 	return func(s *settings) { s.Elastic = on }
 }
-
-// shrinkPoll is how often a rank in Shrink looks at the store for the
-// others' arrivals and departures.
-const shrinkPoll = 5 * time.Millisecond
 
 // Shrink is how the survivors of a failure go on without the ranks they
 // lost, as ULFM's MPI_Comm_shrink and ncclCommShrink: every live rank of
@@ -113,36 +106,30 @@ func (c *Communicator) Shrink(ctx context.Context) (*Communicator, error) {
 	for i := range members {
 		members[i] = c.ext.ch.JobRank(i)
 	}
-	survivors, err := c.agreeSurvivors(ctx, members)
+	var lost []int
+	if ln, ok := c.ext.mux.Transport().(transport.LossNotifier); ok {
+		for _, pe := range lossList(ln.LostErr()) {
+			if slices.Contains(members, pe.Peer) {
+				lost = append(lost, pe.Peer)
+			}
+		}
+	}
+	survivors, err := c.member().Survivors(ctx, members, lost)
 	if err != nil {
 		return nil, fmt.Errorf("%s: shrink: %w", c.names().Prefix(), err)
 	}
 	me := c.names().JobRank(c.cfg.Rank)
 	if !slices.Contains(survivors, me) {
-		return nil, fmt.Errorf("%s: shrink: the survivors (job ranks %s) agreed without this rank: %w", c.names().Prefix(), rankList(survivors), ErrExcluded)
+		return nil, fmt.Errorf("%s: shrink: the survivors (job ranks %s) agreed without this rank: %w", c.names().Prefix(), elastic.RankList(survivors), ErrExcluded)
 	}
-	gen := c.ext.gen + 1
-	name := strings.TrimSuffix(c.ext.name, fmt.Sprintf("shrink #%d", c.ext.gen))
-	name = strings.TrimSuffix(name, " > ")
-	if name != "" {
-		name += " > "
-	}
-	name += fmt.Sprintf("shrink #%d", gen)
-	// A hash of the old id alone: every survivor computes it on its own,
-	// and a communicator is shrunk once.
-	h := fnv.New64a()
-	var b [16]byte
-	binary.LittleEndian.PutUint64(b[0:], c.ext.id)
-	binary.LittleEndian.PutUint64(b[8:], 0x4b4e49524853) // "SHRINK"
-	h.Write(b[:])
-	id := h.Sum64() | 1
+	id, name := elastic.Shrunk(c.ext.id, c.ext.name, c.ext.gen)
 	nc, err := c.child(id, survivors, name)
 	if err != nil {
 		return nil, fmt.Errorf("%s: shrink: %w", c.names().Prefix(), err)
 	}
-	nc.ext.gen = gen
+	nc.ext.gen = c.ext.gen + 1
 	nc.ext.shrunkFrom = c
-	c.log.Info("shrunk", "survivors", rankList(survivors), "lost", len(members)-len(survivors),
+	c.log.Info("shrunk", "survivors", elastic.RankList(survivors), "lost", len(members)-len(survivors),
 		"rank", nc.Rank(), "size", nc.Size(), "took", time.Since(start).Round(time.Microsecond))
 	return nc, nil
 }
@@ -173,116 +160,10 @@ func (c *Communicator) endDescendants(cause error) {
 	}
 }
 
-// agreeSurvivors returns the job ranks among members that the ranks in
-// Shrink agreed survive, in members' order. Each rank publishes which
-// members it lost; once every member has either done so or is known gone
-// (departed from the store, or lost by one that published), a rank
-// proposes the members that published and that nobody lost, and the
-// store keeps the first proposal: the one every rank then acts on.
-func (c *Communicator) agreeSurvivors(ctx context.Context, members []int) ([]int, error) {
-	base := "elastic/" + strconv.FormatUint(c.ext.id, 16) + "/"
-	me := c.names().JobRank(c.cfg.Rank)
-	store := c.calls
-	var lost []int
-	if ln, ok := c.ext.mux.Transport().(transport.LossNotifier); ok {
-		for _, pe := range lossList(ln.LostErr()) {
-			if slices.Contains(members, pe.Peer) {
-				lost = append(lost, pe.Peer)
-			}
-		}
-	}
-	// The ranks still waited for when ctx ends: all but this one, until
-	// the store says otherwise.
-	var waiting []int
-	for _, j := range members {
-		if j != me {
-			waiting = append(waiting, j)
-		}
-	}
-	fail := func(err error) error {
-		if ctx.Err() == nil {
-			return c.storeGone(err)
-		}
-		names := make([]string, len(waiting))
-		for i, j := range waiting {
-			names[i] = c.names().JobWho(j)
-		}
-		return fmt.Errorf("%w: %s neither called Shrink nor left the job: %w",
-			ErrTimeout, strings.Join(names, ", "), context.Cause(ctx))
-	}
-	if err := store.Put(ctx, base+"in/"+strconv.Itoa(me), []byte(rankList(lost))); err != nil {
-		return nil, fail(err)
-	}
-	for {
-		m, err := store.Scan(ctx, base)
-		if err != nil {
-			return nil, fail(err)
-		}
-		if v, ok := m[base+"decided"]; ok {
-			return parseRanks(string(v))
-		}
-		ds, err := store.Departures(ctx, 0)
-		if err != nil {
-			return nil, fail(err)
-		}
-		gone := map[int]bool{}
-		for _, d := range ds {
-			gone[d.Rank] = true
-		}
-		closed, err := store.Scan(ctx, "elastic/closed/")
-		if err != nil {
-			return nil, fail(err)
-		}
-		for k := range closed {
-			if j, err := strconv.Atoi(strings.TrimPrefix(k, "elastic/closed/")); err == nil {
-				gone[j] = true
-			}
-		}
-		in := map[int]bool{}
-		for _, j := range members {
-			v, ok := m[base+"in/"+strconv.Itoa(j)]
-			if !ok {
-				continue
-			}
-			in[j] = true
-			ls, err := parseRanks(string(v))
-			if err != nil {
-				return nil, fmt.Errorf("rank %d's entry in the store: %w", j, err)
-			}
-			for _, l := range ls {
-				gone[l] = true
-			}
-		}
-		var missing, alive []int
-		for _, j := range members {
-			switch {
-			case gone[j]:
-			case in[j]:
-				alive = append(alive, j)
-			default:
-				missing = append(missing, j)
-			}
-		}
-		if len(missing) == 0 {
-			v, err := store.Create(ctx, base+"decided", []byte(rankList(alive)))
-			if err != nil {
-				return nil, fail(err)
-			}
-			return parseRanks(string(v))
-		}
-		waiting = missing
-		select {
-		case <-ctx.Done():
-			return nil, fail(ctx.Err())
-		case <-time.After(shrinkPoll):
-		}
-	}
+// member is c's side of the elastic agreements in the store.
+func (c *Communicator) member() elastic.Member {
+	return elastic.Member{Store: c.calls, Names: c.names(), ID: c.ext.id, Source: c.cfg.Source}
 }
-
-// closedKey is where a rank of an elastic job says it closed the job's
-// communicator: it left in good order, which the store's departures do
-// not list, and the others must not wait for it in Shrink.
-func closedKey(jobRank int) string { return "elastic/closed/" + strconv.Itoa(jobRank) }
 
 // sayClosed tells the store this rank closes the job's communicator of an
 // elastic job.
@@ -290,21 +171,7 @@ func (c *Communicator) sayClosed() {
 	if !c.elastic || c.ext.root != nil || c.calls == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-	defer cancel()
-	c.calls.Put(ctx, closedKey(c.cfg.Rank), nil)
-}
-
-// storeGone explains a failed request to the store during Shrink.
-func (c *Communicator) storeGone(err error) error {
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-		return err
-	}
-	where := "the launcher's"
-	if c.cfg.Source != "grun" && c.cfg.Source != "local" {
-		where = "rank 0's (it serves the store under " + c.cfg.Source + "; recovery from rank 0's loss needs grun's store)"
-	}
-	return fmt.Errorf("%w: the rendezvous store, %s, is unreachable, so no survivor can know what the others agreed: %w", ErrPeerLost, where, err)
+	elastic.SayClosed(c.calls, c.cfg.Rank)
 }
 
 // lossList is the peers a LossNotifier's LostErr names.
@@ -361,27 +228,4 @@ func (c *Communicator) memberDeparted() error {
 		}
 	}
 	return nil
-}
-
-func rankList(rs []int) string {
-	s := make([]string, len(rs))
-	for i, r := range rs {
-		s[i] = strconv.Itoa(r)
-	}
-	return strings.Join(s, ",")
-}
-
-func parseRanks(v string) ([]int, error) {
-	if v == "" {
-		return nil, nil
-	}
-	var rs []int
-	for _, f := range strings.Split(v, ",") {
-		r, err := strconv.Atoi(f)
-		if err != nil || r < 0 {
-			return nil, fmt.Errorf("bad rank list %q in the store: %w", v, ErrInvalid)
-		}
-		rs = append(rs, r)
-	}
-	return rs, nil
 }

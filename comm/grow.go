@@ -2,57 +2,16 @@ package comm
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/binary"
-	"encoding/hex"
-	"errors"
 	"fmt"
-	"hash/fnv"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/gocoll/gocoll/bootstrap"
 	"github.com/gocoll/gocoll/collectives"
+	"github.com/gocoll/gocoll/internal/elastic"
 	"github.com/gocoll/gocoll/transport/tcp"
 )
-
-// How a replacement joins a running elastic job, through the store:
-//
-//   - every rank of an elastic job puts bootstrap.ElasticRunningKey once
-//     its communicator is built, and its transport under
-//     elastic/transport/<rank> ("<name> <max message> <spare>" if it
-//     listens on TCP for replacements, such as "shm 262144 68", else the
-//     name of a transport that cannot grow);
-//   - a process whose Init finds the job running takes the first free
-//     job rank past the job's size (a create on elastic/joinrank/<k>),
-//     joins the store under it, listens, publishes its TCP address (it
-//     links to every member over TCP, whatever the members use among
-//     themselves), takes the job's plan (elastic/plan, which every
-//     member puts with its transport: the agreed message size and what
-//     decides the algorithms), and puts
-//     elastic/pending/<k> = "wait <start, unix ns>";
-//   - the running ranks' Grow agrees, with one create, on the joiners
-//     pending, and overwrites each one's entry with
-//     "admit <id> <members> <name>", which that joiner's Init reads.
-
-const (
-	pendingPrefix   = "elastic/pending/"
-	transportPrefix = "elastic/transport/"
-	joinRankPrefix  = "elastic/joinrank/"
-)
-
-// pendingEvery is how often a rank of an elastic job looks at the store
-// for replacements waiting to join (Pending's value); joinPoll how often
-// a waiting replacement looks for its admission.
-const (
-	pendingEvery = 100 * time.Millisecond
-	joinPoll     = 10 * time.Millisecond
-)
-
-// canGrow says which transports link to processes started later.
-const canGrow = "replacements link to the members over TCP made on demand, which GOCOLL_TCP_CONNECT=eager turns off"
 
 // Pending is how many replacement processes this rank last saw waiting
 // to join the job (see Grow). It reads a value a background goroutine
@@ -67,7 +26,7 @@ func (c *Communicator) Pending() int {
 	if c == nil {
 		return 0
 	}
-	return int(c.rootOrSelf().ext.pending.Load())
+	return c.rootOrSelf().ext.pending.Count()
 }
 
 // Joined reports whether this process joined a running elastic job as a
@@ -154,8 +113,7 @@ func (c *Communicator) Grow(ctx context.Context) (*Communicator, error) {
 	}
 	root := c.rootOrSelf()
 	if root.ext.spare == 0 {
-		return nil, fmt.Errorf("%s: grow: the %s transport cannot link to new processes (%s): %w",
-			c.names().Prefix(), root.tname, canGrow, ErrUnsupported)
+		return nil, fmt.Errorf("%s: grow: %w", c.names().Prefix(), elastic.CannotGrow(root.tname))
 	}
 	start := time.Now()
 	if _, ok := ctx.Deadline(); !ok && c.timeout > 0 {
@@ -168,7 +126,8 @@ func (c *Communicator) Grow(ctx context.Context) (*Communicator, error) {
 	for i := range members {
 		members[i] = c.ext.ch.JobRank(i)
 	}
-	joiners, waiting, err := c.agreeJoiners(ctx, seq)
+	m := c.member()
+	joiners, left, err := m.Joiners(ctx, seq)
 	if err != nil {
 		return nil, fmt.Errorf("%s: grow: %w", c.names().Prefix(), err)
 	}
@@ -176,36 +135,12 @@ func (c *Communicator) Grow(ctx context.Context) (*Communicator, error) {
 		return c, nil
 	}
 	all := append(slices.Clone(members), joiners...)
-	h := fnv.New64a()
-	var b [24]byte
-	binary.LittleEndian.PutUint64(b[0:], c.ext.id)
-	binary.LittleEndian.PutUint64(b[8:], uint64(seq))
-	binary.LittleEndian.PutUint64(b[16:], 0x574f5247) // "GROW"
-	h.Write(b[:])
-	id := h.Sum64() | 1
-	name := "grow #" + strconv.Itoa(int(seq))
-	if c.ext.name != "" {
-		name = c.ext.name + " > " + name
+	id, name := elastic.Grown(c.ext.id, c.ext.name, seq)
+	if err := m.Admit(ctx, joiners, elastic.Admission{ID: id, Members: all, Name: name}); err != nil {
+		return nil, fmt.Errorf("%s: grow: %w", c.names().Prefix(), err)
 	}
-	// Every member says it: the joiner goes on as soon as one has, and
-	// any member may die meanwhile.
-	admit := "admit " + strconv.FormatUint(id, 16) + " " + rankList(all) + " " + name
-	for _, j := range joiners {
-		if err := c.calls.Put(ctx, pendingPrefix+strconv.Itoa(j), []byte(admit)); err != nil {
-			return nil, fmt.Errorf("%s: grow: %w", c.names().Prefix(), c.storeGone(err))
-		}
-	}
-	// Pending must not count the joiners admitted: the watcher may have
-	// read them waiting a moment ago and would say so until its next
-	// read, and ranks that grow again on a positive sum would admit
-	// nobody while the next replacement has not arrived yet.
-	left := 0
-	for _, j := range waiting {
-		if !slices.Contains(joiners, j) {
-			left++
-		}
-	}
-	root.pendingAfterGrow(left)
+	// Pending must not count the joiners admitted.
+	root.ext.pending.AfterGrow(left)
 	// c, and what was split from it, end here: the ranks move on.
 	c.ext.grown.Store(true)
 	cause := fmt.Errorf("%w: it was grown", ErrBroken)
@@ -217,82 +152,13 @@ func (c *Communicator) Grow(ctx context.Context) (*Communicator, error) {
 	}
 	nc.ext.gen = c.ext.gen
 	nc.ext.shrunkFrom = c
-	c.log.Info("grown", "joiners", rankList(joiners), "rank", nc.Rank(), "size", nc.Size(),
+	c.log.Info("grown", "joiners", elastic.RankList(joiners), "rank", nc.Rank(), "size", nc.Size(),
 		"took", time.Since(start).Round(time.Microsecond))
 	return nc, nil
 }
 
-// agreeJoiners returns the job ranks the members of c agree to admit in
-// their seq-th Grow (the first proposal stored wins), and those this
-// rank found waiting. A rank proposes the replacements it finds waiting
-// that have not left the store.
-func (c *Communicator) agreeJoiners(ctx context.Context, seq int64) (joiners, waiting []int, err error) {
-	key := "elastic/" + strconv.FormatUint(c.ext.id, 16) + "/grow/" + strconv.FormatInt(seq, 10)
-	store := c.calls
-	m, err := store.Scan(ctx, pendingPrefix)
-	if err != nil {
-		return nil, nil, c.storeGone(err)
-	}
-	ds, err := store.Departures(ctx, 0)
-	if err != nil {
-		return nil, nil, c.storeGone(err)
-	}
-	gone := map[int]bool{}
-	for _, d := range ds {
-		gone[d.Rank] = true
-	}
-	for k, v := range m {
-		j, err := strconv.Atoi(strings.TrimPrefix(k, pendingPrefix))
-		if err != nil || !strings.HasPrefix(string(v), "wait ") {
-			continue
-		}
-		if gone[j] {
-			// Pending stops counting it.
-			store.Put(ctx, k, []byte("gone"))
-			continue
-		}
-		waiting = append(waiting, j)
-	}
-	slices.Sort(waiting)
-	v, err := store.Create(ctx, key, []byte(rankList(waiting)))
-	if err != nil {
-		return nil, nil, c.storeGone(err)
-	}
-	joiners, err = parseRanks(string(v))
-	return joiners, waiting, err
-}
-
-// pendingSeen sets Pending's count, on the job's communicator c, to n
-// replacements the watcher found waiting, unless a Grow set it since
-// the watcher took gen (pendingGeneration) before reading the store: n
-// may then count the joiners that Grow admitted.
-func (c *Communicator) pendingSeen(gen uint64, n int) {
-	c.ext.pendingMu.Lock()
-	defer c.ext.pendingMu.Unlock()
-	if gen == c.ext.pendingGen {
-		c.ext.pending.Store(int64(n))
-	}
-}
-
-// pendingAfterGrow sets Pending's count, on the job's communicator c, to
-// the n replacements still waiting after a Grow, and drops what the
-// watcher is reading meanwhile.
-func (c *Communicator) pendingAfterGrow(n int) {
-	c.ext.pendingMu.Lock()
-	defer c.ext.pendingMu.Unlock()
-	c.ext.pendingGen++
-	c.ext.pending.Store(int64(n))
-}
-
-// pendingGeneration counts the Grows that set Pending's count.
-func (c *Communicator) pendingGeneration() uint64 {
-	c.ext.pendingMu.Lock()
-	defer c.ext.pendingMu.Unlock()
-	return c.ext.pendingGen
-}
-
 // watchPending keeps the job communicator's count of waiting
-// replacements fresh, on a store connection of its own, until c ends.
+// replacements fresh until c ends.
 func (c *Communicator) watchPending() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -303,122 +169,21 @@ func (c *Communicator) watchPending() {
 		}
 		cancel()
 	}()
-	cl, err := bootstrap.Dial(ctx, c.cfg.Addr, c.cfg.Token)
-	if err != nil {
-		return
-	}
-	defer cl.Close()
-	tick := time.NewTicker(pendingEvery)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		gen := c.pendingGeneration()
-		m, err := cl.Scan(ctx, pendingPrefix)
-		if err != nil {
-			return
-		}
-		n := 0
-		for _, v := range m {
-			if strings.HasPrefix(string(v), "wait ") {
-				n++
-			}
-		}
-		c.pendingSeen(gen, n)
-	}
+	c.ext.pending.Watch(ctx, c.cfg)
 }
 
 // sayRunning tells the store, once the job's communicator of an elastic
 // job is built, that the job runs and whether this rank's transport can
 // link to replacements (see Grow).
 func (c *Communicator) sayRunning(ctx context.Context, maxMessage int) error {
-	what := c.tname
-	if c.ext.spare > 0 {
-		what = fmt.Sprintf("%s %d %d", c.tname, maxMessage, c.ext.spare)
-	} else if strings.HasSuffix(c.tname, "tcp") {
-		what = c.tname + " with GOCOLL_TCP_CONNECT=eager"
-	}
-	if err := c.calls.Put(ctx, transportPrefix+strconv.Itoa(c.cfg.Rank), []byte(what)); err != nil {
-		return err
-	}
-	// Every rank puts the same plan, before the job is said to run: a
-	// replacement finds it whichever rank said so first.
-	if err := c.calls.Put(ctx, jobPlanKey, []byte(c.plan.Encode())); err != nil {
-		return err
-	}
-	if err := c.calls.Put(ctx, bootstrap.ElasticRunningKey, []byte("1")); err != nil {
+	eager := c.ext.spare == 0 && strings.HasSuffix(c.tname, "tcp")
+	if err := elastic.SayRunning(ctx, c.calls, c.cfg.Rank, c.tname, maxMessage, c.ext.spare, eager, c.plan); err != nil {
 		return err
 	}
 	if c.ext.spare > 0 {
 		go c.watchPending()
 	}
 	return nil
-}
-
-// jobOver says whether every member of the running job (its first
-// size ranks and the replacements admitted since) closed its
-// communicator or left: a replacement still waiting then never will be
-// admitted.
-func jobOver(ctx context.Context, store *bootstrap.Client, size int) (bool, error) {
-	closed, err := store.Scan(ctx, "elastic/closed/")
-	if err != nil {
-		return false, err
-	}
-	ds, err := store.Departures(ctx, 0)
-	if err != nil {
-		return false, err
-	}
-	pending, err := store.Scan(ctx, pendingPrefix)
-	if err != nil {
-		return false, err
-	}
-	gone := map[int]bool{}
-	for _, d := range ds {
-		gone[d.Rank] = true
-	}
-	for k := range closed {
-		if j, err := strconv.Atoi(strings.TrimPrefix(k, "elastic/closed/")); err == nil {
-			gone[j] = true
-		}
-	}
-	members := make([]int, 0, size)
-	for j := range size {
-		members = append(members, j)
-	}
-	for k, v := range pending {
-		if j, err := strconv.Atoi(strings.TrimPrefix(k, pendingPrefix)); err == nil && strings.HasPrefix(string(v), "admit ") {
-			members = append(members, j)
-		}
-	}
-	for _, j := range members {
-		if !gone[j] {
-			return false, nil
-		}
-	}
-	return true, nil
-}
-
-// runningJob says whether cfg's job is an elastic job running already,
-// which a process starting now joins as a replacement. It returns the
-// store connection it asked on, to be used for the joining, or nil.
-func runningJob(ctx context.Context, cfg Config) (*bootstrap.Client, error) {
-	store, err := bootstrap.Dial(ctx, cfg.Addr, cfg.Token)
-	if err != nil {
-		return nil, err
-	}
-	m, err := store.Scan(ctx, bootstrap.ElasticRunningKey)
-	if err != nil {
-		store.Close()
-		return nil, err
-	}
-	if _, ok := m[bootstrap.ElasticRunningKey]; !ok {
-		store.Close()
-		return nil, nil
-	}
-	return store, nil
 }
 
 // join makes this process, started with the environment of cfg's job
@@ -439,22 +204,9 @@ func join(ctx context.Context, cfg Config, s settings, store *bootstrap.Client) 
 			store.Close()
 		}
 	}()
-	ts, err := store.Scan(ctx, transportPrefix)
+	spare, err := elastic.Spare(ctx, store)
 	if err != nil {
 		return fail("", err)
-	}
-	spare := 0
-	for k, v := range ts {
-		var name string
-		var mm, sp int
-		if n, _ := fmt.Sscanf(string(v), "%s %d %d", &name, &mm, &sp); n != 3 || sp <= 0 || mm <= 0 {
-			return fail("", fmt.Errorf("%s runs over %s, which cannot link to new processes (%s): %w",
-				strings.Replace(k, transportPrefix, "rank ", 1), v, canGrow, ErrUnsupported))
-		}
-		spare = sp
-	}
-	if spare == 0 {
-		return fail("", fmt.Errorf("no rank said which transport it runs: %w", ErrUnsupported))
 	}
 	// The job's plan, not this process's: it cuts long buffers at the
 	// job's agreed message size (shared memory's slot, if smaller than
@@ -464,32 +216,14 @@ func join(ctx context.Context, cfg Config, s settings, store *bootstrap.Client) 
 	if err != nil {
 		return fail("", err)
 	}
-	jobPlan, err := takeJobPlan(ctx, store, settingsPlan(s, algos, cfg.HalfAccum), s.logger.With("rank", cfg.Rank))
+	jobPlan, err := elastic.JobPlan(ctx, store, settingsPlan(s, algos, cfg.HalfAccum), s.logger.With("rank", cfg.Rank))
 	if err != nil {
 		return fail("", err)
 	}
 	maxMessage := jobPlan.MaxMessage
-	// A fresh job rank: the first past the job's size not taken yet.
-	taken, err := store.Scan(ctx, joinRankPrefix)
+	k, err := elastic.TakeRank(ctx, store, cfg.Size, spare)
 	if err != nil {
 		return fail("", err)
-	}
-	var nonce [8]byte
-	rand.Read(nonce[:])
-	mine := hex.EncodeToString(nonce[:])
-	k := -1
-	for j := cfg.Size + len(taken); j < cfg.Size+spare; j++ {
-		v, err := store.Create(ctx, joinRankPrefix+strconv.Itoa(j), []byte(mine))
-		if err != nil {
-			return fail("", err)
-		}
-		if string(v) == mine {
-			k = j
-			break
-		}
-	}
-	if k < 0 {
-		return fail("", fmt.Errorf("the job admitted its %d replacements already: %w", spare, ErrUnsupported))
 	}
 	prefix = fmt.Sprintf("comm: job rank %d (replacing rank %d of %d)", k, cfg.Rank, cfg.Size)
 	if err := store.Join(ctx, k, cfg.Size, cfg.Job); err != nil {
@@ -510,52 +244,15 @@ func join(ctx context.Context, cfg Config, s settings, store *bootstrap.Client) 
 		t.Close()
 		links.Close()
 	}
-	key := pendingPrefix + strconv.Itoa(k)
-	if err := store.Put(ctx, key, []byte("wait "+strconv.FormatInt(start.UnixNano(), 10))); err != nil {
+	if err := elastic.SayWaiting(ctx, store, k, start); err != nil {
 		abandon()
 		return fail("", err)
 	}
 	s.logger.Info("waiting to join the running job", "job_rank", k, "replaces", cfg.Rank)
-	ended := func() (*Communicator, error) {
+	admit, err := elastic.Admitted(ctx, store, k, cfg.Size)
+	if err != nil {
 		abandon()
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return fail("", fmt.Errorf("%w: no Grow admitted it: %w", ErrTimeout, context.Cause(ctx)))
-		}
-		return fail("", fmt.Errorf("no Grow admitted it before its context ended: %w", context.Cause(ctx)))
-	}
-	var admit string
-	for polls := 1; ; polls++ {
-		m, err := store.Scan(ctx, key)
-		if err == nil && polls%int(pendingEvery/joinPoll) == 0 {
-			var over bool
-			if over, err = jobOver(ctx, store, cfg.Size); err == nil && over {
-				abandon()
-				return fail("", fmt.Errorf("%w: the job ended (every member closed or left) before a Grow admitted it", ErrExcluded))
-			}
-		}
-		if err != nil && ctx.Err() != nil {
-			return ended()
-		}
-		if err != nil {
-			abandon()
-			return fail("waiting to be admitted: ", err)
-		}
-		if v := string(m[key]); strings.HasPrefix(v, "admit ") {
-			admit = v
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return ended()
-		case <-time.After(joinPoll):
-		}
-	}
-	f := strings.SplitN(admit, " ", 4)
-	id, perr := strconv.ParseUint(f[1], 16, 64)
-	all, rerr := parseRanks(f[2])
-	if len(f) < 4 || perr != nil || rerr != nil {
-		abandon()
-		return fail("", fmt.Errorf("bad admission %q in the store: %w", admit, ErrInvalid))
+		return fail("", err)
 	}
 	rcfg := cfg
 	rcfg.Rank = k
@@ -583,7 +280,7 @@ func join(ctx context.Context, cfg Config, s settings, store *bootstrap.Client) 
 	}
 	c.g = collectives.NewGroup(ch, gopts)
 	go c.watchPending()
-	nc, err := c.child(id, all, f[3])
+	nc, err := c.child(admit.ID, admit.Members, admit.Name)
 	if err != nil {
 		c.shutdown()
 		store = nil

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"log/slog"
 
 	"github.com/gocoll/gocoll/bootstrap"
 	"github.com/gocoll/gocoll/collectives"
@@ -17,12 +16,9 @@ import (
 // the settings through the store before the transports connect (rank 0
 // publishes planKey, every other rank compares its own), the link cost
 // and message size with Init's first allreduce once they have. An
-// elastic job also publishes the whole plan under jobPlanKey, where a
-// replacement takes it from.
-const (
-	planKey    = "plan/settings"
-	jobPlanKey = "elastic/plan"
-)
+// elastic job also publishes the whole plan, where a replacement takes
+// it from (internal/elastic: SayRunning, JobPlan).
+const planKey = "plan/settings"
 
 // settingsPlan is the settings half of the plan s asks for, with the
 // parsed GOCOLL_ALGO algos and the job's half accumulation.
@@ -97,27 +93,4 @@ func (c *Communicator) groupOptions() (collectives.Options, error) {
 	o, err := c.plan.Options()
 	o.Logger = c.log
 	return o, err
-}
-
-// takeJobPlan is the plan of the running elastic job that a replacement
-// joins, from the store: the job's, whatever this process's own settings
-// say (mine), so that it chooses as the members do. A setting of its own
-// that differs is logged, at info.
-func takeJobPlan(ctx context.Context, store *bootstrap.Client, mine plan.Plan, log *slog.Logger) (plan.Plan, error) {
-	m, err := store.Scan(ctx, jobPlanKey)
-	if err != nil {
-		return plan.Plan{}, err
-	}
-	v, ok := m[jobPlanKey]
-	if !ok {
-		return plan.Plan{}, fmt.Errorf("the running job published no plan (a job of another gocoll version?): %w", ErrUnsupported)
-	}
-	p, err := plan.Decode(string(v))
-	if err != nil {
-		return plan.Plan{}, fmt.Errorf("the job's plan: %w: %w", err, ErrEnv)
-	}
-	if name, job, here, differ := p.Settings().Diff(mine.Settings()); differ {
-		log.Info("taking the job's plan", "setting", name, "job", job, "this_process", here)
-	}
-	return p, nil
 }

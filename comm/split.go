@@ -7,10 +7,10 @@ import (
 	"hash/fnv"
 	"slices"
 	"sort"
-	"sync"
 	"sync/atomic"
 
 	"github.com/gocoll/gocoll/collectives"
+	"github.com/gocoll/gocoll/internal/elastic"
 	"github.com/gocoll/gocoll/internal/reduce"
 	"github.com/gocoll/gocoll/transport"
 )
@@ -42,19 +42,15 @@ type ext struct {
 	// grown is set once Grow made a new communicator of this one, and
 	// grows counts its Grow calls (the store keys of each agreement);
 	// pending (the job's communicator only) is how many replacements
-	// wait to join, kept fresh by watchPending and set by Grow, which
-	// bumps pendingGen (under pendingMu) so that a count the watcher
-	// read before the admission is dropped (see pendingSeen); spare (the job's
-	// communicator only) is how many the transport can link to, 0 when
-	// it cannot grow (grow.go); joined (the job's communicator only)
-	// says this process joined a running job.
-	joined     bool
-	grown      atomic.Bool
-	grows      atomic.Int64
-	pending    atomic.Int64
-	pendingMu  sync.Mutex
-	pendingGen uint64
-	spare      int
+	// wait to join, kept fresh by watchPending and set by Grow; spare
+	// (the job's communicator only) is how many the transport can link
+	// to, 0 when it cannot grow (grow.go); joined (the job's
+	// communicator only) says this process joined a running job.
+	joined  bool
+	grown   atomic.Bool
+	grows   atomic.Int64
+	pending elastic.Pending
+	spare   int
 	// shapes are the layouts AllReduceMany checked (manyshape.go).
 	shapes manyShapes
 	// took is Stats.Time, counted while timing is set (kindtime.go).

@@ -1,8 +1,9 @@
 // Package sentinel declares the errors package comm documents as its
 // own sentinels (comm.ErrClosed, comm.ErrBroken, comm.ErrUnsupported,
-// comm.ErrAborted, comm.ErrTimeout): comm re-exports these very values,
-// so that the internal packages comm hands its jobs to can wrap them and
-// a program's errors.Is against comm's names still holds. The texts are
+// comm.ErrAborted, comm.ErrTimeout, comm.ErrExcluded): comm re-exports
+// these very values, so that the internal packages comm hands its jobs
+// to can wrap them and a program's errors.Is against comm's names still
+// holds. The texts are
 // part of every message that wraps them.
 package sentinel
 
@@ -20,4 +21,7 @@ var (
 	Aborted = errors.New("communicator aborted")
 	// Timeout: a call ran past its deadline.
 	Timeout = errors.New("timed out")
+	// Excluded: the others went on with an elastic communicator without
+	// this rank.
+	Excluded = errors.New("left out of the communicator the others went on with")
 )
