@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/gocoll/gocoll/internal/blame"
 	"github.com/gocoll/gocoll/internal/elastic"
 	"github.com/gocoll/gocoll/internal/sentinel"
 	"github.com/gocoll/gocoll/transport"
@@ -108,7 +109,7 @@ func (c *Communicator) Shrink(ctx context.Context) (*Communicator, error) {
 	}
 	var lost []int
 	if ln, ok := c.ext.mux.Transport().(transport.LossNotifier); ok {
-		for _, pe := range lossList(ln.LostErr()) {
+		for _, pe := range blame.Lost(ln.LostErr()) {
 			if slices.Contains(members, pe.Peer) {
 				lost = append(lost, pe.Peer)
 			}
@@ -172,60 +173,4 @@ func (c *Communicator) sayClosed() {
 		return
 	}
 	elastic.SayClosed(c.calls, c.cfg.Rank)
-}
-
-// lossList is the peers a LossNotifier's LostErr names.
-func lossList(err error) []*transport.PeerError {
-	switch lost := err.(type) {
-	case *transport.PeerError:
-		return []*transport.PeerError{lost}
-	case transport.Losses:
-		return lost
-	}
-	return nil
-}
-
-// memberLoss is, on an elastic communicator, the losses among its
-// members the shared transport has seen, or nil. The transport says
-// when its first peer is lost, once; a communicator shrunk after that
-// loss must react only to losses of its own members.
-func (c *Communicator) memberLoss(ln transport.LossNotifier) error {
-	var mine transport.Losses
-	for _, pe := range lossList(ln.LostErr()) {
-		if c.names().FromJob(pe.Peer) >= 0 {
-			mine = append(mine, pe)
-		}
-	}
-	switch len(mine) {
-	case 0:
-		return nil
-	case 1:
-		return mine[0]
-	}
-	return mine
-}
-
-// departuresEvery is how often an elastic communicator's watchdog asks
-// the store, while a call runs, whether one of its members has left.
-const departuresEvery = 100 * time.Millisecond
-
-// memberDeparted is, on an elastic communicator, a loss naming the first
-// member the rendezvous store saw leave the job abnormally, or nil.
-func (c *Communicator) memberDeparted() error {
-	if c.calls == nil {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*departuresEvery)
-	defer cancel()
-	ds, err := c.calls.Departures(ctx, 0)
-	if err != nil {
-		return nil
-	}
-	for _, d := range ds {
-		if c.names().FromJob(d.Rank) >= 0 && d.Rank != c.names().JobRank(c.cfg.Rank) {
-			return &transport.PeerError{Peer: d.Rank, Op: "wait for",
-				Err: fmt.Errorf("%w: the rendezvous saw it %s", ErrPeerLost, d.Why)}
-		}
-	}
-	return nil
 }

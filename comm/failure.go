@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/gocoll/gocoll/internal/blame"
-	"github.com/gocoll/gocoll/internal/probe"
 	"github.com/gocoll/gocoll/transport"
 )
 
@@ -139,19 +138,15 @@ func (c *Communicator) explainLoss(err error) error {
 		return err
 	}
 	if mm, _ := c.probe(context.Background()); mm != nil {
-		return also{mm, err}
+		return blame.Also(mm, err)
 	}
 	if errors.Is(err, transport.ErrPeerClosed) {
 		if left := c.board().ClosedBefore(); left != nil {
-			return also{left, err}
+			return blame.Also(left, err)
 		}
 	}
 	return c.withLosses(err)
 }
-
-// lossSettle is how long the watchdog lets further losses arrive after the
-// first, before it fails the running collective.
-const lossSettle = 20 * time.Millisecond
 
 // withLosses adds to err, a failure through a lost peer, every peer the
 // transport has seen lost by now. The link that failed first here may be
@@ -164,7 +159,7 @@ func (c *Communicator) withLosses(err error) error {
 	var notes []string
 	if ln, ok := c.t.(transport.LossNotifier); ok {
 		text := err.Error()
-		for _, pe := range lossList(ln.LostErr()) {
+		for _, pe := range blame.Lost(ln.LostErr()) {
 			// Ranks that gave up say why themselves; repeating each
 			// one's story would bury the rank that died.
 			if t := pe.Err.Error(); !strings.Contains(text, t) && !strings.Contains(t, " gave up: ") {
@@ -190,160 +185,6 @@ func (c *Communicator) leave(why string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	c.store.Leave(ctx, why)
-}
-
-// watch is the communicator's watchdog. It turns two things a running
-// collective cannot see from where it waits into errors: a peer lost
-// anywhere in the job, and a collective that runs longer than the timeout
-// while its context has no deadline (GOCOLL_TIMEOUT). Watching from here
-// keeps the cost off the collectives: they only store their start time.
-func (c *Communicator) watch() {
-	var lost <-chan struct{}
-	ln, _ := c.t.(transport.LossNotifier)
-	if ln != nil && !c.elastic {
-		lost = ln.Lost()
-	}
-	// An elastic communicator looks on every tick for losses among its
-	// own members: the transport's Lost says only when the first peer
-	// of the job goes, which a communicator shrunk after it must ignore.
-	var members transport.LossNotifier
-	var departuresSeen time.Time
-	if c.elastic {
-		members, _ = c.ext.mux.Transport().(transport.LossNotifier)
-	}
-	var tick <-chan time.Time
-	if c.timeout > 0 || c.calls != nil {
-		period := stallTick
-		if c.timeout > 0 && c.calls == nil {
-			period = min(max(c.timeout/20, 10*time.Millisecond), time.Second)
-		}
-		t := time.NewTicker(period)
-		defer t.Stop()
-		tick = t.C
-	}
-	var probing probe.Schedule
-	// The collective seen running on the last tick (1 + its ticket; 0
-	// for none), and since when: the collectives store nothing for this,
-	// as reading the clock would cost them more than the rest of a small
-	// one's bookkeeping.
-	var seen, reported uint64 // reported: the call a stall report was asked for
-	var since time.Time
-	for {
-		select {
-		case <-c.closed:
-			return
-		case <-c.aborted:
-			return
-		case err := <-c.leavers:
-			// The store saw a rank leave that this rank may have no link
-			// to. Let the links that did break say so first, as below.
-			select {
-			case <-c.closed:
-				return
-			case <-c.aborted:
-				return
-			case <-time.After(lossSettle):
-			}
-			if ln != nil && ln.LostErr() != nil {
-				err = fmt.Errorf("%w (also lost: %w)", err, ln.LostErr())
-			}
-			if mm, _ := c.probe(context.Background()); mm != nil {
-				err = also{mm, err}
-			}
-			if _, running := c.turns.inFlight(); running {
-				c.setFault(err)
-				return
-			}
-			c.faultMu.Lock()
-			c.lostErr = err
-			c.faulted.Store(true)
-			c.faultMu.Unlock()
-		case <-lost:
-			lost = nil
-			// A rank that gave up because another died resets its links
-			// at about the time the dead rank's links end: wait a moment
-			// for those too, so that the error names the rank that died,
-			// not only the first link to go.
-			select {
-			case <-c.closed:
-				return
-			case <-c.aborted:
-				return
-			case <-time.After(lossSettle):
-			}
-			if c.peerLost(ln.LostErr()) {
-				return
-			}
-		case now := <-tick:
-			if members != nil {
-				err := c.memberLoss(members)
-				if _, running := c.turns.inFlight(); err == nil && running && now.Sub(departuresSeen) >= departuresEvery {
-					// A death no link reports at once (over RDMA a
-					// dead peer's queue pair fails only once its
-					// retries run out), the store saw at once.
-					departuresSeen = now
-					err = c.memberDeparted()
-				}
-				if err != nil {
-					members = nil
-					if c.peerLost(err) {
-						return
-					}
-				}
-			}
-			turn, running := c.turns.inFlight()
-			if !running {
-				seen = 0
-			} else if turn+1 != seen {
-				seen, since, probing = turn+1, now, probe.Schedule{}
-			}
-			c.observe(now, running)
-			c.drainTrace(false)
-			if running && c.stallAfter > 0 && reported != seen && now.Sub(since) > c.stallAfter {
-				reported = seen
-				call := c.status(now).Call
-				if c.ext.name != "" {
-					call += " of " + c.ext.name
-				}
-				go c.requestReport(call, fmt.Sprintf("%s: %s has waited %v (GOCOLL_STALL)", c.names().WhoIs(c.cfg.Rank), call, c.stallAfter))
-			}
-			if running && probing.Due(now.Sub(since)) {
-				if mm, _ := c.probe(context.Background()); mm != nil {
-					if _, read := mm.(probe.Told); !read {
-						c.publishMismatch(mm)
-					}
-					c.setFault(mm)
-					return
-				}
-			}
-			if running && c.timeout > 0 && c.bounded.Load() != turn+1 && now.Sub(since) > c.timeout {
-				_, at := c.probe(context.Background())
-				c.setFault(fmt.Errorf("%w: a collective ran longer than %v (GOCOLL_TIMEOUT) while its context had no deadline%s: %w",
-					ErrTimeout, c.timeout, c.board().Absent(c.g.Recent(), at), context.DeadlineExceeded))
-				return
-			}
-		}
-	}
-}
-
-// peerLost is the watchdog's answer to err, a peer lost: the running
-// collective fails with it (peerLost reports true: the watchdog's work
-// is done), or, if none runs, the next one.
-func (c *Communicator) peerLost(err error) bool {
-	// A rank that found a call mismatched dropped its links: say so,
-	// rather than only that it is gone.
-	if mm, _ := c.probe(context.Background()); mm != nil {
-		err = also{mm, err}
-	}
-	if _, running := c.turns.inFlight(); running {
-		c.setFault(err)
-		return true
-	}
-	c.faultMu.Lock()
-	c.lostErr = err
-	c.faulted.Store(true)
-	c.faultMu.Unlock()
-	return false
 }
 
 // setFault records why the running collective must fail and wakes it by
@@ -477,11 +318,3 @@ func (c *Communicator) drop(cause error) {
 	}
 	go c.t.Close()
 }
-
-// also is an error that reads as its first part and matches both: a
-// mismatch found after a peer's link was lost is the cause, the loss its
-// consequence.
-type also struct{ cause, then error }
-
-func (e also) Error() string   { return e.cause.Error() }
-func (e also) Unwrap() []error { return []error{e.cause, e.then} }

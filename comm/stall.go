@@ -4,14 +4,9 @@ import (
 	"context"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/gocoll/gocoll/internal/probe"
 )
-
-// stallTick is the watchdog's period while a collective runs: it bounds
-// how late a stall probe (internal/probe) starts.
-const stallTick = 20 * time.Millisecond
 
 // callsKey is where the ranks of this communicator publish their stalled
 // calls; the job and each sub-communicator have their own.
