@@ -8,19 +8,17 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gocoll/gocoll/bootstrap"
 	"github.com/gocoll/gocoll/collectives"
 	"github.com/gocoll/gocoll/internal/blame"
+	"github.com/gocoll/gocoll/internal/probe"
 	"github.com/gocoll/gocoll/transport"
 )
 
 // Store is the part of the rendezvous client (bootstrap.Client) the
-// agreements use.
+// agreements use: a probe.Store's Put, Scan and Departures, and Create.
 type Store interface {
-	Put(ctx context.Context, key string, value []byte) error
-	Scan(ctx context.Context, prefix string) (map[string][]byte, error)
+	probe.Store
 	Create(ctx context.Context, key string, value []byte) ([]byte, error)
-	Departures(ctx context.Context, wait time.Duration) ([]bootstrap.Departure, error)
 }
 
 const (
