@@ -303,7 +303,7 @@ func (c *Communicator) watchPending() {
 		}
 		cancel()
 	}()
-	cl, err := bootstrap.Dial(ctx, c.cfg.Addr, c.cfg.Token)
+	cl, err := bootstrap.DialJob(ctx, c.cfg)
 	if err != nil {
 		return
 	}
@@ -405,7 +405,7 @@ func jobOver(ctx context.Context, store *bootstrap.Client, size int) (bool, erro
 // which a process starting now joins as a replacement. It returns the
 // store connection it asked on, to be used for the joining, or nil.
 func runningJob(ctx context.Context, cfg Config) (*bootstrap.Client, error) {
-	store, err := bootstrap.Dial(ctx, cfg.Addr, cfg.Token)
+	store, err := bootstrap.DialJob(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -495,13 +495,13 @@ func join(ctx context.Context, cfg Config, s settings, store *bootstrap.Client) 
 	if err := store.Join(ctx, k, cfg.Size, cfg.Job); err != nil {
 		return fail("", err)
 	}
-	links, err := bootstrap.Dial(ctx, cfg.Addr, cfg.Token)
+	links, err := bootstrap.DialJob(ctx, cfg)
 	if err != nil {
 		return fail("", err)
 	}
 	o := s.TCP
 	o.Spare, o.Eager, o.Warm = spare, false, nil
-	t, err := tcp.Connect(ctx, links, k, cfg.Size, cfg.Token, o)
+	t, err := tcp.Connect(ctx, links, k, cfg.Size, links.LinkToken(), o)
 	if err != nil {
 		links.Close()
 		return fail("", err)
