@@ -143,8 +143,11 @@ func (c *Client) admitClient(ctx context.Context, cfg Config, session [auth.KeyL
 	}
 	sealed, err := c.do(ctx, opAdmit, "", []byte(cred))
 	var na *notAdmitted
-	if errors.As(err, &na) && mungeErr != nil {
-		return nil, &notAdmitted{na.why + " (here: " + mungeErr.Error() + ")"}
+	if errors.As(err, &na) {
+		if mungeErr != nil {
+			return nil, &notAdmitted{na.why + " (here: " + mungeErr.Error() + ")"}
+		}
+		return nil, na
 	}
 	if err != nil {
 		return nil, err

@@ -118,6 +118,9 @@ func mungeSaid(err error, stderr []byte) string {
 	if i := strings.LastIndexByte(msg, '\n'); i >= 0 {
 		msg = msg[i+1:]
 	}
+	if _, m, ok := strings.Cut(msg, "Error: "); ok {
+		msg = m // "munge: Error: ...", "unmunge: Error: ..."
+	}
 	if msg == "" {
 		return err.Error()
 	}
