@@ -69,7 +69,7 @@ var testToken = []byte("0123456789abcdef0123456789abcdef")
 func TestEncryptEnv(t *testing.T) {
 	setLaunchEnv(t, map[string]string{"GOCOLL_ENCRYPT": "1"})
 	for _, tc := range []struct {
-		name string
+		name  string
 		n     int
 		token []byte
 		opts  []comm.Option
