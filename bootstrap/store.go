@@ -34,7 +34,9 @@ import (
 // with the value that won: what ranks that must decide one thing alike
 // agree through), a client may say which rank it is (join), that it is
 // leaving and why (leave; an empty reason is a normal end), and ask who has
-// left the job abnormally (departures). The store records a joined client
+// left the job abnormally (departures). At a store without a token, the
+// first request of every connection is an admit (admit.go). The store
+// records a joined client
 // whose connection ends without a leave as dead: the kernel closes a
 // killed process's connections, so the store sees a death at once, from a
 // vantage point no data link has. A get waiting on a key fails as soon as
@@ -83,8 +85,9 @@ var (
 	// ErrBadFrame reports a malformed or oversized store frame.
 	ErrBadFrame = errors.New("malformed rendezvous frame")
 	// ErrJoinRefused reports that the store turned a rank away: its rank
-	// had joined already, or it belongs to another job (two jobs that share
-	// a rendezvous port and no GRUN_TOKEN reach one store).
+	// had joined already, it belongs to another job (two jobs that share
+	// a rendezvous port and no GRUN_TOKEN reach one store), or, in a job
+	// without a token, the store did not admit its connection (DialJob).
 	ErrJoinRefused = errors.New("rendezvous refused to join")
 	// ErrRankGone reports that a rank left the job abnormally (died, or
 	// gave up) while others still waited for it at the rendezvous.
@@ -230,8 +233,9 @@ func orNone(job string) string {
 // Addr is the address clients dial.
 func (s *Server) Addr() string { return s.ln.Addr().String() }
 
-// Refused counts connections turned away: wrong token, wrong protocol, or
-// frames that broke the protocol.
+// Refused counts connections turned away: wrong token, wrong protocol,
+// not admitted (a job without a token, see admit.go), or frames that
+// broke the protocol.
 func (s *Server) Refused() int { return int(s.refused.Load()) }
 
 // Close stops the store and disconnects every client.
