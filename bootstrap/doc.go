@@ -16,12 +16,17 @@
 // A job without a token admits, on the store's host, only processes of its
 // own user (their sockets' owners, from /proc/net/tcp); under torchrun and
 // Open MPI its store also refuses ranks of other hosts unless
-// GOCOLL_INSECURE=1 (a trusted network). At most 256 connections
+// GOCOLL_INSECURE=1 (a trusted network), and under Slurm it admits those
+// that send a munge credential bound to their connection (admit.go,
+// munge.go). Every admitted rank gets the job's secret, which its links
+// authenticate with (Client.LinkToken). At most 256 connections
 // authenticate at once (internal/gate). docs/security.md has the whole
 // picture.
 //
 // Environment: GRUN_TOKEN (at least 16 bytes), GOCOLL_INSECURE ("1" lets
-// a job without a token span hosts; rank 0 warns once), GOCOLL_HALF_ACCUM.
+// a job without a token span hosts; rank 0 warns once),
+// GOCOLL_MUNGE_SOCKET (munged's socket, if not munge's default),
+// GOCOLL_HALF_ACCUM.
 //
 // FromEnv reads a launcher's environment into a Config; programs that set
 // everything themselves fill a Config directly. Tests run N ranks as

@@ -50,6 +50,14 @@ type Config struct {
 	// token: nothing else would keep strangers of those hosts out.
 	Insecure bool
 
+	// Munge has each store connection of a job without a Token prove its
+	// rank with a munge credential (see docs/security.md), and the store
+	// rank 0 serves admit ranks of other hosts that do: FromEnv sets it
+	// under Slurm. MungeSocket is munged's socket (GOCOLL_MUNGE_SOCKET;
+	// empty: munge's default).
+	Munge       bool
+	MungeSocket string
+
 	// HalfAccum is how Float16 and BFloat16 Sum, Avg and Prod accumulate:
 	// "" or "float32" (the default) keeps partial results in float32 and
 	// rounds once; "16bit" rounds every partial result to 16 bits (less
@@ -237,6 +245,12 @@ func readShared(c *Config, lookup func(string) (string, bool)) error {
 	if c.Insecure, err = settings.Insecure(settings.Lookup(lookup)); err != nil {
 		return fmt.Errorf("%s: %w: %w", c.Source, err, ErrEnv)
 	}
+	if c.MungeSocket, err = settings.MungeSocket(settings.Lookup(lookup)); err != nil {
+		return fmt.Errorf("%s: %w: %w", c.Source, err, ErrEnv)
+	}
+	// Slurm's nodes run munged (its AuthType=auth/munge): a job without a
+	// token proves its ranks with it.
+	c.Munge = c.Source == "slurm" && len(c.Token) == 0
 	return nil
 }
 

@@ -11,11 +11,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gocoll/gocoll/internal/auth"
 )
 
 // TestHelperRemoteRank is not a test: TestTokenlessRemoteRank runs the
 // test binary as a rank on another host (a network namespace), and this is
-// that rank. It joins the store at GOCOLL_TEST_STORE and says how it went.
+// that rank. It joins the store at GOCOLL_TEST_STORE, with a munge
+// credential from munged at GOCOLL_TEST_MUNGE if set, and says how it
+// went and the link token it got.
 func TestHelperRemoteRank(t *testing.T) {
 	addr := os.Getenv("GOCOLL_TEST_STORE")
 	if addr == "" {
@@ -23,35 +27,57 @@ func TestHelperRemoteRank(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	c, err := Dial(ctx, addr, nil)
+	cfg := Config{Addr: addr, Job: remoteJob}
+	if sock := os.Getenv("GOCOLL_TEST_MUNGE"); sock != "" {
+		cfg.Munge, cfg.MungeSocket = true, sock
+	}
+	c, err := DialJob(ctx, cfg)
+	var token []byte
 	if err == nil {
-		err = c.Join(ctx, 1, 2, "torchrun test attempt 0")
+		token = c.LinkToken()
+		err = c.Join(ctx, 1, 2, remoteJob)
 		c.Close()
 	}
-	fmt.Printf("refused=%v err=%v\n", errors.Is(err, ErrJoinRefused), err)
+	fmt.Printf("refused=%v denied=%v token=%x err=%v\n", errors.Is(err, ErrJoinRefused), errors.Is(err, auth.ErrDenied), token, err)
 }
+
+// remoteJob is the job of TestTokenlessRemoteRank.
+const remoteJob = "slurm 77.0"
 
 // TestTokenlessRemoteRank: rank 0 serves the store of a job without
 // GRUN_TOKEN and a rank joins from another host (a network namespace the
 // test makes). Under torchrun or Open MPI it is refused, told in one line
-// to set GRUN_TOKEN or GOCOLL_INSECURE=1; with GOCOLL_INSECURE=1, and under
-// Slurm, it joins. A rank of this host joins in every case.
+// to set GRUN_TOKEN or GOCOLL_INSECURE=1; with GOCOLL_INSECURE=1 it joins.
+// Under Slurm it joins with a munge credential (from a munged of the
+// test's own), and is refused once that munged has stopped, told to start
+// munged or set GRUN_TOKEN. A rank of this host joins in every case, and
+// every rank admitted gets the same link token: the job's secret.
 func TestTokenlessRemoteRank(t *testing.T) {
 	ns, local, _ := netnsPair(t)
+	socket, stopMunged := startMunged(t)
 	tests := []struct {
 		name     string
 		source   string
 		insecure bool
-		refused  bool
+		munge    bool // the ranks have munge at socket; stopMunged before
+		stop     bool
+		refused  []string // what the refusal says; nil: admitted
 	}{
-		{"torchrun", "torchrun", false, true},
-		{"openmpi", "openmpi", false, true},
-		{"torchrun, GOCOLL_INSECURE=1", "torchrun", true, false},
-		{"slurm", "slurm", false, false},
+		{"torchrun", "torchrun", false, false, false, []string{"no GRUN_TOKEN", "GRUN_TOKEN=$(od", "GOCOLL_INSECURE=1"}},
+		{"openmpi", "openmpi", false, false, false, []string{"no GRUN_TOKEN", "GRUN_TOKEN=$(od", "GOCOLL_INSECURE=1"}},
+		{"torchrun, GOCOLL_INSECURE=1", "torchrun", true, false, false, nil},
+		{"slurm, munge", "slurm", false, true, false, nil},
+		{"slurm, munged stopped", "slurm", false, true, true, []string{"without a munge credential", "start munged", "GRUN_TOKEN", "GOCOLL_INSECURE=1", "Did you start munged?"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg := Config{Rank: 0, Size: 2, Addr: local + ":0", Serve: true, Source: tt.source, Job: "torchrun test attempt 0", Insecure: tt.insecure}
+			if tt.stop {
+				stopMunged()
+			}
+			cfg := Config{Rank: 0, Size: 2, Addr: local + ":0", Serve: true, Source: tt.source, Job: remoteJob, Insecure: tt.insecure}
+			if tt.munge {
+				cfg.Munge, cfg.MungeSocket = true, socket
+			}
 			srv, err := ServeFor(cfg)
 			if err != nil {
 				t.Fatal(err)
@@ -61,30 +87,35 @@ func TestTokenlessRemoteRank(t *testing.T) {
 			defer cancel()
 			cmd := exec.CommandContext(ctx, "ip", "netns", "exec", ns, os.Args[0], "-test.run=^TestHelperRemoteRank$", "-test.count=1")
 			cmd.Env = append(os.Environ(), "GOCOLL_TEST_STORE="+srv.Addr())
+			if tt.munge {
+				cmd.Env = append(cmd.Env, "GOCOLL_TEST_MUNGE="+socket)
+			}
 			out, err := cmd.CombinedOutput()
 			if err != nil {
 				t.Fatalf("the remote rank: %v\n%s", err, out)
 			}
 			said := string(out)
-			if tt.refused {
-				if !strings.Contains(said, "refused=true") || !strings.Contains(said, "no GRUN_TOKEN") ||
-					!strings.Contains(said, "GRUN_TOKEN=$(od") || !strings.Contains(said, "GOCOLL_INSECURE=1") {
-					t.Fatalf("the remote rank said:\n%s\nwant refused, told to set GRUN_TOKEN or GOCOLL_INSECURE=1", said)
-				}
-				if srv.Refused() != 1 {
-					t.Errorf("the store refused %d, want 1", srv.Refused())
-				}
-			} else if !strings.Contains(said, "refused=false err=<nil>") {
-				t.Fatalf("the remote rank said:\n%s\nwant it joined", said)
-			}
 			// A rank of this host, dialing the same address.
-			c, err := Dial(ctx, srv.Addr(), nil)
+			cfg.Addr = srv.Addr()
+			c, err := DialJob(ctx, cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer c.Close()
 			if err := c.Join(ctx, 0, 2, cfg.Job); err != nil {
 				t.Fatalf("a rank of this host: %v", err)
+			}
+			if tt.refused != nil {
+				for _, w := range append([]string{"refused=true denied=true"}, tt.refused...) {
+					if !strings.Contains(said, w) {
+						t.Fatalf("the remote rank said:\n%s\nwant refused, saying %q", said, w)
+					}
+				}
+				if srv.Refused() != 1 {
+					t.Errorf("the store refused %d, want 1", srv.Refused())
+				}
+			} else if want := fmt.Sprintf("refused=false denied=false token=%x err=<nil>", c.LinkToken()); !strings.Contains(said, want) {
+				t.Fatalf("the remote rank said:\n%s\nwant it joined with the job's secret, %q", said, want)
 			}
 		})
 	}

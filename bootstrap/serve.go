@@ -22,17 +22,19 @@ func ServeFor(cfg Config) (*Server, error) {
 	if err == nil {
 		srv.Expect(cfg.Job, cfg.Size)
 		if len(cfg.Token) == 0 && cfg.Size > 1 {
+			mode := admitLocal
 			switch {
 			case cfg.Insecure:
+				mode = admitAny
 				logging.L().Warn("GOCOLL_INSECURE=1: this job has no GRUN_TOKEN, so any process of any host that reaches " + cfg.Addr + " may join it")
-			case cfg.Source != "slurm":
-				// Under Slurm the ranks of other hosts come without a
-				// token too (the README's recipe); elsewhere a rank of
-				// another host is refused, told what to set.
-				srv.mu.Lock()
-				srv.localOnly = true
-				srv.mu.Unlock()
+			case cfg.Munge:
+				// Ranks of other hosts prove themselves with munge;
+				// elsewhere they are refused, told what to set.
+				mode = admitMunge
 			}
+			srv.mu.Lock()
+			srv.admits, srv.mungeSocket = mode, cfg.MungeSocket
+			srv.mu.Unlock()
 		}
 		return srv, nil
 	}

@@ -34,7 +34,9 @@ import (
 // with the value that won: what ranks that must decide one thing alike
 // agree through), a client may say which rank it is (join), that it is
 // leaving and why (leave; an empty reason is a normal end), and ask who has
-// left the job abnormally (departures). The store records a joined client
+// left the job abnormally (departures). At a store without a token, the
+// first request of every connection is an admit (admit.go). The store
+// records a joined client
 // whose connection ends without a leave as dead: the kernel closes a
 // killed process's connections, so the store sees a death at once, from a
 // vantage point no data link has. A get waiting on a key fails as soon as
@@ -49,11 +51,13 @@ const (
 	opDepartures = 5 // value: uint32 milliseconds to wait for a first departure
 	opScan       = 6 // key: a prefix; answer: every entry under it, now, without waiting
 	opCreate     = 7 // put only if the key is absent; answer: the value the key then holds
+	opAdmit      = 8 // value: a munge credential or nothing; answer: the sealed job secret (admit.go)
 
 	statusOK     = 0
 	statusErr    = 1
 	statusGone   = 2 // a get cut short by a departure; payload says whose
 	statusNoJoin = 3 // a join refused: payload says why
+	statusDenied = 4 // an admit refused: payload says why
 
 	maxRank       = 1 << 24
 	maxReason     = 1 << 10
@@ -81,8 +85,9 @@ var (
 	// ErrBadFrame reports a malformed or oversized store frame.
 	ErrBadFrame = errors.New("malformed rendezvous frame")
 	// ErrJoinRefused reports that the store turned a rank away: its rank
-	// had joined already, or it belongs to another job (two jobs that share
-	// a rendezvous port and no GRUN_TOKEN reach one store).
+	// had joined already, it belongs to another job (two jobs that share
+	// a rendezvous port and no GRUN_TOKEN reach one store), or, in a job
+	// without a token, the store did not admit its connection (DialJob).
 	ErrJoinRefused = errors.New("rendezvous refused to join")
 	// ErrRankGone reports that a rank left the job abnormally (died, or
 	// gave up) while others still waited for it at the rendezvous.
@@ -126,9 +131,13 @@ type Server struct {
 	closed   bool
 	done     chan struct{}
 
-	// localOnly refuses clients of other hosts (a job with no token
-	// that GOCOLL_INSECURE does not let span hosts; see ServeFor).
-	localOnly bool
+	// Without a token: whom the store admits from other hosts (see
+	// ServeFor), munged's socket for admitMunge, the job's secret it
+	// hands the admitted, and the hosts and ways it said it admitted.
+	admits      admitMode
+	mungeSocket string
+	secret      [secretLen]byte
+	admitted    map[string]bool
 
 	refused          atomic.Int64
 	gate             *gate.Gate // connections not yet authenticated
@@ -157,6 +166,8 @@ func Serve(ln net.Listener, token []byte) *Server {
 		conns:    make(map[net.Conn]struct{}),
 		joined:   make(map[int]string),
 		done:     make(chan struct{}),
+		secret:   newSecret(),
+		admitted: make(map[string]bool),
 
 		handshakeTimeout: handshakeTimeout,
 		gate:             gate.New("rendezvous", preAuthMax, gate.Every, logging.L()),
@@ -200,24 +211,6 @@ func (s *Server) join(rank, size int, job, addr string) error {
 	return nil
 }
 
-// remoteRefusal says why c may not use the store: a client of another host
-// of a store that is localOnly. Empty if it may.
-func (s *Server) remoteRefusal(c net.Conn) string {
-	s.mu.Lock()
-	local := s.localOnly
-	s.mu.Unlock()
-	if !local {
-		return ""
-	}
-	if uid, err := peercred.Lookup(c); err != nil || uid != peercred.Remote {
-		return "" // on this host (its uid checked already), or not placed
-	}
-	host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
-	return "this job has no GRUN_TOKEN and a rank connects from another host (" + host + "): " +
-		"set the same random GRUN_TOKEN for every rank (GRUN_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n'), passed on with mpirun -x GRUN_TOKEN or in torchrun's environment), " +
-		"or GOCOLL_INSECURE=1 on a trusted network"
-}
-
 // ElasticRunningKey is where the ranks of an elastic job say, once
 // their communicator is built, that the job runs: from then on the
 // store admits ranks past the job's size, replacements that join it
@@ -240,8 +233,9 @@ func orNone(job string) string {
 // Addr is the address clients dial.
 func (s *Server) Addr() string { return s.ln.Addr().String() }
 
-// Refused counts connections turned away: wrong token, wrong protocol, or
-// frames that broke the protocol.
+// Refused counts connections turned away: wrong token, wrong protocol,
+// not admitted (a job without a token, see admit.go), or frames that
+// broke the protocol.
 func (s *Server) Refused() int { return int(s.refused.Load()) }
 
 // Close stops the store and disconnects every client.
@@ -327,25 +321,21 @@ func (s *Server) serveConn(c net.Conn) {
 		// No token: on this host, only this user's processes.
 		err = peercred.Check(c)
 	}
+	var session [auth.KeyLen]byte
 	if err == nil {
-		err = auth.Handshake(c, s.token, auth.Store, false, time.Now().Add(s.handshakeTimeout))
+		session, err = auth.HandshakeKey(c, s.token, auth.Store, false, time.Now().Add(s.handshakeTimeout))
+	}
+	r := bufio.NewReader(c)
+	if err == nil && len(s.token) == 0 {
+		// Still under the gate: an admission may ask munged.
+		c.SetDeadline(time.Now().Add(s.handshakeTimeout))
+		err = s.admit(c, r, session)
+		c.SetDeadline(time.Time{})
 	}
 	s.gate.Release()
 	if err != nil {
 		s.refused.Add(1)
 		s.gate.Refuse(c.RemoteAddr(), err)
-		return
-	}
-	r := bufio.NewReader(c)
-	if why := s.remoteRefusal(c); why != "" {
-		s.refused.Add(1)
-		s.gate.Refuse(c.RemoteAddr(), errors.New(why))
-		// Its first request is answered with why, so that the rank
-		// fails saying what to set.
-		c.SetDeadline(time.Now().Add(s.handshakeTimeout))
-		if _, _, _, err := readRequest(r); err == nil {
-			writeFrame(c, statusNoJoin, []byte(why), nil)
-		}
 		return
 	}
 	for {
@@ -680,6 +670,10 @@ func parseRequest(body []byte) (op byte, key string, val []byte, err error) {
 		if err != nil || n < 0 || n >= maxRank || serr != nil || size < 1 || size > maxRank || len(val) > maxReason {
 			return 0, "", nil, fmt.Errorf("join as %q: want a rank in [0, %d) and a size, tab, job of at most %d bytes: %w", key, maxRank, maxReason, ErrBadFrame)
 		}
+	case opAdmit:
+		if key != "" || len(val) > maxMungeCred {
+			return 0, "", nil, fmt.Errorf("admit with a %d-byte key and a %d-byte credential (at most %d): %w", len(key), len(val), maxMungeCred, ErrBadFrame)
+		}
 	case opLeave:
 		if key != "" || len(val) > maxReason {
 			return 0, "", nil, fmt.Errorf("leave with a %d-byte key and a %d-byte reason (at most %d): %w", len(key), len(val), maxReason, ErrBadFrame)
@@ -709,12 +703,26 @@ type Client struct {
 	conn   net.Conn
 	r      *bufio.Reader
 	broken error
+	// linkToken is what the job's links authenticate with: its token,
+	// or without one the job's secret the store handed this client.
+	linkToken []byte
 }
 
-// Dial connects to the store at addr and authenticates with token. The store
-// may not be up yet (rank 0 serves it in some launch modes), so refused
-// connections are retried until ctx ends.
+// Dial connects to the store at addr and authenticates with token:
+// DialJob with a Config of only Addr and Token.
 func Dial(ctx context.Context, addr string, token []byte) (*Client, error) {
+	return DialJob(ctx, Config{Addr: addr, Token: token})
+}
+
+// DialJob connects to the store of cfg's job, at cfg.Addr, as one of its
+// ranks. It authenticates with cfg.Token; a job without one is admitted by
+// the store (see docs/security.md), with a munge credential if cfg.Munge,
+// and receives the job's secret for its links (LinkToken). A rank the
+// store does not admit gets an error matching ErrJoinRefused that says
+// why. The store may not be up yet (rank 0 serves it in some launch
+// modes), so refused connections are retried until ctx ends.
+func DialJob(ctx context.Context, cfg Config) (*Client, error) {
+	addr := cfg.Addr
 	var d net.Dialer
 	backoff := 5 * time.Millisecond
 	for {
@@ -724,11 +732,19 @@ func Dial(ctx context.Context, addr string, token []byte) (*Client, error) {
 			if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
 				deadline = dl
 			}
-			if err := auth.Handshake(c, token, auth.Store, true, deadline); err != nil {
+			session, err := auth.HandshakeKey(c, cfg.Token, auth.Store, true, deadline)
+			if err != nil {
 				c.Close()
 				return nil, fmt.Errorf("bootstrap: rendezvous %s: %w", addr, err)
 			}
-			return &Client{turn: make(chan struct{}, 1), conn: c, r: bufio.NewReader(c)}, nil
+			cl := &Client{turn: make(chan struct{}, 1), conn: c, r: bufio.NewReader(c), linkToken: cfg.Token}
+			if len(cfg.Token) == 0 {
+				if cl.linkToken, err = cl.admitClient(ctx, cfg, session); err != nil {
+					c.Close()
+					return nil, fmt.Errorf("bootstrap: rendezvous %s: %w", addr, err)
+				}
+			}
+			return cl, nil
 		}
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("bootstrap: rendezvous %s unreachable: %w (last error: %v)", addr, ctx.Err(), err)
@@ -744,6 +760,11 @@ func Dial(ctx context.Context, addr string, token []byte) (*Client, error) {
 		backoff = min(2*backoff, 200*time.Millisecond)
 	}
 }
+
+// LinkToken is the token the job's links authenticate with (the
+// transports' Connect): the job's token, or for a job without one the
+// secret its store handed this client, the same for every rank.
+func (c *Client) LinkToken() []byte { return c.linkToken }
 
 // LocalAddr is this end of the connection: the address of the interface
 // that reaches the store, which is also the one peers can reach us on.
@@ -954,6 +975,8 @@ func (c *Client) roundTrip(req []byte) ([]byte, error) {
 		return nil, &refusal{fmt.Errorf("%w: the rendezvous saw %s", ErrRankGone, safetext.Printable(body[1:]))}
 	case statusNoJoin:
 		return nil, &refusal{fmt.Errorf("%w: %s", ErrJoinRefused, safetext.Printable(body[1:]))}
+	case statusDenied:
+		return nil, &refusal{&notAdmitted{safetext.Printable(body[1:])}}
 	default:
 		return nil, fmt.Errorf("store refused: %s", safetext.Printable(body[1:]))
 	}
@@ -981,6 +1004,8 @@ func opName(op byte) string {
 		return "scan"
 	case opCreate:
 		return "create"
+	case opAdmit:
+		return "admit"
 	}
 	return fmt.Sprintf("op %d", op)
 }

@@ -457,7 +457,7 @@ func (c *Communicator) connect(ctx context.Context, s settings) error {
 		c.t, c.tname = t, "none (one rank)"
 		return nil
 	}
-	store, err := bootstrap.Dial(ctx, cfg.Addr, cfg.Token)
+	store, err := bootstrap.DialJob(ctx, cfg)
 	if err != nil {
 		return err
 	}

@@ -79,7 +79,7 @@ func neverArrived(cfg Config) string {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	store, err := bootstrap.Dial(ctx, cfg.Addr, cfg.Token)
+	store, err := bootstrap.DialJob(ctx, cfg)
 	if err != nil {
 		return ""
 	}

@@ -99,8 +99,9 @@
 //   - GOCOLL_ALGO: force algorithms, "ring" or "allreduce=rd,broadcast=chain". Job-wide.
 //   - GOCOLL_HALF_ACCUM: float32 (default) or 16bit, how Float16 and BFloat16 sums accumulate. Job-wide.
 //   - GOCOLL_ELASTIC: 1 for an elastic job (see Shrink, Grow). Job-wide.
-//   - GOCOLL_INSECURE: 1 lets a job without GRUN_TOKEN span hosts under torchrun or Open MPI, on a trusted network (warned once); unset, such a job admits ranks of other hosts only under grun or Slurm.
-//   - GOCOLL_ENCRYPT: 1 seals every TCP frame with AES-256-GCM under keys from each connection's authentication by GRUN_TOKEN (required); shared memory stays plaintext and RDMA is not used. Job-wide.
+//   - GOCOLL_INSECURE: 1 lets a job without GRUN_TOKEN span hosts under torchrun or Open MPI, on a trusted network (warned once); unset, such a job admits ranks of other hosts only under Slurm, by their munge credentials.
+//   - GOCOLL_MUNGE_SOCKET: munged's socket, if not munge's default; under Slurm a job without GRUN_TOKEN proves its ranks to the store with munge credentials.
+//   - GOCOLL_ENCRYPT: 1 seals every TCP frame with AES-256-GCM under keys from each connection's authentication by the job's token (GRUN_TOKEN, or without one the secret the store hands each rank); shared memory stays plaintext and RDMA is not used. Job-wide.
 //   - GOCOLL_TCP_CONNECT: lazy (default: links as calls need them), warm (the first partners at Init) or eager (all at Init). Job-wide.
 //   - GOCOLL_RDMA_CONNECT: lazy (default) or eager. Job-wide.
 //   - GOCOLL_TIMEOUT: the bound of Init and of a call whose context has none, from 1ms to 8760h, as 90s, 2m or seconds (default 10m).

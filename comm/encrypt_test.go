@@ -13,11 +13,11 @@ import (
 	"github.com/gocoll/gocoll/transport/tcp"
 )
 
-// encryptJob runs n ranks in this process through a real store; opts
-// gives each rank's options. Each rank runs an allreduce and checks it.
-func encryptJob(t *testing.T, n int, opts func(r int) []comm.Option) []error {
+// encryptJob runs n ranks in this process through a real store, with
+// token (none: the job's secret from the store); opts gives each rank's
+// options. Each rank runs an allreduce and checks it.
+func encryptJob(t *testing.T, n int, token []byte, opts func(r int) []comm.Option) []error {
 	t.Helper()
-	token := []byte("0123456789abcdef0123456789abcdef")
 	srv, err := bootstrap.Listen("127.0.0.1:0", token)
 	if err != nil {
 		t.Fatal(err)
@@ -59,20 +59,27 @@ func encryptJob(t *testing.T, n int, opts func(r int) []comm.Option) []error {
 	return errs
 }
 
+// testToken is the token of encryptJob's jobs that have one.
+var testToken = []byte("0123456789abcdef0123456789abcdef")
+
 // TestEncryptEnv: with GOCOLL_ENCRYPT=1 a job over TCP, and one over
-// shared memory and TCP (two hosts feigned), computes as without.
+// shared memory and TCP (two hosts feigned), computes as without; so
+// does a job without a token, whose links encrypt under the keys of
+// handshakes on the secret its store handed each rank.
 func TestEncryptEnv(t *testing.T) {
 	setLaunchEnv(t, map[string]string{"GOCOLL_ENCRYPT": "1"})
 	for _, tc := range []struct {
-		name string
-		n    int
-		opts []comm.Option
+		name  string
+		n     int
+		token []byte
+		opts  []comm.Option
 	}{
-		{"tcp", 3, []comm.Option{comm.WithTransport("tcp")}},
-		{"shm+tcp", 4, []comm.Option{comm.WithFakeHosts(2)}},
+		{"tcp", 3, testToken, []comm.Option{comm.WithTransport("tcp")}},
+		{"shm+tcp", 4, testToken, []comm.Option{comm.WithFakeHosts(2)}},
+		{"tcp, no token", 3, nil, []comm.Option{comm.WithTransport("tcp")}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			for r, err := range encryptJob(t, tc.n, func(int) []comm.Option { return tc.opts }) {
+			for r, err := range encryptJob(t, tc.n, tc.token, func(int) []comm.Option { return tc.opts }) {
 				if err != nil {
 					t.Errorf("rank %d: %v", r, err)
 				}
@@ -89,7 +96,7 @@ func TestEncryptEnv(t *testing.T) {
 // (tcp.ErrEncryptMismatch, tested in transport/tcp).
 func TestEncryptDisagree(t *testing.T) {
 	setLaunchEnv(t, nil)
-	errs := encryptJob(t, 2, func(r int) []comm.Option {
+	errs := encryptJob(t, 2, testToken, func(r int) []comm.Option {
 		return []comm.Option{comm.WithTransport("tcp"), comm.WithTCPOptions(tcp.Options{Encrypt: r == 1})}
 	})
 	for r, err := range errs {

@@ -229,13 +229,13 @@ func join(ctx context.Context, cfg Config, s settings, store *bootstrap.Client) 
 	if err := store.Join(ctx, k, cfg.Size, cfg.Job); err != nil {
 		return fail("", err)
 	}
-	links, err := bootstrap.Dial(ctx, cfg.Addr, cfg.Token)
+	links, err := bootstrap.DialJob(ctx, cfg)
 	if err != nil {
 		return fail("", err)
 	}
 	o := s.TCP
 	o.Spare, o.Eager, o.Warm = spare, false, nil
-	t, err := tcp.Connect(ctx, links, k, cfg.Size, cfg.Token, o)
+	t, err := tcp.Connect(ctx, links, k, cfg.Size, links.LinkToken(), o)
 	if err != nil {
 		links.Close()
 		return fail("", err)

@@ -15,8 +15,11 @@ import (
 var ErrLauncherGone = bootstrap.ErrLauncherGone
 
 // ErrJoinRefused: the rendezvous turned this rank away: its rank had
-// joined already, or the store serves another job (two jobs sharing a
-// rendezvous port and no GRUN_TOKEN).
+// joined already, the store serves another job (two jobs sharing a
+// rendezvous port and no GRUN_TOKEN), or, in a job without GRUN_TOKEN,
+// the store did not admit a rank of another host (under torchrun or Open
+// MPI, or under Slurm without a valid munge credential); the error says
+// why and what to set.
 var ErrJoinRefused = bootstrap.ErrJoinRefused
 
 // launchConfig is the job Init joins: the launcher's, or, in a process no

@@ -168,7 +168,7 @@ func (c *Communicator) answerReports(ctx context.Context, stop context.CancelCau
 		}
 		cancel()
 	}()
-	cl, err := bootstrap.Dial(ctx, c.cfg.Addr, c.cfg.Token)
+	cl, err := bootstrap.DialJob(ctx, c.cfg)
 	if err != nil {
 		return
 	}

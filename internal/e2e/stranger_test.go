@@ -34,9 +34,10 @@ import (
 //
 // Each attempt is refused the way the job's setting says: with a token
 // (grun's, or GRUN_TOKEN), the store and the TCP links answer the wrong
-// token with auth.ErrDenied; without one they hang up on another uid before
-// a word (peercred.ErrOtherUser); the shared-memory sockets hang up on
-// another uid in either case. The job logs each refusal with its reason,
+// token with auth.ErrDenied; without one the store hangs up on another uid
+// before a word (peercred.ErrOtherUser), and the TCP links, which hold the
+// job's secret the store handed the ranks, answer auth.ErrDenied; the
+// shared-memory sockets hang up on another uid in either case. The job logs each refusal with its reason,
 // then runs its checks and finishes.
 func TestStrangerAsOtherUser(t *testing.T) {
 	if os.Geteuid() != 0 {
@@ -147,9 +148,12 @@ func TestStrangerAsOtherUser(t *testing.T) {
 			said := strings.TrimSpace(string(out))
 			t.Logf("the stranger:\n%s", said)
 			// One line per attempt, each refused as the job's setting says.
-			wantTCP := "hung up" // peercred.ErrOtherUser: closed before a word
+			// Without a token the store hangs up on another uid before a
+			// word (peercred.ErrOtherUser); the links hold the job's
+			// secret, which the stranger has not: auth.ErrDenied.
+			wantStore, wantTCP := "hung up", "denied"
 			if s.jobToken {
-				wantTCP = "denied" // auth.ErrDenied
+				wantStore = "denied"
 			}
 			line := regexp.MustCompile(`^(store|tcp|shm) (\S+): (denied|hung up|other|ADMITTED)`)
 			lines := strings.Split(said, "\n")
@@ -161,7 +165,7 @@ func TestStrangerAsOtherUser(t *testing.T) {
 				if m == nil {
 					t.Fatalf("the stranger said %q", l)
 				}
-				if want := map[string]string{"store": wantTCP, "tcp": wantTCP, "shm": "hung up"}[m[1]]; m[3] != want {
+				if want := map[string]string{"store": wantStore, "tcp": wantTCP, "shm": "hung up"}[m[1]]; m[3] != want {
 					t.Errorf("%s %s: %s, want %s", m[1], m[2], m[3], want)
 				}
 			}
@@ -196,7 +200,8 @@ func TestStrangerAsOtherUser(t *testing.T) {
 				}
 			}
 			want := map[string]int{"hung up": len(shm)}
-			want[wantTCP] += 1 + len(tcp)
+			want[wantStore]++
+			want[wantTCP] += len(tcp)
 			if fmt.Sprint(refusals) != fmt.Sprint(want) {
 				t.Errorf("the job logged refusals %v, want %v:\n%s", refusals, want, job.String())
 			}
@@ -265,12 +270,13 @@ func environOf(pid int, name string) string {
 }
 
 // listeners are the listening IPv4 TCP sockets (host:port) and abstract
-// Unix sockets (@name) that the processes pids hold, from /proc/net/tcp
-// and /proc/net/unix, matched to the processes by inode.
+// Unix sockets (@name) that the processes pids hold, from each one's
+// /proc/PID/net/tcp and /proc/PID/net/unix (its network namespace's),
+// matched to the processes by inode.
 func listeners(t *testing.T, pids []int) (tcp, unix []string) {
 	t.Helper()
-	inodes := map[string]bool{}
 	for _, pid := range pids {
+		inodes := map[string]bool{}
 		fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
 		for _, fd := range fds {
 			l, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
@@ -278,29 +284,29 @@ func listeners(t *testing.T, pids []int) (tcp, unix []string) {
 				inodes[strings.TrimSuffix(ino, "]")] = true
 			}
 		}
+		// sl local_address rem_address st ... inode: st 0A is LISTEN, the
+		// address hex of the 32-bit word in host (little-endian) order.
+		eachLine(t, fmt.Sprintf("/proc/%d/net/tcp", pid), func(f []string) {
+			if len(f) < 10 || f[3] != "0A" || !inodes[f[9]] {
+				return
+			}
+			host, port, _ := strings.Cut(f[1], ":")
+			a, err1 := hex.DecodeString(host)
+			p, err2 := strconv.ParseUint(port, 16, 16)
+			if err1 != nil || err2 != nil || len(a) != 4 {
+				t.Fatalf("/proc/%d/net/tcp: %q", pid, f)
+			}
+			ip := netip.AddrFrom4([4]byte{a[3], a[2], a[1], a[0]})
+			tcp = append(tcp, netip.AddrPortFrom(ip, uint16(p)).String())
+		})
+		// Num RefCount Protocol Flags Type St Inode Path: flags 00010000 is a
+		// listening socket.
+		eachLine(t, fmt.Sprintf("/proc/%d/net/unix", pid), func(f []string) {
+			if len(f) >= 8 && f[3] == "00010000" && inodes[f[6]] && strings.HasPrefix(f[7], "@") {
+				unix = append(unix, f[7])
+			}
+		})
 	}
-	// sl local_address rem_address st ... inode: st 0A is LISTEN, the
-	// address hex of the 32-bit word in host (little-endian) order.
-	eachLine(t, "/proc/net/tcp", func(f []string) {
-		if len(f) < 10 || f[3] != "0A" || !inodes[f[9]] {
-			return
-		}
-		host, port, _ := strings.Cut(f[1], ":")
-		a, err1 := hex.DecodeString(host)
-		p, err2 := strconv.ParseUint(port, 16, 16)
-		if err1 != nil || err2 != nil || len(a) != 4 {
-			t.Fatalf("/proc/net/tcp: %q", f)
-		}
-		ip := netip.AddrFrom4([4]byte{a[3], a[2], a[1], a[0]})
-		tcp = append(tcp, netip.AddrPortFrom(ip, uint16(p)).String())
-	})
-	// Num RefCount Protocol Flags Type St Inode Path: flags 00010000 is a
-	// listening socket.
-	eachLine(t, "/proc/net/unix", func(f []string) {
-		if len(f) >= 8 && f[3] == "00010000" && inodes[f[6]] && strings.HasPrefix(f[7], "@") {
-			unix = append(unix, f[7])
-		}
-	})
 	return tcp, unix
 }
 

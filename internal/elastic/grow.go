@@ -182,7 +182,7 @@ func (p *Pending) generation() uint64 {
 // Watch keeps p fresh, every 100 ms, on a store connection of its own
 // (to cfg's store), until ctx ends or the store fails.
 func (p *Pending) Watch(ctx context.Context, cfg bootstrap.Config) {
-	cl, err := bootstrap.Dial(ctx, cfg.Addr, cfg.Token)
+	cl, err := bootstrap.DialJob(ctx, cfg)
 	if err != nil {
 		return
 	}

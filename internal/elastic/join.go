@@ -43,7 +43,7 @@ func SayRunning(ctx context.Context, store Store, rank int, tname string, maxMes
 // which a process starting now joins as a replacement. It returns the
 // store connection it asked on, to be used for the joining, or nil.
 func Running(ctx context.Context, cfg bootstrap.Config) (*bootstrap.Client, error) {
-	store, err := bootstrap.Dial(ctx, cfg.Addr, cfg.Token)
+	store, err := bootstrap.DialJob(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -59,6 +59,7 @@ type Settings struct {
 	Elastic     bool   // GOCOLL_ELASTIC
 	Encrypt     bool   // GOCOLL_ENCRYPT: seal every TCP frame (AES-GCM)
 	Insecure    bool   // GOCOLL_INSECURE: a job without GRUN_TOKEN may span hosts
+	MungeSocket string // GOCOLL_MUNGE_SOCKET: munged's socket; "" is munge's default
 	FakeHosts   FakeHosts
 	HalfAccum   string     // GOCOLL_HALF_ACCUM: "" (unset), float32 or 16bit
 	Debug       slog.Level // GOCOLL_DEBUG: warn (unset), info, debug, off
@@ -156,6 +157,13 @@ var variables = []variable{
 	{"GOCOLL_ELASTIC", func(v string, s *Settings) error { return flag(v, &s.Elastic) }},
 	{"GOCOLL_ENCRYPT", func(v string, s *Settings) error { return flag(v, &s.Encrypt) }},
 	{"GOCOLL_INSECURE", func(v string, s *Settings) error { return flag(v, &s.Insecure) }},
+	{"GOCOLL_MUNGE_SOCKET", func(v string, s *Settings) error {
+		if !strings.HasPrefix(v, "/") || len(v) > 107 || strings.ContainsRune(v, 0) {
+			return want("the absolute path of munged's socket, at most 107 bytes (munge -S)")
+		}
+		s.MungeSocket = v
+		return nil
+	}},
 	{"GOCOLL_FAKE_HOSTS", func(v string, s *Settings) error {
 		if !strings.Contains(v, ",") {
 			k, err := strconv.Atoi(v)
@@ -310,6 +318,14 @@ func HalfAccum(lookup Lookup) (string, error) {
 func Insecure(lookup Lookup) (bool, error) {
 	s, err := one(lookup, "GOCOLL_INSECURE")
 	return s.Insecure, err
+}
+
+// MungeSocket is GOCOLL_MUNGE_SOCKET, which bootstrap reads with the
+// launcher's variables (a rank under Slurm proves itself to the store
+// with a munge credential).
+func MungeSocket(lookup Lookup) (string, error) {
+	s, err := one(lookup, "GOCOLL_MUNGE_SOCKET")
+	return s.MungeSocket, err
 }
 
 // Quick is GOCOLL_QUICK alone, and Conformance GOCOLL_CONFORMANCE, for

@@ -68,7 +68,12 @@ func GrowSpare(size int) int { return size + 64 }
 
 // builder carries one Connect's state.
 type builder struct {
-	cfg   bootstrap.Config
+	cfg bootstrap.Config
+	// token is what every link authenticates with: the job's token, or
+	// without one the job's secret the store handed each rank
+	// (bootstrap.Client.LinkToken), so that links across hosts of a
+	// tokenless job are authenticated too.
+	token []byte
 	log   *slog.Logger
 	links *bootstrap.Client
 	spare int
@@ -80,7 +85,7 @@ type builder struct {
 // rank's connection to the rendezvous store; log says what was chosen
 // and why. On error nothing Connect opened is left open.
 func Connect(ctx context.Context, store *bootstrap.Client, cfg bootstrap.Config, s Options, log *slog.Logger) (Wired, error) {
-	w := &builder{cfg: cfg, log: log}
+	w := &builder{cfg: cfg, token: store.LinkToken(), log: log}
 	t, hosts, name, err := w.connect(ctx, store, s)
 	if err != nil {
 		if w.links != nil {
@@ -163,7 +168,7 @@ func (w *builder) connect(ctx context.Context, store *bootstrap.Client, s Option
 	}
 	switch name {
 	case "shm":
-		t, err := shm.Connect(ctx, store, cfg.Rank, cfg.Size, cfg.Token, s.SHM)
+		t, err := shm.Connect(ctx, store, cfg.Rank, cfg.Size, w.token, s.SHM)
 		if errors.Is(err, shm.ErrUnsupported) {
 			return nil, nil, "", fmt.Errorf("GOCOLL_TRANSPORT=shm: %w: %w", sentinel.Unsupported, err)
 		}
@@ -190,7 +195,7 @@ func (w *builder) connect(ctx context.Context, store *bootstrap.Client, s Option
 			me++
 		}
 		o.JobRanks = local
-		near, err := shm.Connect(ctx, store, me, len(local), cfg.Token, o)
+		near, err := shm.Connect(ctx, store, me, len(local), w.token, o)
 		if err != nil {
 			transport.Abort(far, err)
 			return nil, nil, "", err
@@ -300,14 +305,14 @@ func (w *builder) connectNetwork(ctx context.Context, store *bootstrap.Client, n
 	// fail for no fault of the peer's. An elastic RDMA job's TCP side
 	// shares it.
 	if w.links == nil && (name != "rdma" || cfg.Size > 1) {
-		links, err := bootstrap.Dial(ctx, cfg.Addr, cfg.Token)
+		links, err := bootstrap.DialJob(ctx, cfg)
 		if err != nil {
 			return nil, err
 		}
 		w.links = links
 	}
 	if name != "rdma" {
-		return tcp.Connect(ctx, w.links, cfg.Rank, cfg.Size, cfg.Token, s.TCP)
+		return tcp.Connect(ctx, w.links, cfg.Rank, cfg.Size, w.token, s.TCP)
 	}
 	if s.TCP.Encrypt {
 		return nil, fmt.Errorf("GOCOLL_TRANSPORT=rdma with GOCOLL_ENCRYPT=1: RDMA links are not encrypted, only TCP ones (GOCOLL_TRANSPORT=tcp or auto): %w", collectives.ErrInvalid)
@@ -319,7 +324,7 @@ func (w *builder) connectNetwork(ctx context.Context, store *bootstrap.Client, n
 			return nil, fmt.Errorf("GOCOLL_TRANSPORT=rdma: %w: %w", sentinel.Unsupported, err)
 		}
 	}
-	t, err := rdma.Connect(ctx, w.links, cfg.Rank, cfg.Size, cfg.Token, s.RDMA)
+	t, err := rdma.Connect(ctx, w.links, cfg.Rank, cfg.Size, w.token, s.RDMA)
 	if errors.Is(err, rdma.ErrUnavailable) {
 		return nil, fmt.Errorf("GOCOLL_TRANSPORT=rdma: %w: %w", sentinel.Unsupported, err)
 	}

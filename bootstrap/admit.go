@@ -1,0 +1,193 @@
+package bootstrap
+
+import (
+	"bufio"
+	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+
+	"github.com/gocoll/gocoll/internal/auth"
+	"github.com/gocoll/gocoll/internal/logging"
+	"github.com/gocoll/gocoll/internal/peercred"
+)
+
+// A store without a token admits each connection itself before serving
+// it: its first request is an admit, carrying a munge credential under
+// Slurm (see munge.go) and nothing elsewhere. The store admits
+//
+//   - a process of its own user on its own host (the uid of the caller's
+//     socket, checked before the handshake; see internal/peercred);
+//   - under Slurm, a rank of another host that sent a munge credential of
+//     the store's uid bound to this connection (any credential sent is
+//     checked, on this host too);
+//   - with GOCOLL_INSECURE=1 (or a store a program serves itself with
+//     Serve), anyone;
+//
+// and answers the admitted with the job's secret, sealed under the
+// connection's session key: 256 random bits the store draws once, which
+// the ranks then use as the token of every link (LinkToken), so that the
+// links of a job without a token are authenticated as a tokened job's are.
+// A rank it does not admit gets one line saying why and what to set.
+
+// admitMode is whom a store without a token admits from other hosts.
+type admitMode int
+
+const (
+	admitAny   admitMode = iota // everyone: GOCOLL_INSECURE, or a store served by hand
+	admitLocal                  // nobody: torchrun's, Open MPI's
+	admitMunge                  // ranks with a munge credential: Slurm's
+)
+
+// secretLen is the size of a job's secret, in bytes.
+const secretLen = 32
+
+// notAdmitted is a store's refusal to admit a connection. It matches
+// ErrJoinRefused and auth.ErrDenied.
+type notAdmitted struct{ why string }
+
+func (e *notAdmitted) Error() string { return "the rendezvous did not admit this rank: " + e.why }
+
+func (e *notAdmitted) Is(target error) bool {
+	return target == ErrJoinRefused || target == auth.ErrDenied
+}
+
+// admit reads a connection's first request, which must be an admit, and
+// decides; it answers the admitted with the sealed job secret. The
+// connection is c, its session key session.
+func (s *Server) admit(c net.Conn, r *bufio.Reader, session [auth.KeyLen]byte) error {
+	op, _, cred, err := readRequest(r)
+	if err != nil {
+		return err
+	}
+	if op != opAdmit {
+		return fmt.Errorf("%s before admit: %w", opName(op), ErrBadFrame)
+	}
+	by, why := s.admission(c, session, string(cred))
+	if why != "" {
+		writeFrame(c, statusDenied, []byte(why), nil)
+		return &notAdmitted{why}
+	}
+	s.sayAdmitted(c, by)
+	return writeFrame(c, statusOK, sealSecret(session, s.secret[:]), nil)
+}
+
+// admission says how c is admitted ("uid", "munge", "GOCOLL_INSECURE"),
+// or why not.
+func (s *Server) admission(c net.Conn, session [auth.KeyLen]byte, cred string) (by, why string) {
+	s.mu.Lock()
+	mode, job := s.admits, s.job
+	s.mu.Unlock()
+	if mode == admitMunge && cred != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), s.handshakeTimeout)
+		defer cancel()
+		uid, payload, err := mungeDecode(ctx, s.mungeSocket, cred)
+		switch {
+		case err != nil:
+			return "", "its munge credential was refused: " + err.Error()
+		case uid != os.Geteuid():
+			return "", fmt.Sprintf("its munge credential is of uid %d, this job runs as uid %d", uid, os.Geteuid())
+		case !hmac.Equal([]byte(payload), []byte(mungeBinding(session, job))):
+			return "", "its munge credential was made for another connection or job (replayed or relayed)"
+		}
+		return "munge", ""
+	}
+	uid, err := peercred.Lookup(c)
+	if err != nil {
+		return "", "cannot tell where it connects from: " + err.Error()
+	}
+	if uid != peercred.Remote {
+		return "uid", "" // its uid was checked before the handshake
+	}
+	host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
+	switch mode {
+	case admitAny:
+		return "no check (GOCOLL_INSECURE)", ""
+	case admitMunge:
+		return "", "this job has no GRUN_TOKEN and a rank connects from another host (" + host + ") without a munge credential: " +
+			"start munged on every node (Slurm's AuthType=auth/munge runs it), or set the same random GRUN_TOKEN for every rank " +
+			"(export GRUN_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n') in the job script), or GOCOLL_INSECURE=1 on a trusted network"
+	}
+	return "", "this job has no GRUN_TOKEN and a rank connects from another host (" + host + "): " +
+		"set the same random GRUN_TOKEN for every rank (GRUN_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n'), passed on with mpirun -x GRUN_TOKEN or in torchrun's environment), " +
+		"or GOCOLL_INSECURE=1 on a trusted network"
+}
+
+// sayAdmitted logs, once per host and way, that ranks of a host are
+// admitted that way (GOCOLL_DEBUG=info).
+func (s *Server) sayAdmitted(c net.Conn, by string) {
+	host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
+	s.mu.Lock()
+	said := s.admitted[host+" "+by]
+	s.admitted[host+" "+by] = true
+	s.mu.Unlock()
+	if !said {
+		logging.L().Info("rendezvous: admitting ranks without a job token", "from", host, "by", by)
+	}
+}
+
+// admitClient asks the store of a job without a token to admit this
+// connection, with a munge credential bound to it if cfg.Munge, and
+// returns the job's secret the store sends back.
+func (c *Client) admitClient(ctx context.Context, cfg Config, session [auth.KeyLen]byte) ([]byte, error) {
+	var cred string
+	var mungeErr error
+	if cfg.Munge {
+		cred, mungeErr = mungeEncode(ctx, cfg.MungeSocket, mungeBinding(session, cfg.Job))
+	}
+	sealed, err := c.do(ctx, opAdmit, "", []byte(cred))
+	var na *notAdmitted
+	if errors.As(err, &na) {
+		if mungeErr != nil {
+			return nil, &notAdmitted{na.why + " (here: " + mungeErr.Error() + ")"}
+		}
+		return nil, na
+	}
+	if err != nil {
+		return nil, err
+	}
+	return openSecret(session, sealed)
+}
+
+// secretKey is the key the job's secret is sealed under on a connection.
+func secretKey(session [auth.KeyLen]byte) cipher.AEAD {
+	m := hmac.New(sha256.New, session[:])
+	m.Write([]byte("gocoll job secret"))
+	block, _ := aes.NewCipher(m.Sum(nil)) // 32 bytes: cannot fail
+	aead, _ := cipher.NewGCM(block)       // a standard block size: cannot fail
+	return aead
+}
+
+// sealSecret encrypts secret for the connection whose session key is
+// session: a random nonce, then the AES-256-GCM ciphertext.
+func sealSecret(session [auth.KeyLen]byte, secret []byte) []byte {
+	aead := secretKey(session)
+	nonce := make([]byte, aead.NonceSize(), aead.NonceSize()+len(secret)+aead.Overhead())
+	rand.Read(nonce) // never fails (crypto/rand, Go 1.24 on)
+	return aead.Seal(nonce, nonce, secret, nil)
+}
+
+// openSecret is sealSecret's inverse.
+func openSecret(session [auth.KeyLen]byte, sealed []byte) ([]byte, error) {
+	aead := secretKey(session)
+	if len(sealed) != aead.NonceSize()+secretLen+aead.Overhead() {
+		return nil, fmt.Errorf("bootstrap: the job secret came in %d bytes: %w", len(sealed), ErrBadFrame)
+	}
+	secret, err := aead.Open(nil, sealed[:aead.NonceSize()], sealed[aead.NonceSize():], nil)
+	if err != nil {
+		return nil, fmt.Errorf("bootstrap: the job secret does not open under this connection's key: %w", auth.ErrDenied)
+	}
+	return secret, nil
+}
+
+// newSecret draws a job's secret.
+func newSecret() (b [secretLen]byte) {
+	rand.Read(b[:]) // never fails (crypto/rand, Go 1.24 on)
+	return b
+}

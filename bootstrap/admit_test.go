@@ -1,0 +1,223 @@
+//go:build linux
+
+package bootstrap
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gocoll/gocoll/internal/auth"
+)
+
+// startMunged starts a munged of the test's own, as the munge user, on a
+// socket of its own (with the machine's key, /etc/munge/munge.key), and
+// returns the socket and a function that stops it; the test's end stops
+// it too.
+func startMunged(t *testing.T) (socket string, stop func()) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("this test starts munged as the munge user: run it as root (CI does)")
+	}
+	if _, err := exec.LookPath("munged"); err != nil {
+		t.Fatal("munged not found: this test runs a real munged (apt-get install munge; .ci/install does)")
+	}
+	u, err := user.Lookup("munge")
+	if err != nil {
+		t.Fatalf("no munge user: %v", err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	// munged wants every directory above its socket searchable by all,
+	// which t.TempDir's are not.
+	dir, err := os.MkdirTemp("", "gocoll-munge-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(dir, uid, gid); err != nil {
+		t.Fatal(err)
+	}
+	socket = filepath.Join(dir, "munge.socket")
+	pidFile := filepath.Join(dir, "munged.pid")
+	out, err := exec.Command("runuser", "-u", "munge", "--", "munged", "-S", socket,
+		"--pid-file", pidFile, "--seed-file", filepath.Join(dir, "seed"), "--log-file", filepath.Join(dir, "log")).CombinedOutput()
+	if err != nil {
+		log, _ := os.ReadFile(filepath.Join(dir, "log"))
+		t.Fatalf("munged: %v\n%s\n%s", err, out, log)
+	}
+	stop = func() {
+		b, err := os.ReadFile(pidFile)
+		if err != nil {
+			return
+		}
+		pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		if pid <= 0 || syscall.Kill(pid, syscall.SIGTERM) != nil {
+			return
+		}
+		for end := time.Now().Add(5 * time.Second); syscall.Kill(pid, 0) == nil && time.Now().Before(end); {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	t.Cleanup(stop)
+	return socket, stop
+}
+
+// rawAdmit opens a connection to s, runs the handshake without a token,
+// and returns a client on it that has not asked to be admitted yet, with
+// the connection's session key.
+func rawAdmit(t *testing.T, s *Server) (*Client, [auth.KeyLen]byte) {
+	t.Helper()
+	c, err := net.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	session, err := auth.HandshakeKey(c, nil, auth.Store, true, time.Now().Add(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Client{turn: make(chan struct{}, 1), conn: c, r: bufio.NewReader(c)}, session
+}
+
+// TestMungeCredentialBound: under Slurm, a store without a token admits a
+// connection whose munge credential is of its uid and bound to that
+// connection, and hands it the job's secret. A credential presented a
+// second time, on another connection, is refused (munged's replay check),
+// and so is a fresh credential bound to another connection (relayed) or
+// to another job: each refusal matches auth.ErrDenied and ErrJoinRefused.
+func TestMungeCredentialBound(t *testing.T) {
+	socket, _ := startMunged(t)
+	const job = "slurm 4242.0"
+	srv, err := ServeFor(Config{Rank: 0, Size: 2, Addr: "127.0.0.1:0", Source: "slurm", Job: job, Munge: true, MungeSocket: socket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	ctx := testCtx(t)
+	cred := func(session [auth.KeyLen]byte, job string) []byte {
+		c, err := mungeEncode(ctx, socket, mungeBinding(session, job))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return []byte(c)
+	}
+
+	// Its own credential, on its own connection: admitted.
+	a, sa := rawAdmit(t, srv)
+	used := cred(sa, job)
+	sealed, err := a.do(ctx, opAdmit, "", used)
+	if err != nil {
+		t.Fatalf("a credential bound to its connection: %v", err)
+	}
+	secret, err := openSecret(sa, sealed)
+	if err != nil || len(secret) != secretLen {
+		t.Fatalf("the job secret: %d bytes, %v", len(secret), err)
+	}
+
+	// Another connection's session key, for credentials made for it.
+	_, elsewhere := rawAdmit(t, srv)
+	refusals := []struct {
+		name string
+		cred []byte
+		want string
+	}{
+		{"replayed onto another connection", used, "Replayed credential"},
+		{"fresh, made for another connection", cred(elsewhere, job), "made for another connection"},
+		{"of another job", cred(elsewhere, "slurm 4243.0"), "made for another connection or job"},
+		{"garbage", []byte("MUNGE:garbage:"), "munge credential was refused"},
+	}
+	for _, r := range refusals {
+		t.Run(r.name, func(t *testing.T) {
+			c, _ := rawAdmit(t, srv)
+			_, err := c.do(ctx, opAdmit, "", r.cred)
+			if !errors.Is(err, auth.ErrDenied) || !errors.Is(err, ErrJoinRefused) || !strings.Contains(err.Error(), r.want) {
+				t.Fatalf("admit: %v; want auth.ErrDenied and ErrJoinRefused saying %q", err, r.want)
+			}
+		})
+	}
+	eventually(t, "the store counts each refusal", func() bool { return srv.Refused() == len(refusals) })
+
+	// Through DialJob, as a rank does: the same secret.
+	c, err := DialJob(ctx, Config{Addr: srv.Addr(), Job: job, Munge: true, MungeSocket: socket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if !bytes.Equal(c.LinkToken(), secret) {
+		t.Errorf("a second rank's link token differs from the first's: the job has one secret")
+	}
+}
+
+// TestJobSecret: a store without a token hands every admitted connection
+// the same 256-bit secret, each sealed under its own session key (which
+// no other key opens); a client with a token links with the token.
+func TestJobSecret(t *testing.T) {
+	srv := newServer(t, nil)
+	ctx := testCtx(t)
+	var first []byte
+	for i := range 3 {
+		c, err := Dial(ctx, srv.Addr(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if len(c.LinkToken()) != secretLen || bytes.Equal(c.LinkToken(), make([]byte, secretLen)) {
+			t.Fatalf("client %d: link token %x, want 32 random bytes", i, c.LinkToken())
+		}
+		if i == 0 {
+			first = c.LinkToken()
+		} else if !bytes.Equal(first, c.LinkToken()) {
+			t.Fatalf("client %d got another secret than client 0", i)
+		}
+	}
+	if other := newServer(t, nil); true {
+		c, err := Dial(ctx, other.Addr(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if bytes.Equal(first, c.LinkToken()) {
+			t.Fatal("two stores drew the same secret")
+		}
+	}
+	var k1, k2 [auth.KeyLen]byte
+	k2[0] = 1
+	if _, err := openSecret(k2, sealSecret(k1, first)); !errors.Is(err, auth.ErrDenied) {
+		t.Errorf("a secret sealed for one connection opened under another's key: %v", err)
+	}
+	tokened := newServer(t, testToken)
+	c, err := Dial(ctx, tokened.Addr(), testToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if !bytes.Equal(c.LinkToken(), testToken) {
+		t.Errorf("with a token, the link token is %q, want the token", c.LinkToken())
+	}
+}
+
+// TestAdmitFirst: a client of a store without a token that asks anything
+// before being admitted is dropped.
+func TestAdmitFirst(t *testing.T) {
+	srv := newServer(t, nil)
+	c, _ := rawAdmit(t, srv)
+	if _, err := c.do(context.Background(), opGet, "k", nil); err == nil {
+		t.Fatal("a get before admission was answered")
+	}
+	eventually(t, "the store counts the refusal", func() bool { return srv.Refused() == 1 })
+}
