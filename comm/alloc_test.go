@@ -1,0 +1,367 @@
+package comm_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/gocoll/gocoll/bootstrap"
+	"github.com/gocoll/gocoll/collectives"
+	"github.com/gocoll/gocoll/comm"
+	"github.com/gocoll/gocoll/internal/testmode"
+)
+
+// elementOf converts f to T, through float32 for the 16-bit floats.
+func elementOf[T comm.Element](f float64) T {
+	var z T
+	switch any(z).(type) {
+	case comm.Float16:
+		return any(comm.Float16Of(float32(f))).(T)
+	case comm.BFloat16:
+		return any(comm.BFloat16Of(float32(f))).(T)
+	}
+	return T(f)
+}
+
+func valueOf[T comm.Element](v T) float64 {
+	switch x := any(v).(type) {
+	case comm.Float16:
+		return float64(x.Float32())
+	case comm.BFloat16:
+		return float64(x.Float32())
+	}
+	return float64(v)
+}
+
+func isFloat[T comm.Element]() bool {
+	var z T
+	switch any(z).(type) {
+	case float32, float64, comm.Float16, comm.BFloat16:
+		return true
+	}
+	return false
+}
+
+func is16[T comm.Element]() bool {
+	var z T
+	switch any(z).(type) {
+	case comm.Float16, comm.BFloat16:
+		return true
+	}
+	return false
+}
+
+func rawBytes[T comm.Element](s []T) []byte {
+	if len(s) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), len(s)*int(unsafe.Sizeof(s[0])))
+}
+
+// singleCopies says whether an allreduce of T and op on n ranks takes
+// the single-copy path for a buffer from Alloc (comm.Alloc's doc).
+func singleCopies[T comm.Element](op comm.Op, n int) bool {
+	if n < 2 || op == comm.ExactSum && isFloat[T]() {
+		return false
+	}
+	wide := is16[T]() && (op == comm.Sum || op == comm.Avg || op == comm.Prod)
+	return !(wide && (n > 2 || op == comm.Avg))
+}
+
+var allOps = []comm.Op{comm.Sum, comm.Prod, comm.Min, comm.Max, comm.Avg, comm.ExactSum}
+
+// allocGuard is how many elements on each side of the buffer an
+// allreduce of memory from Alloc must leave alone.
+const allocGuard = 3
+
+// checkAllocAllReduce runs, on rank c of a job, the allreduce of count
+// elements of T with op in memory from Alloc, between guard elements,
+// and checks the result against a reference, the guards, and which path
+// the call took (the single-copy path hands the transport no payload).
+func checkAllocAllReduce[T comm.Element](ctx context.Context, c *comm.Communicator, tr *collectives.Traffic, op comm.Op, count int) error {
+	if op == comm.Avg && !isFloat[T]() {
+		return nil
+	}
+	n, r := c.Size(), c.Rank()
+	name := fmt.Sprintf("rank %d: %d x %T %v on %d ranks", r, count, *new(T), op, n)
+	s, err := comm.Alloc[T](ctx, c, count+2*allocGuard)
+	if err != nil {
+		return fmt.Errorf("%s: alloc: %w", name, err)
+	}
+	defer s.Free()
+	all := s.Slice()
+	guard := rawBytes(all)
+	for i := range guard {
+		guard[i] = 0xa5
+	}
+	buf := all[allocGuard : allocGuard+count]
+	// Small integers, so that every op's exact result is representable
+	// in every type whatever the order the ranks combine them in.
+	v := func(q, i int) float64 { return float64((q*7+i*3)%3 + 1) }
+	for i := range buf {
+		buf[i] = elementOf[T](v(r, i))
+	}
+	before := tr.Counts()
+	if err := comm.AllReduce(ctx, c, buf, op); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	sent := tr.Counts().Sent - before.Sent
+	if single := singleCopies[T](op, n); n > 1 && single != (sent == 0) {
+		return fmt.Errorf("%s: single copy %v, but the call sent %d bytes", name, single, sent)
+	}
+	for i, got := range buf {
+		want := v(0, i)
+		for q := 1; q < n; q++ {
+			x := v(q, i)
+			switch op {
+			case comm.Sum, comm.Avg, comm.ExactSum:
+				want += x
+			case comm.Prod:
+				want *= x
+			case comm.Min:
+				want = min(want, x)
+			case comm.Max:
+				want = max(want, x)
+			}
+		}
+		if op == comm.Avg {
+			want /= float64(n)
+			if d := math.Abs(valueOf(got) - want); d > want/100 {
+				return fmt.Errorf("%s: element %d is %v, want %v", name, i, valueOf(got), want)
+			}
+			continue
+		}
+		if valueOf(got) != want {
+			return fmt.Errorf("%s: element %d is %v, want %v", name, i, valueOf(got), want)
+		}
+	}
+	esize := int(unsafe.Sizeof(*new(T)))
+	for i, b := range guard {
+		if (i < allocGuard*esize || i >= (allocGuard+count)*esize) && b != 0xa5 {
+			return fmt.Errorf("%s: byte %d of the allocation, outside the buffer, was written: %#x", name, i, b)
+		}
+	}
+	return nil
+}
+
+// allocCases runs checkAllocAllReduce for every element type and op at
+// odd sizes, and for blocks longer than the single-copy path's piece.
+func allocCases(ctx context.Context, c *comm.Communicator, tr *collectives.Traffic) error {
+	sizes := []int{1, 5, 1003, 100_003}
+	for _, count := range sizes {
+		for _, op := range allOps {
+			for _, f := range []func() error{
+				func() error { return checkAllocAllReduce[float32](ctx, c, tr, op, count) },
+				func() error { return checkAllocAllReduce[float64](ctx, c, tr, op, count) },
+				func() error { return checkAllocAllReduce[comm.Float16](ctx, c, tr, op, count) },
+				func() error { return checkAllocAllReduce[comm.BFloat16](ctx, c, tr, op, count) },
+				func() error { return checkAllocAllReduce[int8](ctx, c, tr, op, count) },
+				func() error { return checkAllocAllReduce[int16](ctx, c, tr, op, count) },
+				func() error { return checkAllocAllReduce[int32](ctx, c, tr, op, count) },
+				func() error { return checkAllocAllReduce[int64](ctx, c, tr, op, count) },
+				func() error { return checkAllocAllReduce[uint8](ctx, c, tr, op, count) },
+				func() error { return checkAllocAllReduce[uint16](ctx, c, tr, op, count) },
+				func() error { return checkAllocAllReduce[uint32](ctx, c, tr, op, count) },
+				func() error { return checkAllocAllReduce[uint64](ctx, c, tr, op, count) },
+				func() error { return checkAllocAllReduce[int](ctx, c, tr, op, count) },
+				func() error { return checkAllocAllReduce[uint](ctx, c, tr, op, count) },
+			} {
+				if err := f(); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// TestAllocRank is not a test of its own: it is one rank of
+// TestAllocProcesses's jobs, in a process of its own, when that test
+// starts this binary with GOCOLL_ALLOC_TEST_RANK set.
+func TestAllocRank(t *testing.T) {
+	if os.Getenv("GOCOLL_ALLOC_TEST_RANK") == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var tr collectives.Traffic
+	c, err := comm.Init(ctx, comm.WithTraffic(&tr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := c.Size(); n > 1 && c.Transport() != "shm" {
+		t.Fatalf("transport %s, want shm", c.Transport())
+	}
+	if err := allocCases(ctx, c, &tr); err != nil {
+		c.Abort(err)
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAllocProcesses runs jobs of 1 to 4 ranks, each rank a process,
+// over shared memory: every element type and op, at odd sizes, allreduced
+// in memory from Alloc, against a reference (see checkAllocAllReduce).
+func TestAllocProcesses(t *testing.T) {
+	sizes := []int{1, 2, 3, 4}
+	if testmode.Quick() {
+		sizes = []int{1, 3}
+	}
+	for _, n := range sizes {
+		t.Run(strconv.Itoa(n), func(t *testing.T) {
+			runAllocJob(t, n)
+		})
+	}
+}
+
+func runAllocJob(t *testing.T, n int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	token := strings.Repeat("ab", 16)
+	srv, err := bootstrap.Listen("127.0.0.1:0", []byte(token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	cmds := make([]*exec.Cmd, n)
+	outs := make([]strings.Builder, n)
+	for r := range n {
+		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestAllocRank$", "-test.count=1")
+		cmd.Env = append(jobEnv(), "GOCOLL_ALLOC_TEST_RANK=1", "GOCOLL_TRANSPORT=shm",
+			"GRUN_RANK="+strconv.Itoa(r), "GRUN_SIZE="+strconv.Itoa(n), "GRUN_ADDR="+srv.Addr(), "GRUN_TOKEN="+token)
+		cmd.Stdout, cmd.Stderr = &outs[r], &outs[r]
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds[r] = cmd
+	}
+	for r, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("rank %d: %v\n%s", r, err, outs[r].String())
+		}
+	}
+}
+
+// jobEnv is this process's environment without the variables that
+// would change which path an allreduce takes.
+func jobEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "GOCOLL_ALGO=") && !strings.HasPrefix(kv, "GOCOLL_HALF_ACCUM=") && !strings.HasPrefix(kv, "GRUN_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// onLocal runs f on every rank of an in-process job of n ranks over
+// shared memory, and returns the ranks' errors joined.
+func onLocal(t *testing.T, n int, f func(c *comm.Communicator) error, opts ...comm.Option) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cs, err := comm.NewLocal(ctx, n, append([]comm.Option{comm.WithTransport("shm")}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = f(c)
+			c.Close()
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// TestAllocMatchesRing: the single-copy allreduce gives the ring's bits,
+// NaN payloads, signed zeros and rounding included, for every float
+// type and op it takes, on 2, 3 and 4 ranks.
+func TestAllocMatchesRing(t *testing.T) {
+	for _, n := range []int{2, 3, 4} {
+		t.Run(strconv.Itoa(n), func(t *testing.T) {
+			matchRing[float32](t, n)
+			matchRing[float64](t, n)
+			matchRing[comm.Float16](t, n)
+			matchRing[comm.BFloat16](t, n)
+		})
+	}
+}
+
+func matchRing[T comm.Element](t *testing.T, n int) {
+	t.Helper()
+	const count = 70_001 // blocks longer than a piece of the reduction chain on 2 ranks
+	specials := []float64{math.NaN(), math.Copysign(0, -1), 0, math.Inf(1), math.Inf(-1), 1e-30, 3e38}
+	input := func(r, i int) T {
+		rng := rand.New(rand.NewPCG(uint64(r), uint64(i)))
+		if rng.IntN(50) == 0 {
+			return elementOf[T](specials[rng.IntN(len(specials))])
+		}
+		return elementOf[T]((rng.Float64() - 0.3) * math.Pow(10, float64(rng.IntN(8))-4))
+	}
+	for _, op := range []comm.Op{comm.Sum, comm.Prod, comm.Min, comm.Max, comm.Avg} {
+		if !singleCopies[T](op, n) {
+			continue
+		}
+		ctx := context.Background()
+		results := make([][]T, 2*n)
+		err := onLocal(t, n, func(c *comm.Communicator) error {
+			s, err := comm.Alloc[T](ctx, c, count)
+			if err != nil {
+				return err
+			}
+			buf := s.Slice()
+			for i := range buf {
+				buf[i] = input(c.Rank(), i)
+			}
+			if err := comm.AllReduce(ctx, c, buf, op); err != nil {
+				return err
+			}
+			results[c.Rank()] = append([]T(nil), buf...)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = onLocal(t, n, func(c *comm.Communicator) error {
+			buf := make([]T, count)
+			for i := range buf {
+				buf[i] = input(c.Rank(), i)
+			}
+			if err := comm.AllReduce(ctx, c, buf, op); err != nil {
+				return err
+			}
+			results[n+c.Rank()] = buf
+			return nil
+		}, comm.WithAlgorithm("allreduce=ring"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ring := rawBytes(results[n])
+		for r := range 2 * n {
+			if got := rawBytes(results[r]); string(got) != string(ring) {
+				i := 0
+				for got[i] == ring[i] {
+					i++
+				}
+				t.Fatalf("%T %v on %d ranks: result %d differs from the ring's rank 0 at byte %d", *new(T), op, n, r, i)
+			}
+		}
+	}
+}
