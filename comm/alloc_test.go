@@ -365,3 +365,201 @@ func matchRing[T comm.Element](t *testing.T, n int) {
 		}
 	}
 }
+
+// TestAllocMismatch: ranks that ask Alloc for different counts or
+// types, or none, all fail alike; ranks that allreduce different places
+// of the memory, or one of them a buffer not from Alloc, fail with
+// ErrMismatch before any byte is read.
+func TestAllocMismatch(t *testing.T) {
+	ctx := context.Background()
+	cases := []struct {
+		name string
+		f    func(c *comm.Communicator) error
+		want error
+	}{
+		{"count", func(c *comm.Communicator) error {
+			_, err := comm.Alloc[float32](ctx, c, 10+c.Rank())
+			return err
+		}, comm.ErrMismatch},
+		{"type", func(c *comm.Communicator) error {
+			if c.Rank() == 0 {
+				_, err := comm.Alloc[float32](ctx, c, 10)
+				return err
+			}
+			_, err := comm.Alloc[int32](ctx, c, 10)
+			return err
+		}, comm.ErrMismatch},
+		{"empty", func(c *comm.Communicator) error {
+			_, err := comm.Alloc[float64](ctx, c, 0)
+			return err
+		}, comm.ErrInvalid},
+		{"place", func(c *comm.Communicator) error {
+			s, err := comm.Alloc[float32](ctx, c, 16)
+			if err != nil {
+				return err
+			}
+			r := c.Rank()
+			return comm.AllReduce(ctx, c, s.Slice()[r:r+8], comm.Sum)
+		}, comm.ErrMismatch},
+		{"not from alloc", func(c *comm.Communicator) error {
+			s, err := comm.Alloc[float32](ctx, c, 1<<16)
+			if err != nil {
+				return err
+			}
+			buf := s.Slice()
+			if c.Rank() == 1 {
+				buf = make([]float32, len(buf))
+			}
+			return comm.AllReduce(ctx, c, buf, comm.Sum)
+		}, comm.ErrMismatch},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			errs := make([]error, 2)
+			onLocal(t, 2, func(c *comm.Communicator) error {
+				errs[c.Rank()] = tc.f(c)
+				return nil
+			})
+			for r, err := range errs {
+				if !errors.Is(err, tc.want) {
+					t.Errorf("rank %d: %v, want %v", r, err, tc.want)
+				}
+			}
+		})
+	}
+}
+
+// windowMaps counts this process's mappings of Alloc's memfds.
+func windowMaps(t *testing.T) int {
+	t.Helper()
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Count(string(maps), "memfd:gocoll-win-")
+}
+
+// TestAllocFree: once freed, the memory is unmapped; a slice of it kept
+// past Free can still be written without a fault, and AllReduce refuses
+// it (ErrInvalid) rather than reading it; Free again is harmless.
+func TestAllocFree(t *testing.T) {
+	ctx := context.Background()
+	errs := make([]error, 2)
+	err := onLocal(t, 2, func(c *comm.Communicator) error {
+		s, err := comm.Alloc[float64](ctx, c, 1000)
+		if err != nil {
+			return err
+		}
+		stale := s.Slice()
+		if err := s.Free(); err != nil {
+			return err
+		}
+		if err := s.Free(); err != nil {
+			return fmt.Errorf("second Free: %w", err)
+		}
+		if s.Slice() != nil {
+			return errors.New("Slice after Free is not nil")
+		}
+		stale[0], stale[999] = 1, 2
+		errs[c.Rank()] = comm.AllReduce(ctx, c, stale, comm.Sum)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r, err := range errs {
+		if !errors.Is(err, comm.ErrInvalid) {
+			t.Errorf("rank %d: allreduce of freed memory: %v, want ErrInvalid", r, err)
+		}
+	}
+	if n := windowMaps(t); n != 0 {
+		t.Errorf("%d mappings of Alloc's memory left after Free", n)
+	}
+}
+
+// TestAllocCloseFrees: Close frees what Free did not, on every rank.
+func TestAllocCloseFrees(t *testing.T) {
+	ctx := context.Background()
+	const n = 3
+	shared := make([]*comm.Shared[int32], n)
+	err := onLocal(t, n, func(c *comm.Communicator) error {
+		s, err := comm.Alloc[int32](ctx, c, 4096)
+		if err != nil {
+			return err
+		}
+		shared[c.Rank()] = s
+		if got := windowMaps(t); got < n {
+			return fmt.Errorf("rank %d: %d mappings of Alloc's memory, want at least %d", c.Rank(), got, n)
+		}
+		return comm.AllReduce(ctx, c, s.Slice(), comm.Max)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r, s := range shared {
+		if s.Slice() != nil {
+			t.Errorf("rank %d: the memory is still there after Close", r)
+		}
+	}
+	if got := windowMaps(t); got != 0 {
+		t.Errorf("%d mappings of Alloc's memory left after Close", got)
+	}
+}
+
+// TestAllocTraffic pins the single-copy allreduce's memory traffic at 2,
+// 4 and 16 ranks (docs/traffic.md): nothing through the transport; per
+// rank, (n-1)/n of the buffer reduced by n-1 two-operand steps and
+// (n-1)/n copied, 5(n-1)/n bytes moved per byte: the bound (3-1/n) at 2
+// ranks, and 5/9 of the ring's 9(n-1)/n at any n.
+func TestAllocTraffic(t *testing.T) {
+	for _, n := range []int{2, 4, 16} {
+		t.Run(strconv.Itoa(n), func(t *testing.T) {
+			const count = 1 << 16
+			const S = 4 * count
+			ctx := context.Background()
+			var tr collectives.Traffic
+			var mu sync.Mutex
+			var before collectives.TrafficCounts
+			ready := 0
+			err := onLocal(t, n, func(c *comm.Communicator) error {
+				s, err := comm.Alloc[float32](ctx, c, count)
+				if err != nil {
+					return err
+				}
+				if err := c.Barrier(ctx); err != nil {
+					return err
+				}
+				mu.Lock()
+				if ready++; ready == n {
+					before = tr.Counts()
+				}
+				mu.Unlock()
+				if err := c.Barrier(ctx); err != nil {
+					return err
+				}
+				for i := range s.Slice() {
+					s.Slice()[i] = float32(c.Rank())
+				}
+				return comm.AllReduce(ctx, c, s.Slice(), comm.Sum)
+			}, comm.WithTraffic(&tr))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := tr.Counts()
+			got.Sent -= before.Sent
+			got.ReduceRead -= before.ReduceRead
+			got.ReduceWritten -= before.ReduceWritten
+			got.Copied -= before.Copied
+			want := collectives.TrafficCounts{ReduceRead: 2 * int64(n-1) * S, ReduceWritten: int64(n-1) * S, Copied: int64(n-1) * S}
+			if got != want {
+				t.Errorf("counted %+v, want %+v", got, want)
+			}
+			perRank := float64(got.Moved()) / float64(n) / S
+			bound, ring := 3-1/float64(n), 9*float64(n-1)/float64(n)
+			if perRank > 5*float64(n-1)/float64(n) || perRank >= ring || n == 2 && perRank > bound {
+				t.Errorf("%.3f bytes moved per byte per rank: the bound is %.3f, the ring moves %.3f", perRank, bound, ring)
+			}
+			t.Logf("%d ranks: %.3f bytes moved per byte per rank (bound %.3f, ring %.3f)", n, perRank, bound, ring)
+		})
+	}
+}
