@@ -248,15 +248,20 @@ func (c *Communicator) alloc(ctx context.Context, n int, dt reduce.DType, es int
 	// The memory is made before anything is said, so that a rank that
 	// cannot have it says so. A memfd where there are memfds, shared or
 	// not (its addresses outlive Free: see shm.Window.Retire).
-	offer := false
+	offer, why := false, ""
 	if size > 0 {
 		if own, err := shm.NewWindow(size); err == nil {
 			w.own, w.mem = own, own.Bytes()
-			offer = c.rootOrSelf().tname == "shm" && c.Size() > 1
-		} else {
-			if !errors.Is(err, shm.ErrUnsupported) {
-				c.log.Debug("alloc: no memfd; this rank's memory is its own", "err", err)
+			switch tname := c.rootOrSelf().tname; {
+			case c.Size() == 1:
+				why = "one rank"
+			case tname != "shm":
+				why = "the transport is " + tname + ", not shm (ranks on several hosts, or forced)"
+			default:
+				offer = true
 			}
+		} else {
+			why = err.Error()
 			w.mem = make([]byte, size)
 		}
 	}
@@ -297,7 +302,13 @@ func (c *Communicator) alloc(ctx context.Context, n int, dt reduce.DType, es int
 			drop()
 			return nil, err
 		}
+		if w.views == nil {
+			why = "some rank could not map another's memory (see GOCOLL_DEBUG=debug)"
+		}
+	} else if why == "" {
+		why = "some rank's memory cannot be shared"
 	}
+	c.log.Info("alloc", "bytes", size, "single_copy", w.views != nil, "why", why)
 	if w.own != nil {
 		w.own.Seal() // every peer has mapped it, or will not
 	}
