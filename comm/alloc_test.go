@@ -80,6 +80,13 @@ func singleCopies[T comm.Element](op comm.Op, n int) bool {
 
 var allOps = []comm.Op{comm.Sum, comm.Prod, comm.Min, comm.Max, comm.Avg, comm.ExactSum}
 
+// combine is each op on two exact values (Avg's division comes after).
+var combine = map[comm.Op]func(a, b float64) float64{
+	comm.Sum: func(a, b float64) float64 { return a + b }, comm.Avg: func(a, b float64) float64 { return a + b },
+	comm.ExactSum: func(a, b float64) float64 { return a + b }, comm.Prod: func(a, b float64) float64 { return a * b },
+	comm.Min: func(a, b float64) float64 { return min(a, b) }, comm.Max: func(a, b float64) float64 { return max(a, b) },
+}
+
 // allocGuard is how many elements on each side of the buffer an
 // allreduce of memory from Alloc must leave alone.
 const allocGuard = 3
@@ -122,17 +129,7 @@ func checkAllocAllReduce[T comm.Element](ctx context.Context, c *comm.Communicat
 	for i, got := range buf {
 		want := v(0, i)
 		for q := 1; q < n; q++ {
-			x := v(q, i)
-			switch op {
-			case comm.Sum, comm.Avg, comm.ExactSum:
-				want += x
-			case comm.Prod:
-				want *= x
-			case comm.Min:
-				want = min(want, x)
-			case comm.Max:
-				want = max(want, x)
-			}
+			want = combine[op](want, v(q, i))
 		}
 		if op == comm.Avg {
 			want /= float64(n)
