@@ -199,12 +199,49 @@ func TestAllocRank(t *testing.T) {
 	if n := c.Size(); n > 1 && c.Transport() != "shm" {
 		t.Fatalf("transport %s, want shm", c.Transport())
 	}
+	if os.Getenv("GOCOLL_ALLOC_TEST_RANK") == "dies" {
+		if err := allocPeerDies(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
 	if err := allocCases(ctx, c, &tr); err != nil {
 		c.Abort(err)
 		t.Fatal(err)
 	}
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// allocPeerDies: rank 1 exits, without closing, after an allreduce in
+// memory from Alloc; rank 0's next allreduce of it fails, naming the
+// lost peer, rather than waiting for it or faulting on its memory.
+func allocPeerDies(ctx context.Context, c *comm.Communicator) error {
+	s, err := comm.Alloc[float64](ctx, c, 1<<16)
+	if err != nil {
+		return err
+	}
+	if err := comm.AllReduce(ctx, c, s.Slice(), comm.Sum); err != nil {
+		return err
+	}
+	if c.Rank() == 1 {
+		os.Exit(3)
+	}
+	err = comm.AllReduce(ctx, c, s.Slice(), comm.Sum)
+	if !errors.Is(err, comm.ErrPeerLost) {
+		return fmt.Errorf("allreduce with a dead peer: %v, want ErrPeerLost", err)
+	}
+	return nil
+}
+
+// TestAllocPeerDies: a rank that dies between two allreduces in memory
+// from Alloc makes its peer's call fail with ErrPeerLost (allocPeerDies).
+func TestAllocPeerDies(t *testing.T) {
+	errs := runAllocJob(t, 2, "dies")
+	var exit *exec.ExitError
+	if errs[0] != nil || !errors.As(errs[1], &exit) || exit.ExitCode() != 3 {
+		t.Fatalf("rank 0: %v, rank 1: %v (want rank 0 to pass and rank 1 to exit with status 3)", errs[0], errs[1])
 	}
 }
 
@@ -218,12 +255,18 @@ func TestAllocProcesses(t *testing.T) {
 	}
 	for _, n := range sizes {
 		t.Run(strconv.Itoa(n), func(t *testing.T) {
-			runAllocJob(t, n)
+			for _, err := range runAllocJob(t, n, "cases") {
+				if err != nil {
+					t.Error(err)
+				}
+			}
 		})
 	}
 }
 
-func runAllocJob(t *testing.T, n int) {
+// runAllocJob runs a job of n processes, each TestAllocRank in mode,
+// and returns how each ended (its output in the error).
+func runAllocJob(t *testing.T, n int, mode string) []error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	token := strings.Repeat("ab", 16)
@@ -236,7 +279,7 @@ func runAllocJob(t *testing.T, n int) {
 	outs := make([]strings.Builder, n)
 	for r := range n {
 		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestAllocRank$", "-test.count=1")
-		cmd.Env = append(jobEnv(), "GOCOLL_ALLOC_TEST_RANK=1", "GOCOLL_TRANSPORT=shm",
+		cmd.Env = append(jobEnv(), "GOCOLL_ALLOC_TEST_RANK="+mode, "GOCOLL_TRANSPORT=shm",
 			"GRUN_RANK="+strconv.Itoa(r), "GRUN_SIZE="+strconv.Itoa(n), "GRUN_ADDR="+srv.Addr(), "GRUN_TOKEN="+token)
 		cmd.Stdout, cmd.Stderr = &outs[r], &outs[r]
 		if err := cmd.Start(); err != nil {
@@ -244,11 +287,13 @@ func runAllocJob(t *testing.T, n int) {
 		}
 		cmds[r] = cmd
 	}
+	errs := make([]error, n)
 	for r, cmd := range cmds {
 		if err := cmd.Wait(); err != nil {
-			t.Errorf("rank %d: %v\n%s", r, err, outs[r].String())
+			errs[r] = fmt.Errorf("rank %d: %w\n%s", r, err, outs[r].String())
 		}
 	}
+	return errs
 }
 
 // jobEnv is this process's environment without the variables that
