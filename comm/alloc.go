@@ -67,9 +67,11 @@ func (s *Shared[T]) Slice() []T {
 
 // Free releases the memory on this rank, once the collectives using it
 // are done. A slice of it kept past Free reads zeros and no peer sees
-// what is written to it; AllReduce refuses it (ErrInvalid). Safe to call
-// more than once, and after the communicator closed (which frees what
-// is left).
+// what is written to it; AllReduce refuses it (ErrInvalid). For that,
+// on Linux, the addresses stay reserved (no memory, one mapping of the
+// process's) as long as the process runs: allocate the buffers a
+// program reuses once, as with Register. Safe to call more than once,
+// and after the communicator closed (which frees what is left).
 func (s *Shared[T]) Free() error {
 	if s == nil || s.w == nil {
 		return nil
@@ -265,9 +267,9 @@ func (c *Communicator) alloc(ctx context.Context, n int, dt reduce.DType, es int
 			w.mem = make([]byte, size)
 		}
 	}
-	drop := func() {
+	drop := func() { // nothing was handed out: no addresses to keep
 		if w.own != nil {
-			w.own.Retire()
+			w.own.Drop()
 		}
 	}
 	var rec [allocRecord]byte

@@ -133,6 +133,17 @@ func Unmap(mem []byte) error {
 	return unix.Munmap(mem)
 }
 
+// Drop unmaps the window, for a creator that never handed it out.
+func (w *Window) Drop() error {
+	w.Seal()
+	if w.mem == nil {
+		return nil
+	}
+	err := unix.Munmap(w.mem)
+	w.mem = nil
+	return err
+}
+
 // Retire drops the creator's mapping of the window but keeps its
 // addresses: they become private zero pages, so a slice of the window a
 // program kept after freeing it reads zeros and writes reach no peer,

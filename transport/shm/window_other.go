@@ -29,6 +29,9 @@ func (w *Window) Ref() WindowRef { return WindowRef{} }
 // Seal closes the creator's descriptor.
 func (w *Window) Seal() {}
 
+// Drop unmaps the window, for a creator that never handed it out.
+func (w *Window) Drop() error { return nil }
+
 // Retire drops the creator's mapping of the window.
 func (w *Window) Retire() error { return nil }
 
