@@ -617,6 +617,7 @@ func TestAllocFallback(t *testing.T) {
 	}{
 		{"tcp", 2, []comm.Option{comm.WithTransport("tcp")}},
 		{"two hosts", 4, []comm.Option{comm.WithTransport("auto"), comm.WithFakeHosts(2)}},
+		{"ring forced", 2, []comm.Option{comm.WithAlgorithm("allreduce=ring")}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -628,5 +629,61 @@ func TestAllocFallback(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// TestAllocSplit: a sub-communicator's ranks of one host share memory
+// from Alloc as the job's do: its allreduce takes the single-copy path,
+// which hands the transport nothing.
+func TestAllocSplit(t *testing.T) {
+	var tr collectives.Traffic
+	var before, after collectives.TrafficCounts
+	ctx := context.Background()
+	err := onLocal(t, 4, func(c *comm.Communicator) error {
+		sub, err := c.Split(ctx, c.Rank()%2, c.Rank())
+		if err != nil {
+			return err
+		}
+		defer sub.Close()
+		s, err := comm.Alloc[int64](ctx, sub, 10_001)
+		if err != nil {
+			return err
+		}
+		buf := s.Slice()
+		for i := range buf {
+			buf[i] = int64(c.Rank() * i)
+		}
+		// Between the job's barriers, which send no payload, only the
+		// two sub-communicators' allreduces run.
+		if err := c.Barrier(ctx); err != nil {
+			return err
+		}
+		if c.Rank() == 0 {
+			before = tr.Counts()
+		}
+		if err := c.Barrier(ctx); err != nil {
+			return err
+		}
+		if err := comm.AllReduce(ctx, sub, buf, comm.Sum); err != nil {
+			return err
+		}
+		if err := c.Barrier(ctx); err != nil {
+			return err
+		}
+		if c.Rank() == 0 {
+			after = tr.Counts()
+		}
+		for i, v := range buf {
+			if want := int64((c.Rank()%2*2 + 2) * i); v != want {
+				return fmt.Errorf("rank %d: element %d is %d, want %d", c.Rank(), i, v, want)
+			}
+		}
+		return nil
+	}, comm.WithTraffic(&tr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sent, reduced := after.Sent-before.Sent, after.ReduceRead-before.ReduceRead; sent != 0 || reduced == 0 {
+		t.Errorf("the sub-communicators' allreduces sent %d bytes and reduced %d: not the single-copy path", sent, reduced)
 	}
 }
