@@ -34,7 +34,10 @@ type Shared[T Element] struct {
 // own, and then copies every other block from the rank that reduced it,
 // so each byte is read in place instead of being copied into a ring and
 // out of it again (docs/traffic.md has the bytes moved). The result has
-// the bits the ring algorithm's would, on every rank. ExactSum of
+// the bits the ring algorithm's would, on every rank, at every size;
+// it takes three rounds of empty messages, where the usual path takes
+// one for a small buffer, so buffers of a few KiB gain nothing from it
+// (bench/results/onecopy-shm2.txt). ExactSum of
 // floats, and Float16 and BFloat16 sums with float32 partial results
 // (more than two ranks, or Avg), take the usual path, as does every
 // allreduce when GOCOLL_ALGO forces an allreduce algorithm; so does
