@@ -61,7 +61,11 @@ func benchSpec[T comm.Element](e env, spec opSpec[T]) error {
 		}
 	}
 	pt := newPatterns[T](spec.reduces, p.redop, n)
-	send, recv := make([]T, maxSend), make([]T, maxRecv)
+	send, recv, free, err := buffers[T](e, maxSend, maxRecv)
+	if err != nil {
+		return err
+	}
+	defer free()
 	// Fault the buffers in and finish the garbage collection their
 	// allocation set off now, so neither lands in the first rows' timings.
 	p.send, p.recv = maxSend, maxRecv
@@ -191,6 +195,33 @@ func benchSpec[T comm.Element](e env, spec opSpec[T]) error {
 		return fmt.Errorf("-check: %d wrong elements in all (see the #wrong column): %w", totalWrong, errWrong)
 	}
 	return nil
+}
+
+// buffers are the send and receive buffers of a sweep: Go's memory, or
+// with -alloc memory from comm.Alloc, which free gives back.
+func buffers[T comm.Element](e env, send, recv int) ([]T, []T, func(), error) {
+	if !e.cfg.alloc {
+		return make([]T, send), make([]T, recv), func() {}, nil
+	}
+	var bufs [2][]T
+	var frees []func() error
+	free := func() {
+		for _, f := range frees {
+			f()
+		}
+	}
+	for i, n := range []int{send, recv} {
+		if n == 0 {
+			continue
+		}
+		s, err := comm.Alloc[T](e.ctx, e.c, n)
+		if err != nil {
+			free()
+			return nil, nil, nil, err
+		}
+		bufs[i], frees = s.Slice(), append(frees, s.Free)
+	}
+	return bufs[0], bufs[1], free, nil
 }
 
 // patterns holds, per rank, one period of its known inputs as T, so that

@@ -128,7 +128,9 @@ func (h header) String() string {
 	if h.wide() {
 		s += " in float32"
 	}
-	if h.extra != 0 {
+	if h.extra != 0 && h.algo() == SingleCopy {
+		s += fmt.Sprintf(", place %08x", h.extra) // where in the shared memory (comm.Alloc)
+	} else if h.extra != 0 {
 		s += fmt.Sprintf(", counts %08x", h.extra)
 	}
 	return s + ")"

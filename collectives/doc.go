@@ -8,6 +8,12 @@
 // and reduce-scatter (and their v-variants), binomial-tree reduce, linear
 // gather and scatter, and pairwise all-to-all.
 //
+// One allreduce reads memory rather than messages: SingleCopyAllReduce,
+// for buffers every rank of one host maps (comm.Alloc), reduces each
+// rank's block straight from its peers' buffers and copies the others
+// from their owners, with the ring's bits; the transport carries only
+// its header and three empty messages per peer (window.go).
+//
 // A Mux shares one transport between several communicators and
 // point-to-point lanes (see Mux and Channel): sub-communicators are Groups
 // over Channels.

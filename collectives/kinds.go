@@ -92,13 +92,19 @@ const (
 	// Tree: allreduce as a binomial-tree reduce to rank 0, then a
 	// binomial-tree broadcast, both pipelined by segment.
 	Tree
+	// SingleCopy: allreduce of buffers every rank of one host maps
+	// (comm.Alloc): each rank reduces its block reading every peer's
+	// buffer in place, then copies the other blocks from their owners
+	// (window.go). Never chosen by the table: comm calls it for such
+	// buffers.
+	SingleCopy
 )
 
 var algoNames = map[Algo]string{
 	Auto: "auto", Local: "local", Ring: "ring", RecursiveDoubling: "rd",
 	Binomial: "binomial", Chain: "chain", Dissemination: "dissemination",
 	Hier: "hier", Linear: "linear", Pairwise: "pairwise", Rabenseifner: "rabenseifner",
-	Tree: "tree",
+	Tree: "tree", SingleCopy: "singlecopy",
 }
 
 func (a Algo) String() string {
@@ -143,7 +149,7 @@ func ParseAlgos(s string) (map[Kind]Algo, error) {
 			name = "rd"
 		}
 		for a, n := range algoNames {
-			if n == name && a != Local {
+			if n == name && a != Local && a != SingleCopy {
 				return a, true
 			}
 		}
@@ -195,7 +201,7 @@ func ParseAlgos(s string) (map[Kind]Algo, error) {
 func knownAlgos() string {
 	var names []string
 	for a, n := range algoNames {
-		if a != Local {
+		if a != Local && a != SingleCopy {
 			names = append(names, n)
 		}
 	}

@@ -25,9 +25,14 @@ func (c *Communicator) allReduce(ctx context.Context, b []byte, dt reduce.DType,
 	if err := checkDTypeOp("allreduce", dt, op); err != nil {
 		return c.refuse(ctx, "allreduce", err)
 	}
+	if c.win.count.Load() != 0 {
+		if err := c.freedError("allreduce", b); err != nil {
+			return c.refuse(ctx, "allreduce", err)
+		}
+	}
 	// Not allReduceJob's closure: one returned from a function is
 	// allocated on every call.
-	return c.run(ctx, "allreduce", func(ctx context.Context) error { return c.g.AllReduce(ctx, b, dt, reduce.Op(op)) })
+	return c.run(ctx, "allreduce", func(ctx context.Context) error { return c.groupAllReduce(ctx, b, dt, reduce.Op(op)) })
 }
 
 // AllReduceAsync is AllReduce, issued now and finished in the background.
@@ -37,6 +42,9 @@ func AllReduceAsync[T Element](ctx context.Context, c *Communicator, buf []T, op
 
 func allReduceJob[T Element](c *Communicator, buf []T, op Op) job {
 	if err := checkAllReduce[T](c, op); err != nil {
+		return job{err: err}
+	}
+	if err := c.freedError("allreduce", bytesOf(buf)); err != nil {
 		return job{err: err}
 	}
 	return job{what: "allreduce", f: func(ctx context.Context) error { return allReduce(ctx, c, buf, op) }}
@@ -50,7 +58,7 @@ func checkAllReduce[T Element](c *Communicator, op Op) error {
 }
 
 func allReduce[T Element](ctx context.Context, c *Communicator, buf []T, op Op) error {
-	return c.g.AllReduce(ctx, bytesOf(buf), dtypeOf[T](), reduce.Op(op))
+	return c.groupAllReduce(ctx, bytesOf(buf), dtypeOf[T](), reduce.Op(op))
 }
 
 // AllReduceMany allreduces every buffer of bufs with op as one collective:

@@ -160,7 +160,8 @@ type Communicator struct {
 	// plan is the job's plan (plan.go), agreed at Init, inherited by
 	// Split, Shrink and Grow, taken from the store by a replacement.
 	plan plan.Plan
-	ext  ext // sub-communicators, point-to-point, issue order (split.go, async.go)
+	ext  ext     // sub-communicators, point-to-point, issue order (split.go, async.go)
+	win  windows // memory from Alloc (alloc.go)
 }
 
 // Option adjusts how a communicator is built.
@@ -554,6 +555,9 @@ func (c *Communicator) Close() error {
 	close(c.closed)
 	c.drainTrace(true)
 	err := c.shutdown()
+	if werr := c.win.freeAll(); werr != nil && err == nil {
+		err = werr
+	}
 	if c.trace != nil && c.ext.root == nil {
 		if terr := c.trace.close(); terr != nil && err == nil {
 			err = fmt.Errorf("comm: rank %d: close: GOCOLL_TRACE: %w", c.cfg.Rank, terr)

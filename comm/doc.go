@@ -45,6 +45,14 @@
 // communicator of them over the same connections (see Shrink and
 // examples/elastic).
 //
+// Memory from Alloc (collective: every rank asks for the same count)
+// is read by the ranks of one host in place: AllReduce of a buffer in it
+// skips the shared-memory transport's copy into its rings and out of
+// them, each rank reducing its block straight from every peer's buffer
+// and copying the other blocks from their owners, for the ring's bits
+// and about half the memory traffic (docs/traffic.md). Free, or Close,
+// gives it back.
+//
 // The collectives are package functions, generic over the element type
 // (AllReduce[T]), because Go methods cannot have type parameters of their
 // own; what takes no buffer of elements (Barrier, Split, Close, Abort) is

@@ -56,6 +56,16 @@
 // stream alone is a lost peer (ErrPeerLost), which is also how Abort
 // looks from the other side.
 //
+// Window (window_linux.go) is memory for comm.Alloc, which the ranks of
+// a host read in place rather than through rings: a sealed memfd like a
+// ring, but opened by each peer through the creator's descriptor table
+// (/proc/<pid>/fd/<fd>, as the kernel allows a process that may read
+// the creator's memory) rather than passed over a socket, since it is
+// made for a communicator's ranks, collectively, not for one linked
+// pair. Its name carries a random tag the peer checks, with its size and
+// seals, before mapping it; the creator closes its descriptor once every
+// peer has mapped it, and nothing is named in the file system.
+//
 // All of this is Linux's (memfd seals, abstract Unix sockets, futexes).
 // On other systems the package compiles, so that programs importing gocoll
 // build anywhere, but Connect and Probe fail with an error wrapping

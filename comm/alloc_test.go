@@ -1,0 +1,689 @@
+package comm_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/gocoll/gocoll/bootstrap"
+	"github.com/gocoll/gocoll/collectives"
+	"github.com/gocoll/gocoll/comm"
+	"github.com/gocoll/gocoll/internal/testmode"
+)
+
+// elementOf converts f to T, through float32 for the 16-bit floats.
+func elementOf[T comm.Element](f float64) T {
+	var z T
+	switch any(z).(type) {
+	case comm.Float16:
+		return any(comm.Float16Of(float32(f))).(T)
+	case comm.BFloat16:
+		return any(comm.BFloat16Of(float32(f))).(T)
+	}
+	return T(f)
+}
+
+func valueOf[T comm.Element](v T) float64 {
+	switch x := any(v).(type) {
+	case comm.Float16:
+		return float64(x.Float32())
+	case comm.BFloat16:
+		return float64(x.Float32())
+	}
+	return float64(v)
+}
+
+func isFloat[T comm.Element]() bool {
+	var z T
+	switch any(z).(type) {
+	case float32, float64, comm.Float16, comm.BFloat16:
+		return true
+	}
+	return false
+}
+
+func is16[T comm.Element]() bool {
+	var z T
+	switch any(z).(type) {
+	case comm.Float16, comm.BFloat16:
+		return true
+	}
+	return false
+}
+
+func rawBytes[T comm.Element](s []T) []byte {
+	if len(s) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), len(s)*int(unsafe.Sizeof(s[0])))
+}
+
+// singleCopies says whether an allreduce of T and op on n ranks takes
+// the single-copy path for a buffer from Alloc (comm.Alloc's doc).
+func singleCopies[T comm.Element](op comm.Op, n int) bool {
+	if n < 2 || op == comm.ExactSum && isFloat[T]() {
+		return false
+	}
+	wide := is16[T]() && (op == comm.Sum || op == comm.Avg || op == comm.Prod)
+	return !(wide && (n > 2 || op == comm.Avg))
+}
+
+var allOps = []comm.Op{comm.Sum, comm.Prod, comm.Min, comm.Max, comm.Avg, comm.ExactSum}
+
+// combine is each op on two exact values (Avg's division comes after).
+var combine = map[comm.Op]func(a, b float64) float64{
+	comm.Sum: func(a, b float64) float64 { return a + b }, comm.Avg: func(a, b float64) float64 { return a + b },
+	comm.ExactSum: func(a, b float64) float64 { return a + b }, comm.Prod: func(a, b float64) float64 { return a * b },
+	comm.Min: func(a, b float64) float64 { return min(a, b) }, comm.Max: func(a, b float64) float64 { return max(a, b) },
+}
+
+// allocGuard is how many elements on each side of the buffer an
+// allreduce of memory from Alloc must leave alone.
+const allocGuard = 3
+
+// checkAllocAllReduce runs, on rank c of a job, the allreduce of count
+// elements of T with op in memory from Alloc, between guard elements,
+// and checks the result against a reference, the guards, and which path
+// the call took (the single-copy path hands the transport no payload).
+func checkAllocAllReduce[T comm.Element](ctx context.Context, c *comm.Communicator, tr *collectives.Traffic, op comm.Op, count int, shared bool) error {
+	if op == comm.Avg && !isFloat[T]() {
+		return nil
+	}
+	n, r := c.Size(), c.Rank()
+	name := fmt.Sprintf("rank %d: %d x %T %v on %d ranks", r, count, *new(T), op, n)
+	s, err := comm.Alloc[T](ctx, c, count+2*allocGuard)
+	if err != nil {
+		return fmt.Errorf("%s: alloc: %w", name, err)
+	}
+	defer s.Free()
+	all := s.Slice()
+	guard := rawBytes(all)
+	for i := range guard {
+		guard[i] = 0xa5
+	}
+	buf := all[allocGuard : allocGuard+count]
+	// Small integers, so that every op's exact result is representable
+	// in every type whatever the order the ranks combine them in.
+	v := func(q, i int) float64 { return float64((q*7+i*3)%3 + 1) }
+	for i := range buf {
+		buf[i] = elementOf[T](v(r, i))
+	}
+	before := tr.Counts()
+	if err := comm.AllReduce(ctx, c, buf, op); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	sent := tr.Counts().Sent - before.Sent
+	if single := shared && singleCopies[T](op, n); n > 1 && single != (sent == 0) {
+		return fmt.Errorf("%s: single copy %v, but the call sent %d bytes", name, single, sent)
+	}
+	for i, got := range buf {
+		want := v(0, i)
+		for q := 1; q < n; q++ {
+			want = combine[op](want, v(q, i))
+		}
+		if op == comm.Avg {
+			want /= float64(n)
+			if d := math.Abs(valueOf(got) - want); d > want/100 {
+				return fmt.Errorf("%s: element %d is %v, want %v", name, i, valueOf(got), want)
+			}
+			continue
+		}
+		if valueOf(got) != want {
+			return fmt.Errorf("%s: element %d is %v, want %v", name, i, valueOf(got), want)
+		}
+	}
+	esize := int(unsafe.Sizeof(*new(T)))
+	for i, b := range guard {
+		if (i < allocGuard*esize || i >= (allocGuard+count)*esize) && b != 0xa5 {
+			return fmt.Errorf("%s: byte %d of the allocation, outside the buffer, was written: %#x", name, i, b)
+		}
+	}
+	return nil
+}
+
+// allocCases runs checkAllocAllReduce for every element type and op at
+// odd sizes, and for blocks longer than the single-copy path's piece.
+func allocCases(ctx context.Context, c *comm.Communicator, tr *collectives.Traffic) error {
+	sizes := []int{1, 5, 1003, 100_003}
+	for _, count := range sizes {
+		for _, op := range allOps {
+			for _, f := range []func() error{
+				func() error { return checkAllocAllReduce[float32](ctx, c, tr, op, count, true) },
+				func() error { return checkAllocAllReduce[float64](ctx, c, tr, op, count, true) },
+				func() error { return checkAllocAllReduce[comm.Float16](ctx, c, tr, op, count, true) },
+				func() error { return checkAllocAllReduce[comm.BFloat16](ctx, c, tr, op, count, true) },
+				func() error { return checkAllocAllReduce[int8](ctx, c, tr, op, count, true) },
+				func() error { return checkAllocAllReduce[int16](ctx, c, tr, op, count, true) },
+				func() error { return checkAllocAllReduce[int32](ctx, c, tr, op, count, true) },
+				func() error { return checkAllocAllReduce[int64](ctx, c, tr, op, count, true) },
+				func() error { return checkAllocAllReduce[uint8](ctx, c, tr, op, count, true) },
+				func() error { return checkAllocAllReduce[uint16](ctx, c, tr, op, count, true) },
+				func() error { return checkAllocAllReduce[uint32](ctx, c, tr, op, count, true) },
+				func() error { return checkAllocAllReduce[uint64](ctx, c, tr, op, count, true) },
+				func() error { return checkAllocAllReduce[int](ctx, c, tr, op, count, true) },
+				func() error { return checkAllocAllReduce[uint](ctx, c, tr, op, count, true) },
+			} {
+				if err := f(); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// TestAllocRank is not a test of its own: it is one rank of
+// TestAllocProcesses's jobs, in a process of its own, when that test
+// starts this binary with GOCOLL_ALLOC_TEST_RANK set.
+func TestAllocRank(t *testing.T) {
+	if os.Getenv("GOCOLL_ALLOC_TEST_RANK") == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var tr collectives.Traffic
+	c, err := comm.Init(ctx, comm.WithTraffic(&tr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := c.Size(); n > 1 && c.Transport() != "shm" {
+		t.Fatalf("transport %s, want shm", c.Transport())
+	}
+	if os.Getenv("GOCOLL_ALLOC_TEST_RANK") == "dies" {
+		if err := allocPeerDies(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if err := allocCases(ctx, c, &tr); err != nil {
+		c.Abort(err)
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// allocPeerDies: rank 1 exits, without closing, after an allreduce in
+// memory from Alloc; rank 0's next allreduce of it fails, naming the
+// lost peer, rather than waiting for it or faulting on its memory.
+func allocPeerDies(ctx context.Context, c *comm.Communicator) error {
+	s, err := comm.Alloc[float64](ctx, c, 1<<16)
+	if err != nil {
+		return err
+	}
+	if err := comm.AllReduce(ctx, c, s.Slice(), comm.Sum); err != nil {
+		return err
+	}
+	if c.Rank() == 1 {
+		os.Exit(3)
+	}
+	err = comm.AllReduce(ctx, c, s.Slice(), comm.Sum)
+	if !errors.Is(err, comm.ErrPeerLost) {
+		return fmt.Errorf("allreduce with a dead peer: %v, want ErrPeerLost", err)
+	}
+	return nil
+}
+
+// TestAllocPeerDies: a rank that dies between two allreduces in memory
+// from Alloc makes its peer's call fail with ErrPeerLost (allocPeerDies).
+func TestAllocPeerDies(t *testing.T) {
+	errs := runAllocJob(t, 2, "dies")
+	var exit *exec.ExitError
+	if errs[0] != nil || !errors.As(errs[1], &exit) || exit.ExitCode() != 3 {
+		t.Fatalf("rank 0: %v, rank 1: %v (want rank 0 to pass and rank 1 to exit with status 3)", errs[0], errs[1])
+	}
+}
+
+// TestAllocProcesses runs jobs of 1 to 4 ranks, each rank a process,
+// over shared memory: every element type and op, at odd sizes, allreduced
+// in memory from Alloc, against a reference (see checkAllocAllReduce).
+func TestAllocProcesses(t *testing.T) {
+	sizes := []int{1, 2, 3, 4}
+	if testmode.Quick() {
+		sizes = []int{1, 3}
+	}
+	for _, n := range sizes {
+		t.Run(strconv.Itoa(n), func(t *testing.T) {
+			for _, err := range runAllocJob(t, n, "cases") {
+				if err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+}
+
+// runAllocJob runs a job of n processes, each TestAllocRank in mode,
+// and returns how each ended (its output in the error).
+func runAllocJob(t *testing.T, n int, mode string) []error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	token := strings.Repeat("ab", 16)
+	srv, err := bootstrap.Listen("127.0.0.1:0", []byte(token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	cmds := make([]*exec.Cmd, n)
+	outs := make([]strings.Builder, n)
+	for r := range n {
+		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestAllocRank$", "-test.count=1")
+		cmd.Env = append(jobEnv(), "GOCOLL_ALLOC_TEST_RANK="+mode, "GOCOLL_TRANSPORT=shm",
+			"GRUN_RANK="+strconv.Itoa(r), "GRUN_SIZE="+strconv.Itoa(n), "GRUN_ADDR="+srv.Addr(), "GRUN_TOKEN="+token)
+		cmd.Stdout, cmd.Stderr = &outs[r], &outs[r]
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds[r] = cmd
+	}
+	errs := make([]error, n)
+	for r, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			errs[r] = fmt.Errorf("rank %d: %w\n%s", r, err, outs[r].String())
+		}
+	}
+	return errs
+}
+
+// jobEnv is this process's environment without the variables that
+// would change which path an allreduce takes.
+func jobEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "GOCOLL_ALGO=") && !strings.HasPrefix(kv, "GOCOLL_HALF_ACCUM=") && !strings.HasPrefix(kv, "GRUN_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// onLocal runs f on every rank of an in-process job of n ranks over
+// shared memory, and returns the ranks' errors joined.
+func onLocal(t *testing.T, n int, f func(c *comm.Communicator) error, opts ...comm.Option) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cs, err := comm.NewLocal(ctx, n, append([]comm.Option{comm.WithTransport("shm")}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = f(c)
+			c.Close()
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// TestAllocMatchesRing: the single-copy allreduce gives the ring's bits,
+// NaN payloads, signed zeros and rounding included, for every float
+// type and op it takes, on 2, 3 and 4 ranks.
+func TestAllocMatchesRing(t *testing.T) {
+	for _, n := range []int{2, 3, 4} {
+		t.Run(strconv.Itoa(n), func(t *testing.T) {
+			matchRing[float32](t, n)
+			matchRing[float64](t, n)
+			matchRing[comm.Float16](t, n)
+			matchRing[comm.BFloat16](t, n)
+		})
+	}
+}
+
+func matchRing[T comm.Element](t *testing.T, n int) {
+	t.Helper()
+	const count = 70_001 // blocks longer than a piece of the reduction chain on 2 ranks
+	specials := []float64{math.NaN(), math.Copysign(0, -1), 0, math.Inf(1), math.Inf(-1), 1e-30, 3e38}
+	input := func(r, i int) T {
+		rng := rand.New(rand.NewPCG(uint64(r), uint64(i)))
+		if rng.IntN(50) == 0 {
+			return elementOf[T](specials[rng.IntN(len(specials))])
+		}
+		return elementOf[T]((rng.Float64() - 0.3) * math.Pow(10, float64(rng.IntN(8))-4))
+	}
+	for _, op := range []comm.Op{comm.Sum, comm.Prod, comm.Min, comm.Max, comm.Avg} {
+		if !singleCopies[T](op, n) {
+			continue
+		}
+		ctx := context.Background()
+		results := make([][]T, 2*n)
+		err := onLocal(t, n, func(c *comm.Communicator) error {
+			s, err := comm.Alloc[T](ctx, c, count)
+			if err != nil {
+				return err
+			}
+			buf := s.Slice()
+			for i := range buf {
+				buf[i] = input(c.Rank(), i)
+			}
+			if err := comm.AllReduce(ctx, c, buf, op); err != nil {
+				return err
+			}
+			results[c.Rank()] = append([]T(nil), buf...)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = onLocal(t, n, func(c *comm.Communicator) error {
+			buf := make([]T, count)
+			for i := range buf {
+				buf[i] = input(c.Rank(), i)
+			}
+			if err := comm.AllReduce(ctx, c, buf, op); err != nil {
+				return err
+			}
+			results[n+c.Rank()] = buf
+			return nil
+		}, comm.WithAlgorithm("allreduce=ring"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ring := rawBytes(results[n])
+		for r := range 2 * n {
+			if got := rawBytes(results[r]); string(got) != string(ring) {
+				i := 0
+				for got[i] == ring[i] {
+					i++
+				}
+				t.Fatalf("%T %v on %d ranks: result %d differs from the ring's rank 0 at byte %d", *new(T), op, n, r, i)
+			}
+		}
+	}
+}
+
+// TestAllocMismatch: ranks that ask Alloc for different counts or
+// types, or none, all fail alike; ranks that allreduce different places
+// of the memory, or one of them a buffer not from Alloc, fail with
+// ErrMismatch before any byte is read.
+func TestAllocMismatch(t *testing.T) {
+	ctx := context.Background()
+	cases := []struct {
+		name string
+		f    func(c *comm.Communicator) error
+		want error
+	}{
+		{"count", func(c *comm.Communicator) error {
+			_, err := comm.Alloc[float32](ctx, c, 10+c.Rank())
+			return err
+		}, comm.ErrMismatch},
+		{"type", func(c *comm.Communicator) error {
+			if c.Rank() == 0 {
+				_, err := comm.Alloc[float32](ctx, c, 10)
+				return err
+			}
+			_, err := comm.Alloc[int32](ctx, c, 10)
+			return err
+		}, comm.ErrMismatch},
+		{"empty", func(c *comm.Communicator) error {
+			_, err := comm.Alloc[float64](ctx, c, 0)
+			return err
+		}, comm.ErrInvalid},
+		{"place", func(c *comm.Communicator) error {
+			s, err := comm.Alloc[float32](ctx, c, 16)
+			if err != nil {
+				return err
+			}
+			r := c.Rank()
+			return comm.AllReduce(ctx, c, s.Slice()[r:r+8], comm.Sum)
+		}, comm.ErrMismatch},
+		{"not from alloc", func(c *comm.Communicator) error {
+			s, err := comm.Alloc[float32](ctx, c, 1<<16)
+			if err != nil {
+				return err
+			}
+			buf := s.Slice()
+			if c.Rank() == 1 {
+				buf = make([]float32, len(buf))
+			}
+			return comm.AllReduce(ctx, c, buf, comm.Sum)
+		}, comm.ErrMismatch},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			errs := make([]error, 2)
+			onLocal(t, 2, func(c *comm.Communicator) error {
+				errs[c.Rank()] = tc.f(c)
+				return nil
+			})
+			for r, err := range errs {
+				if !errors.Is(err, tc.want) {
+					t.Errorf("rank %d: %v, want %v", r, err, tc.want)
+				}
+			}
+		})
+	}
+}
+
+// windowMaps counts this process's mappings of Alloc's memfds.
+func windowMaps(t *testing.T) int {
+	t.Helper()
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Count(string(maps), "memfd:gocoll-win-")
+}
+
+// TestAllocFree: once freed, the memory is unmapped; a slice of it kept
+// past Free can still be written without a fault, and AllReduce refuses
+// it (ErrInvalid) rather than reading it; Free again is harmless.
+func TestAllocFree(t *testing.T) {
+	ctx := context.Background()
+	errs := make([]error, 2)
+	err := onLocal(t, 2, func(c *comm.Communicator) error {
+		s, err := comm.Alloc[float64](ctx, c, 1000)
+		if err != nil {
+			return err
+		}
+		stale := s.Slice()
+		if err := s.Free(); err != nil {
+			return err
+		}
+		if err := s.Free(); err != nil {
+			return fmt.Errorf("second Free: %w", err)
+		}
+		if s.Slice() != nil {
+			return errors.New("Slice after Free is not nil")
+		}
+		stale[0], stale[999] = 1, 2
+		errs[c.Rank()] = comm.AllReduce(ctx, c, stale, comm.Sum)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r, err := range errs {
+		if !errors.Is(err, comm.ErrInvalid) {
+			t.Errorf("rank %d: allreduce of freed memory: %v, want ErrInvalid", r, err)
+		}
+	}
+	if n := windowMaps(t); n != 0 {
+		t.Errorf("%d mappings of Alloc's memory left after Free", n)
+	}
+}
+
+// TestAllocCloseFrees: Close frees what Free did not, on every rank.
+func TestAllocCloseFrees(t *testing.T) {
+	ctx := context.Background()
+	const n = 3
+	shared := make([]*comm.Shared[int32], n)
+	err := onLocal(t, n, func(c *comm.Communicator) error {
+		s, err := comm.Alloc[int32](ctx, c, 4096)
+		if err != nil {
+			return err
+		}
+		shared[c.Rank()] = s
+		if got := windowMaps(t); got < n {
+			return fmt.Errorf("rank %d: %d mappings of Alloc's memory, want at least %d", c.Rank(), got, n)
+		}
+		return comm.AllReduce(ctx, c, s.Slice(), comm.Max)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r, s := range shared {
+		if s.Slice() != nil {
+			t.Errorf("rank %d: the memory is still there after Close", r)
+		}
+	}
+	if got := windowMaps(t); got != 0 {
+		t.Errorf("%d mappings of Alloc's memory left after Close", got)
+	}
+}
+
+// TestAllocTraffic pins the single-copy allreduce's memory traffic at 2,
+// 4 and 16 ranks (docs/traffic.md): nothing through the transport; per
+// rank, (n-1)/n of the buffer reduced by n-1 two-operand steps and
+// (n-1)/n copied, 5(n-1)/n bytes moved per byte: the bound (3-1/n) at 2
+// ranks, and 5/9 of the ring's 9(n-1)/n at any n.
+func TestAllocTraffic(t *testing.T) {
+	for _, n := range []int{2, 4, 16} {
+		t.Run(strconv.Itoa(n), func(t *testing.T) {
+			const count = 1 << 16
+			const S = 4 * count
+			ctx := context.Background()
+			var tr collectives.Traffic
+			var mu sync.Mutex
+			var before collectives.TrafficCounts
+			ready := 0
+			err := onLocal(t, n, func(c *comm.Communicator) error {
+				s, err := comm.Alloc[float32](ctx, c, count)
+				if err != nil {
+					return err
+				}
+				if err := c.Barrier(ctx); err != nil {
+					return err
+				}
+				mu.Lock()
+				if ready++; ready == n {
+					before = tr.Counts()
+				}
+				mu.Unlock()
+				if err := c.Barrier(ctx); err != nil {
+					return err
+				}
+				for i := range s.Slice() {
+					s.Slice()[i] = float32(c.Rank())
+				}
+				return comm.AllReduce(ctx, c, s.Slice(), comm.Sum)
+			}, comm.WithTraffic(&tr))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := tr.Counts()
+			got.Sent -= before.Sent
+			got.ReduceRead -= before.ReduceRead
+			got.ReduceWritten -= before.ReduceWritten
+			got.Copied -= before.Copied
+			want := collectives.TrafficCounts{ReduceRead: 2 * int64(n-1) * S, ReduceWritten: int64(n-1) * S, Copied: int64(n-1) * S}
+			if got != want {
+				t.Errorf("counted %+v, want %+v", got, want)
+			}
+			perRank := float64(got.Moved()) / float64(n) / S
+			bound, ring := 3-1/float64(n), 9*float64(n-1)/float64(n)
+			if perRank > 5*float64(n-1)/float64(n) || perRank >= ring || n == 2 && perRank > bound {
+				t.Errorf("%.3f bytes moved per byte per rank: the bound is %.3f, the ring moves %.3f", perRank, bound, ring)
+			}
+			t.Logf("%d ranks: %.3f bytes moved per byte per rank (bound %.3f, ring %.3f)", n, perRank, bound, ring)
+		})
+	}
+}
+
+// TestAllocFallback: where the ranks cannot read each other's memory
+// (TCP; ranks on several hosts), memory from Alloc is each rank's own
+// and the allreduce takes the usual path, with the same results.
+func TestAllocFallback(t *testing.T) {
+	cases := []struct {
+		name string
+		n    int
+		opts []comm.Option
+	}{
+		{"tcp", 2, []comm.Option{comm.WithTransport("tcp")}},
+		{"two hosts", 4, []comm.Option{comm.WithTransport("auto"), comm.WithFakeHosts(2)}},
+		{"ring forced", 2, []comm.Option{comm.WithAlgorithm("allreduce=ring")}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var tr collectives.Traffic
+			err := onLocal(t, tc.n, func(c *comm.Communicator) error {
+				return checkAllocAllReduce[float32](context.Background(), c, &tr, comm.Sum, 100_003, false)
+			}, append(tc.opts, comm.WithTraffic(&tr))...)
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestAllocSplit: a sub-communicator's ranks of one host share memory
+// from Alloc as the job's do: its allreduce takes the single-copy path,
+// which hands the transport nothing.
+func TestAllocSplit(t *testing.T) {
+	var tr collectives.Traffic
+	var before, after collectives.TrafficCounts
+	ctx := context.Background()
+	err := onLocal(t, 4, func(c *comm.Communicator) error {
+		sub, err := c.Split(ctx, c.Rank()%2, c.Rank())
+		if err != nil {
+			return err
+		}
+		defer sub.Close()
+		s, err := comm.Alloc[int64](ctx, sub, 10_001)
+		if err != nil {
+			return err
+		}
+		buf := s.Slice()
+		for i := range buf {
+			buf[i] = int64(c.Rank() * i)
+		}
+		// Between the job's barriers, which send no payload, only the
+		// two sub-communicators' allreduces run.
+		if err := c.Barrier(ctx); err != nil {
+			return err
+		}
+		if c.Rank() == 0 {
+			before = tr.Counts()
+		}
+		if err := c.Barrier(ctx); err != nil {
+			return err
+		}
+		if err := comm.AllReduce(ctx, sub, buf, comm.Sum); err != nil {
+			return err
+		}
+		if err := c.Barrier(ctx); err != nil {
+			return err
+		}
+		if c.Rank() == 0 {
+			after = tr.Counts()
+		}
+		for i, v := range buf {
+			if want := int64((c.Rank()%2*2 + 2) * i); v != want {
+				return fmt.Errorf("rank %d: element %d is %d, want %d", c.Rank(), i, v, want)
+			}
+		}
+		return nil
+	}, comm.WithTraffic(&tr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sent, reduced := after.Sent-before.Sent, after.ReduceRead-before.ReduceRead; sent != 0 || reduced == 0 {
+		t.Errorf("the sub-communicators' allreduces sent %d bytes and reduced %d: not the single-copy path", sent, reduced)
+	}
+}
