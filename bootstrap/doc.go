@@ -32,4 +32,16 @@
 // everything themselves fill a Config directly. Tests run N ranks as
 // goroutines of one process: start a Server on 127.0.0.1:0 and give each
 // goroutine a Config with its rank and the server's address.
+//
+// What is public, and why: the store (Listen, Serve, Dial and the Server
+// and Client they return), which a launcher of the program's own serves
+// and a communicator's Config names; FromEnv and Config, through which
+// comm.New takes a job of the program's making; and two counts that are
+// observability, not test hooks. Server.Refused is how many connections
+// the store turned away (strangers, wrong tokens): grun reports it when a
+// job ends, and a launcher of the program's own can too. Requests is how
+// many requests this process has sent to a store, the load a rank puts
+// on it (bench/scale reports it per job size; docs/scale.md);
+// it counts the whole process because a communicator's clients are out
+// of the program's reach.
 package bootstrap

@@ -841,7 +841,9 @@ func (c *Client) Close() error { return c.conn.Close() }
 var requests atomic.Int64
 
 // Requests is how many requests the clients of this process have sent
-// to a store: what bench/scale reports as a job's store traffic.
+// to a store: the load this rank puts on the job's store (bench/scale
+// reports it as a job's store traffic). See the package doc for why it
+// is public.
 func Requests() int64 { return requests.Load() }
 
 func (c *Client) do(ctx context.Context, op byte, key string, value []byte) ([]byte, error) {

@@ -46,4 +46,19 @@
 // 277 bits per float32 element as fixed point, 2100 per float64); raw
 // inputs need no wider format and one exact computation per element.
 // On integers ExactSum is Sum.
+//
+// What is public, and why. Programs use package comm, which picks the
+// transport, agrees the job's plan and names the culprit of a failure;
+// this package is its engine. It is public for one use that comm does not
+// serve: a program that brings a transport of its own (a fabric gocoll
+// has none for, or ranks in one process as in ExampleGroup_ownTransport)
+// and wants gocoll's algorithms over it. For that use NewGroup, Options
+// and the Group's collectives are the contract, on bytes plus an element
+// type (DType: Float32, Int64, BFloat16, ...) and an operation (Op: Sum,
+// Avg, ExactSum, ...), named here; the transport's side of it is the
+// contract of package transport. The rest that is exported (Mux and
+// Channel, the flight recorder's Records, CallNumber, DescribeCall,
+// Disagree, ParseAlgos, Traffic) is what comm and its internal packages
+// need from here, exported because they live in other packages; it
+// follows their needs.
 package collectives

@@ -202,13 +202,6 @@ func WithTCPOptions(o tcp.Options) Option { return func(s *settings) { s.TCP = o
 // WithSHMOptions tunes the shared-memory transport (slot count and size).
 func WithSHMOptions(o shm.Options) Option { return func(s *settings) { s.SHM = o } }
 
-// WithFakeHosts makes the job believe its ranks are spread over k hosts,
-// in contiguous blocks (rank r on host r*k/size), whatever the machine
-// they really run on: with it one machine tests what several hosts do
-// (shared memory inside a "host", the network between them, hierarchical
-// collectives). GOCOLL_FAKE_HOSTS=k does the same. For tests only.
-func WithFakeHosts(k int) Option { return func(s *settings) { s.FakeHosts = k } }
-
 // DefaultTimeout is how long Init, or a collective, may take when neither
 // its context, WithTimeout nor GOCOLL_TIMEOUT sets a bound. It is long,
 // because a rank may reach a collective long after its peers (a slow

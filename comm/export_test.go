@@ -10,6 +10,13 @@ import (
 	"github.com/gocoll/gocoll/transport"
 )
 
+// WithFakeHosts makes the job believe its ranks are spread over k hosts,
+// in contiguous blocks (rank r on host r*k/size), whatever the machine
+// they really run on: with it one machine tests what several hosts do
+// (shared memory inside a "host", the network between them, hierarchical
+// collectives). GOCOLL_FAKE_HOSTS=k does the same for a program.
+func WithFakeHosts(k int) Option { return func(s *settings) { s.FakeHosts = k } }
+
 // Die makes c's rank vanish as a killed process would, for the tests of
 // package comm_test: every link of its process drops at once and its
 // rendezvous connection ends without a goodbye, so the store records a

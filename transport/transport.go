@@ -86,6 +86,21 @@
 // tcp has no Registrar, having nothing to register: its writev already
 // reads the caller's memory.
 // Hybrid forwards each to the transport that carries the peer.
+//
+// What is public, and why. A communicator (package comm) builds its own
+// transports and takes none from the program; the transport packages are
+// public for three uses, each with the contract above: their Options
+// tune a communicator's (comm.WithTCPOptions, comm.WithSHMOptions), a
+// communicator's errors wrap their errors (ErrPeerLost, *PeerError), and
+// a program that brings a transport of its own, one that keeps this
+// contract, runs gocoll's algorithms over it through collectives.Group
+// (see its example). tcp.Connect, shm.Connect and rdma.Connect give a
+// program the point-to-point layer alone. The counters that only the
+// tests read (links made, connections refused, address look-ups) are in
+// each package's export_test.go: a program learns of refused strangers
+// from the log (internal/gate), which says who and why. The link core
+// the transports share (internal/mesh) is internal: it is how these
+// three are built, not a way to build a fourth.
 package transport
 
 import (

@@ -305,7 +305,10 @@ func compute(ctx context.Context, n, count int, dt reduce.DType, in [][]float64,
 	switch way {
 	case "reducescatter", "reduce":
 	case "hier":
-		opts = append(opts, comm.WithFakeHosts(2))
+		// Two hosts of n/2 ranks each, as NewLocal reads them from the
+		// environment.
+		restore := setEnv("GOCOLL_FAKE_HOSTS", "2")
+		defer restore()
 	default:
 		opts = append(opts, comm.WithAlgorithm("allreduce="+way))
 	}
@@ -412,4 +415,17 @@ func correctlyRounded(dt reduce.DType, in [][]float64) []float64 {
 		out[i] = exactref.Value(f, exactref.Sum(f, xs))
 	}
 	return out
+}
+
+// setEnv sets the variable k to v and returns what puts it back.
+func setEnv(k, v string) (restore func()) {
+	old, had := os.LookupEnv(k)
+	os.Setenv(k, v)
+	return func() {
+		if had {
+			os.Setenv(k, old)
+		} else {
+			os.Unsetenv(k)
+		}
+	}
 }

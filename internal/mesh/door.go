@@ -112,6 +112,28 @@ func Address(ctx context.Context, store transport.Store, key string, r int) (str
 	return string(addr), nil
 }
 
+// Dial connects, over network ("tcp", "unix"), to rank r at the address
+// it published under key in store (see Address), the connect bounded by
+// timeout; the handshake that follows bounds itself (Bound). The listener
+// lives as long as the peer's transport, so a refusal means the peer is
+// gone (died, gave up or closed): a failed connect wraps
+// transport.ErrPeerLost, and the transport's Transient says which of
+// them may be tried again.
+func Dial(ctx context.Context, store transport.Store, key string, r int, network string, timeout time.Duration) (net.Conn, error) {
+	addr, err := Address(ctx, store, key, r)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var d net.Dialer
+	c, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", transport.ErrPeerLost, err)
+	}
+	return c, nil
+}
+
 // Bound bounds a handshake on c: its deadline is timeout from now, or
 // ctx's deadline if that comes first, and c's deadline is cut short when
 // ctx ends meanwhile. stop ends the watch on ctx; false means ctx ended

@@ -63,39 +63,82 @@ func TestDoor(t *testing.T) {
 }
 
 // TestLoss: no loss until the first report, then the one peer, then
-// every peer in the order reported.
+// every peer in the order reported; a peer that closed in good order is
+// no loss, a loss is announced after the grace, and nothing is recorded
+// once the record is stopped.
 func TestLoss(t *testing.T) {
-	l := NewLoss()
-	if err := l.Err(); err != nil {
-		t.Fatalf("Err before any loss = %v", err)
+	l := NewLoss(0)
+	if err := l.LostErr(); err != nil {
+		t.Fatalf("LostErr before any loss = %v", err)
 	}
-	l.Report(3, "link to", transport.ErrPeerLost)
+	l.Note(2, transport.ErrPeerClosed)
+	select {
+	case <-l.Lost():
+		t.Fatal("a peer that closed in good order was lost")
+	default:
+	}
+	l.Note(3, transport.ErrPeerLost)
 	<-l.Lost()
 	var pe *transport.PeerError
-	if err := l.Err(); !errors.As(err, &pe) || pe.Peer != 3 || !errors.Is(err, transport.ErrPeerLost) {
-		t.Fatalf("Err after one loss = %v, want rank 3's PeerError", err)
+	if err := l.LostErr(); !errors.As(err, &pe) || pe.Peer != 3 || pe.Op != "link to" || !errors.Is(err, transport.ErrPeerLost) {
+		t.Fatalf("LostErr after one loss = %v, want rank 3's PeerError", err)
 	}
 	l.Report(1, "connect to", transport.ErrPeerClosed)
 	var ls transport.Losses
-	if err := l.Err(); !errors.As(err, &ls) || len(ls) != 2 || ls[0].Peer != 3 || ls[1].Peer != 1 {
-		t.Fatalf("Err after two losses = %v, want ranks 3 then 1", err)
+	if err := l.LostErr(); !errors.As(err, &ls) || len(ls) != 2 || ls[0].Peer != 3 || ls[1].Peer != 1 {
+		t.Fatalf("LostErr after two losses = %v, want ranks 3 then 1", err)
+	}
+	l.Stop()
+	l.Report(5, "connect to", transport.ErrPeerLost)
+	if err := l.LostErr(); !errors.As(err, &ls) || len(ls) != 2 {
+		t.Fatalf("LostErr after a report past Stop = %v, want the two losses before", err)
+	}
+	(*Loss)(nil).Note(1, transport.ErrPeerLost) // a peer outside any transport
+
+	late := NewLoss(30 * time.Millisecond)
+	start := time.Now()
+	late.Note(4, transport.ErrPeerLost)
+	if late.LostErr() != nil {
+		t.Fatal("a loss was announced before its grace")
+	}
+	select {
+	case <-late.Lost():
+		if d := time.Since(start); d < 30*time.Millisecond {
+			t.Errorf("announced after %v, within the grace", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a loss was never announced")
+	}
+	stopped := NewLoss(20 * time.Millisecond)
+	stopped.Note(4, transport.ErrPeerLost)
+	stopped.Stop()
+	time.Sleep(60 * time.Millisecond)
+	if err := stopped.LostErr(); err != nil {
+		t.Fatalf("a loss announced after Stop: %v", err)
 	}
 }
 
-// TestAddress: a rank whose address the store cannot give is lost.
-func TestAddress(t *testing.T) {
+// newStore is a rendezvous store on loopback, and a client of it, for
+// the test's life; ctx bounds the test.
+func newStore(t *testing.T) (context.Context, *bootstrap.Client) {
 	srv, err := bootstrap.Listen("127.0.0.1:0", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer srv.Close()
+	t.Cleanup(func() { srv.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	t.Cleanup(cancel)
 	store, err := bootstrap.Dial(ctx, srv.Addr(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer store.Close()
+	t.Cleanup(func() { store.Close() })
+	return ctx, store
+}
+
+// TestAddress: a rank whose address the store cannot give is lost.
+func TestAddress(t *testing.T) {
+	ctx, store := newStore(t)
 	if err := store.Put(ctx, "rank 2", []byte("127.0.0.1:9")); err != nil {
 		t.Fatal(err)
 	}
@@ -105,8 +148,35 @@ func TestAddress(t *testing.T) {
 	// A key never put: the store's Get waits until ctx ends.
 	short, stop := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer stop()
-	_, err = Address(short, store, "rank 4", 4)
+	_, err := Address(short, store, "rank 4", 4)
 	if !errors.Is(err, transport.ErrPeerLost) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Address of a rank never published = %v, want ErrPeerLost wrapping the deadline", err)
+	}
+}
+
+// TestDial: a published listener is reached; one that closed refuses,
+// which loses the peer, as does an address never published.
+func TestDial(t *testing.T) {
+	ctx, store := newStore(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Put(ctx, "rank 1", []byte(ln.Addr().String())); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Dial(ctx, store, "rank 1", 1, "tcp", time.Second)
+	if err != nil {
+		t.Fatalf("Dial of a listening rank: %v", err)
+	}
+	c.Close()
+	ln.Close()
+	if _, err := Dial(ctx, store, "rank 1", 1, "tcp", time.Second); !errors.Is(err, transport.ErrPeerLost) {
+		t.Errorf("Dial of a closed listener = %v, want ErrPeerLost", err)
+	}
+	short, stop := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer stop()
+	if _, err := Dial(short, store, "rank 2", 2, "tcp", time.Second); !errors.Is(err, transport.ErrPeerLost) {
+		t.Errorf("Dial of a rank never published = %v, want ErrPeerLost", err)
 	}
 }

@@ -3,9 +3,13 @@ package mesh
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/gocoll/gocoll/transport"
 )
 
 // Links makes a rank's links to its peers on demand, for a transport
@@ -36,6 +40,7 @@ type Links[T any] struct {
 	attempts    map[int]*Attempt
 	unreachable map[int]error
 	note        chan struct{} // closed and replaced at each new link
+	dials       atomic.Int64  // dials started, for Dials
 }
 
 // LinkConfig is what a transport plugs into Links.
@@ -73,8 +78,8 @@ type LinkConfig[T any] struct {
 // once per pair, and never a deadlock.
 const DialGrace = 20 * time.Millisecond
 
-// ErrShut is returned by Link once Shut was called.
-var ErrShut = errors.New("links shut")
+// errShut is returned by Link once Shut was called.
+var errShut = errors.New("links shut")
 
 // Attempt is a link to one peer in the making: an outgoing dial, an
 // incoming connection admitted, or both at once. Calls that need the
@@ -159,7 +164,7 @@ func (l *Links[T]) Go(f func()) bool {
 }
 
 // Link returns the link to r, making it first if there is none. r must be
-// a peer (the caller checks). The error is ctx's, ErrShut, or why r is
+// a peer (the caller checks). The error is ctx's, errShut, or why r is
 // unreachable.
 func (l *Links[T]) Link(ctx context.Context, r int) (*T, error) {
 	if p := l.peers[r].Load(); p != nil {
@@ -180,7 +185,7 @@ func (l *Links[T]) Link(ctx context.Context, r int) (*T, error) {
 		}
 		if l.shut {
 			l.mu.Unlock()
-			return nil, ErrShut
+			return nil, errShut
 		}
 		if err := l.unreachable[r]; err != nil {
 			l.mu.Unlock()
@@ -208,9 +213,22 @@ func (l *Links[T]) Link(ctx context.Context, r int) (*T, error) {
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-l.life.Done():
-			return nil, ErrShut
+			return nil, errShut
 		}
 	}
+}
+
+// Reach is Link as a transport's call doing op reports it: any error is
+// a *transport.PeerError naming r, errShut becoming transport.ErrClosed.
+func (l *Links[T]) Reach(ctx context.Context, r int, op string) (*T, error) {
+	p, err := l.Link(ctx, r)
+	if errors.Is(err, errShut) {
+		err = transport.ErrClosed
+	}
+	if err != nil {
+		return nil, &transport.PeerError{Peer: r, Op: op, Err: err}
+	}
+	return p, nil
 }
 
 // dialLocked starts dialing r in the background, so that the dial
@@ -224,6 +242,7 @@ func (l *Links[T]) dialLocked(r int) *Attempt {
 		l.attempts[r] = a
 	}
 	a.Out++
+	l.dials.Add(1)
 	l.bg.Add(1)
 	go l.dial(r, a)
 	return a
@@ -331,7 +350,7 @@ func (l *Links[T]) All(ctx context.Context) (int, error) {
 	l.mu.Lock()
 	if l.shut {
 		l.mu.Unlock()
-		return -1, ErrShut
+		return -1, errShut
 	}
 	for r := 0; r < l.rank; r++ {
 		if l.peers[r].Load() == nil && l.attempts[r] == nil {
@@ -362,11 +381,37 @@ func (l *Links[T]) All(ctx context.Context) (int, error) {
 		case <-ctx.Done():
 			return -1, ctx.Err()
 		case <-l.life.Done():
-			return -1, ErrShut
+			return -1, errShut
 		case <-time.After(50 * time.Millisecond):
 			// A loss among the dials wakes no one: look again.
 		}
 	}
+}
+
+// Open opens the door of a transport listening on ln: it admits whoever
+// dials (door.Serve, each connection handed to admit), publishes addr,
+// where ln is reached, under key in store, and with eager links every
+// peer at once (All), then closes ln: the mesh is built. what names the
+// transport in the errors.
+func (l *Links[T]) Open(ctx context.Context, what string, ln net.Listener, door *Door, admit func(net.Conn), store transport.Store, key, addr string, eager bool) error {
+	if !l.Go(func() { door.Serve(l.life, ln, l.Go, admit) }) {
+		ln.Close()
+		return fmt.Errorf("%s: listen: %w", what, transport.ErrClosed)
+	}
+	if err := store.Put(ctx, key, []byte(addr)); err != nil {
+		return fmt.Errorf("%s: publish address: %w", what, err)
+	}
+	if !eager {
+		return nil
+	}
+	if r, err := l.All(ctx); err != nil {
+		if r >= 0 {
+			err = &transport.PeerError{Peer: r, Op: "connect to", Err: err}
+		}
+		return fmt.Errorf("%s: building the mesh: %w", what, err)
+	}
+	ln.Close()
+	return nil
 }
 
 // Each calls f on every link; after Shut the set no longer changes.
@@ -384,6 +429,10 @@ func (l *Links[T]) Linked() int {
 	defer l.mu.Unlock()
 	return l.linked
 }
+
+// Dials is how many dials Links started: each looks the peer's address
+// up in the store once.
+func (l *Links[T]) Dials() int { return int(l.dials.Load()) }
 
 // Shut stops links from forming: no more dials or admissions, and those
 // in flight are cut short (their links discarded). Wait waits for them.

@@ -3,6 +3,8 @@ package mesh
 import (
 	"fmt"
 	"time"
+
+	"github.com/gocoll/gocoll/transport"
 )
 
 // The transports share one wait policy: poll for a while, then sleep.
@@ -75,21 +77,27 @@ type Rings struct {
 // texts, headers) a transport writes into one.
 const minSlotSize = 4 << 10
 
-// Fill sets *slots and *slotSize to the defaults where they are zero and
-// checks both; what names the transport in the error ("tcp", "shm").
-func (r Rings) Fill(what string, slots, slotSize *int) error {
-	if *slots == 0 {
-		*slots = r.Slots
+// Fill gives o's zero fields the defaults (r's slot geometry,
+// DefaultHandshake, the spin of Spin, shortened for a crowded rank if
+// crowdedSpin) and checks the slots; what names the transport in the
+// error ("tcp", "shm").
+func (r Rings) Fill(what string, o *transport.LinkOptions, crowdedSpin bool) error {
+	if o.Slots == 0 {
+		o.Slots = r.Slots
 	}
-	if *slotSize == 0 {
-		*slotSize = r.SlotSize
+	if o.SlotSize == 0 {
+		o.SlotSize = r.SlotSize
 	}
-	if *slots < 2 || *slots > r.MaxSlots {
-		return fmt.Errorf("%s: %d slots per peer, want 2..%d", what, *slots, r.MaxSlots)
+	if o.Slots < 2 || o.Slots > r.MaxSlots {
+		return fmt.Errorf("%s: %d slots per peer, want 2..%d", what, o.Slots, r.MaxSlots)
 	}
-	if *slotSize < minSlotSize || *slotSize > r.MaxSlotSize || *slotSize%64 != 0 {
-		return fmt.Errorf("%s: slot size %d, want a multiple of 64 in [4 KiB, %d MiB]", what, *slotSize, r.MaxSlotSize>>20)
+	if o.SlotSize < minSlotSize || o.SlotSize > r.MaxSlotSize || o.SlotSize%64 != 0 {
+		return fmt.Errorf("%s: slot size %d, want a multiple of 64 in [4 KiB, %d MiB]", what, o.SlotSize, r.MaxSlotSize>>20)
 	}
+	if o.HandshakeTimeout <= 0 {
+		o.HandshakeTimeout = DefaultHandshake
+	}
+	o.Spin = Spin(o.Spin, crowdedSpin && o.Crowded)
 	return nil
 }
 

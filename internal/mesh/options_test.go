@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gocoll/gocoll/transport"
 )
 
 func TestSpin(t *testing.T) {
@@ -44,8 +46,9 @@ func TestRingsFill(t *testing.T) {
 		{0, 4<<10 + 1, 0, 0, "x: slot size 4097"},
 		{0, -64, 0, 0, "x: slot size -64"},
 	} {
-		slots, size := c.slots, c.size
-		err := r.Fill("x", &slots, &size)
+		o := transport.LinkOptions{Slots: c.slots, SlotSize: c.size}
+		err := r.Fill("x", &o, false)
+		slots, size := o.Slots, o.SlotSize
 		switch {
 		case c.wantErr == "" && err != nil:
 			t.Errorf("Fill(%d, %d): %v", c.slots, c.size, err)

@@ -42,3 +42,17 @@ func Await(ctx context.Context, progress chan struct{}, closed, note, dead <-cha
 	}
 	return nil
 }
+
+// Ended says why a wait must stop: ctx's error once ctx ended, or
+// transport.ErrClosed once closed is closed; nil while both go on.
+func Ended(ctx context.Context, closed <-chan struct{}) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	select {
+	case <-closed:
+		return transport.ErrClosed
+	default:
+		return nil
+	}
+}

@@ -59,3 +59,20 @@ func TestAwait(t *testing.T) {
 		t.Errorf("after the token came back: %v after %d drives", err, drives.Load())
 	}
 }
+
+// TestEnded: nil while both go on; ctx's error first, then ErrClosed.
+func TestEnded(t *testing.T) {
+	closed := make(chan struct{})
+	if err := Ended(context.Background(), closed); err != nil {
+		t.Fatalf("Ended while open = %v", err)
+	}
+	close(closed)
+	if err := Ended(context.Background(), closed); !errors.Is(err, transport.ErrClosed) {
+		t.Errorf("Ended once closed = %v, want ErrClosed", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := Ended(ctx, closed); !errors.Is(err, context.Canceled) {
+		t.Errorf("Ended with ctx over = %v, want context.Canceled", err)
+	}
+}

@@ -115,7 +115,7 @@ func TestAllReduceFootprint(t *testing.T) {
 		// doubling, and Rabenseifner's halving on 8 ranks): 3 queue
 		// pairs a rank, where the full mesh had 7.
 		for r, tr := range ts {
-			if got := tr.(*Transport).Links(); got != 3 {
+			if got := tr.(*Transport).queuePairs(); got != 3 {
 				t.Errorf("after an allreduce of %d bytes rank %d holds %d queue pairs, want 3 (r^1, r^2, r^4)", size, r, got)
 			}
 		}

@@ -10,7 +10,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"sync"
-	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -68,8 +67,7 @@ type links struct {
 	attempts   map[int]*mesh.Attempt // under linkMu
 	stopped    bool                  // under linkMu: no more links
 	linkedNote chan struct{}         // closed and replaced as a link comes up, under linkMu
-	joining    []*peer               // made, not yet adopted by the engine, under linkMu
-	newcomers  atomic.Bool           // joining is not empty
+	arrivals   mesh.Arrivals[peer]   // made, not yet adopted by the engine
 
 	door *mesh.Door // admits the ranks that dial this one
 }
@@ -131,7 +129,7 @@ func (t *Transport) startLinks(ctx context.Context, store transport.Store, token
 			defer wg.Done()
 			p, err := t.link(ctx, r, "connect to")
 			if err == nil {
-				err = p.failed()
+				err = p.Failed()
 			}
 			errs[r] = err
 		}()
@@ -159,28 +157,16 @@ func (t *Transport) stopLinks() {
 // adopt adds the peers made since the last pass to the engine's list.
 // Called by the goroutine holding t.progress.
 func (t *Transport) adopt() {
-	if !t.newcomers.Load() {
-		return
-	}
-	t.linkMu.Lock()
-	add := t.joining
-	t.joining = nil
-	t.newcomers.Store(false)
-	t.linkMu.Unlock()
-	t.list = append(t.list, add...)
+	t.list = append(t.list, t.arrivals.Take()...)
 }
 
-// Links is how many queue pairs this rank has made: one per peer it
+// queuePairs is how many queue pairs this rank has made: one per peer it
 // talked to, or that talked to it.
-func (t *Transport) Links() int {
+func (t *Transport) queuePairs() int {
 	t.makeMu.Lock()
 	defer t.makeMu.Unlock()
 	return t.made
 }
-
-// Refused is how many connections to the connection manager failed the
-// job-token handshake or sent a record of no rank of this job.
-func (t *Transport) Refused() int { return t.door.Refused() }
 
 // makePeer returns this rank's queue pair to r, making it first if there
 // is none: the slabs mapped and registered, the queue pair created, in
@@ -217,7 +203,7 @@ func (t *Transport) makePeer(r int) (*peer, error) {
 		sendNote: make(chan struct{}, 1),
 		cr:       credits{avail: o.Slots, slots: o.Slots},
 		stageWR:  make([]uint64, o.Slots),
-		dead:     make(chan struct{}),
+		Fault:    mesh.NewFault(r),
 		up:       make(chan struct{}),
 	}
 	if err := p.build(); err != nil {
@@ -232,8 +218,7 @@ func (t *Transport) makePeer(r int) (*peer, error) {
 	}
 	t.peers[r].Store(p)
 	t.made++
-	t.joining = append(t.joining, p)
-	t.newcomers.Store(true)
+	t.arrivals.Add(p)
 	return p, nil
 }
 
@@ -330,7 +315,7 @@ func (t *Transport) link(ctx context.Context, r int, op string) (*peer, error) {
 		}
 	}()
 	for {
-		if p.isUp() || p.failed() != nil {
+		if p.isUp() || p.Failed() != nil {
 			return p, nil
 		}
 		t.linkMu.Lock()
@@ -351,7 +336,7 @@ func (t *Transport) link(ctx context.Context, r int, op string) (*peer, error) {
 				case <-note:
 				case <-grace.C:
 				case <-p.up:
-				case <-p.dead:
+				case <-p.Dead():
 				case <-ctx.Done():
 					return nil, &transport.PeerError{Peer: r, Op: op, Err: ctx.Err()}
 				case <-t.closed:
@@ -371,7 +356,7 @@ func (t *Transport) link(ctx context.Context, r int, op string) (*peer, error) {
 		select {
 		case <-a.Done():
 		case <-p.up:
-		case <-p.dead:
+		case <-p.Dead():
 		case <-ctx.Done():
 			return nil, &transport.PeerError{Peer: r, Op: op, Err: ctx.Err()}
 		case <-t.closed:
@@ -384,7 +369,7 @@ func (t *Transport) link(ctx context.Context, r int, op string) (*peer, error) {
 // that must not wait; one such goroutine per peer at a time.
 func (t *Transport) linkLater(r int) {
 	p, err := t.makePeer(r)
-	if err != nil || p.isUp() || p.failed() != nil || !p.linking.CompareAndSwap(false, true) {
+	if err != nil || p.isUp() || p.Failed() != nil || !p.linking.CompareAndSwap(false, true) {
 		return // a call that waits will say what failed
 	}
 	go func() {

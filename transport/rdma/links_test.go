@@ -24,7 +24,7 @@ import (
 func linkCounts(ts []transport.Transport) []int {
 	n := make([]int, len(ts))
 	for i, tr := range ts {
-		n[i] = tr.(*Transport).Links()
+		n[i] = tr.(*Transport).queuePairs()
 	}
 	return n
 }
@@ -253,11 +253,11 @@ func TestStranger(t *testing.T) {
 	c.Write(bytes.Repeat([]byte("GET / HTTP/1.0\r\n"), 4))
 	c.Close()
 	deadline := time.Now().Add(10 * time.Second)
-	for tr.Refused() == 0 && time.Now().Before(deadline) {
+	for tr.door.Refused() == 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if tr.Refused() != 1 || tr.Links() != 0 {
-		t.Fatalf("after a stranger: %d refused, %d queue pairs; want 1 and 0", tr.Refused(), tr.Links())
+	if tr.door.Refused() != 1 || tr.queuePairs() != 0 {
+		t.Fatalf("after a stranger: %d refused, %d queue pairs; want 1 and 0", tr.door.Refused(), tr.queuePairs())
 	}
 }
 
@@ -285,7 +285,7 @@ func TestOptionMismatch(t *testing.T) {
 		t.Fatalf("send to a rank with other slot options: %v; want ErrMismatch and ErrPeerLost, saying the options must match", err)
 	}
 	t.Logf("dialer: %v", err)
-	if n := ts[1].Links(); n != 0 {
+	if n := ts[1].queuePairs(); n != 0 {
 		t.Fatalf("the answering rank made %d queue pairs for a mismatched dialer, want 0", n)
 	}
 }

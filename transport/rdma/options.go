@@ -85,14 +85,9 @@ const (
 	defaultInline     = 256
 )
 
-// DefaultSpin is the busy-poll budget of a rank with a core to itself;
-// see mesh.DefaultSpin for why it is this long.
-const DefaultSpin = mesh.DefaultSpin
-
-var rings = mesh.Rings{Slots: DefaultSlots, MaxSlots: maxSlots, SlotSize: DefaultSlotSize, MaxSlotSize: MaxSlotSize}
-
 func (o *Options) fill() error {
-	if err := rings.Fill("rdma", &o.Slots, &o.SlotSize); err != nil {
+	rings := mesh.Rings{Slots: DefaultSlots, MaxSlots: maxSlots, SlotSize: DefaultSlotSize, MaxSlotSize: MaxSlotSize}
+	if err := rings.Fill("rdma", &o.LinkOptions, true); err != nil {
 		return fmt.Errorf("%w: %w", err, ErrInvalid)
 	}
 	if o.Port < 0 || o.Port > 255 {
@@ -134,15 +129,11 @@ func (o *Options) fill() error {
 	case o.ZeroCopyMin < 0:
 		o.ZeroCopyMin = math.MaxInt
 	}
-	o.Spin = mesh.Spin(o.Spin, o.Crowded)
 	if o.ProbeInterval <= 0 {
 		o.ProbeInterval = time.Second
 	}
 	if o.CloseLinger <= 0 {
 		o.CloseLinger = 2 * time.Second
-	}
-	if o.HandshakeTimeout <= 0 {
-		o.HandshakeTimeout = mesh.DefaultHandshake
 	}
 	return nil
 }

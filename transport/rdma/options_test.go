@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gocoll/gocoll/internal/mesh"
 	"github.com/gocoll/gocoll/transport"
 )
 
@@ -165,7 +166,7 @@ func TestOptionsFill(t *testing.T) {
 		t.Fatal(err)
 	}
 	if o.Slots != DefaultSlots || o.SlotSize != DefaultSlotSize || o.Timeout != DefaultTimeout || o.RetryCount != DefaultRetryCount ||
-		o.RNRRetry != DefaultRNRRetry || o.MaxInline != defaultInline || o.Spin != DefaultSpin || o.ZeroCopyMin != DefaultZeroCopyMin {
+		o.RNRRetry != DefaultRNRRetry || o.MaxInline != defaultInline || o.Spin != mesh.DefaultSpin || o.HandshakeTimeout != mesh.DefaultHandshake || o.ZeroCopyMin != DefaultZeroCopyMin {
 		t.Fatalf("defaults: %+v", o)
 	}
 	o = Options{LinkOptions: transport.LinkOptions{Spin: -1}, RetryCount: -1, MaxInline: -1, ZeroCopyMin: -1}

@@ -129,9 +129,7 @@ type peer struct {
 	// (under smu); tests look at it.
 	zeroCopies int
 
-	failOnce sync.Once
-	dead     chan struct{}
-	err      error
+	mesh.Fault // how the link failed, once
 }
 
 // Probe says whether RDMA is usable here with these options: which device
@@ -169,7 +167,7 @@ func Connect(ctx context.Context, store transport.Store, rank, size int, token [
 		peers:    make([]atomic.Pointer[peer], size),
 		progress: make(chan struct{}, 1),
 		closed:   make(chan struct{}),
-		loss:     mesh.NewLoss(),
+		loss:     mesh.NewLoss(0),
 		wakefd:   -1,
 		wcs:      make([]wc, maxPollBatch),
 	}
@@ -184,7 +182,7 @@ func Connect(ctx context.Context, store transport.Store, rank, size int, token [
 		return nil, fmt.Errorf("rdma: rank %d: %w", rank, err)
 	}
 	logging.L().Debug("rdma transport connected", "rank", rank, "size", size, "device", t.h.name, "port", t.h.port,
-		"slots", opts.Slots, "slot_size", opts.SlotSize, "eager", opts.Eager, "queue_pairs", t.Links())
+		"slots", opts.Slots, "slot_size", opts.SlotSize, "eager", opts.Eager, "queue_pairs", t.queuePairs())
 	return t, nil
 }
 
@@ -410,7 +408,7 @@ func (t *Transport) peer(ctx context.Context, r int, op string) (*peer, error) {
 		return nil, &transport.PeerError{Peer: r, Op: op, Err: transport.ErrClosed}
 	default:
 	}
-	if p := t.peers[r].Load(); p != nil && (p.isUp() || p.failed() != nil) {
+	if p := t.peers[r].Load(); p != nil && (p.isUp() || p.Failed() != nil) {
 		return p, nil
 	}
 	return t.link(ctx, r, op)
@@ -422,24 +420,7 @@ func (t *Transport) Recv(ctx context.Context, from int) (transport.Message, erro
 	if err != nil {
 		return transport.Message{}, err
 	}
-	for {
-		select {
-		case m := <-p.ready:
-			return m, nil
-		default:
-		}
-		if p.failed() != nil {
-			select {
-			case m := <-p.ready:
-				return m, nil
-			default:
-			}
-			return transport.Message{}, p.error("recv from")
-		}
-		if err := t.await(ctx, p, p.recvNote, func() bool { return len(p.ready) > 0 }); err != nil {
-			return transport.Message{}, &transport.PeerError{Peer: from, Op: "recv from", Err: err}
-		}
-	}
+	return mesh.Receive(p.ready, &p.Fault, func(ready func() bool) error { return t.await(ctx, p, p.recvNote, ready) })
 }
 
 func (p *peer) takeCredit() bool {
@@ -494,8 +475,8 @@ func (t *Transport) SendParts(ctx context.Context, to int, head, body []byte, wa
 	}
 	if wait {
 		for !p.takeCredit() {
-			if p.failed() != nil {
-				return false, p.error("send to")
+			if p.Failed() != nil {
+				return false, p.Error("send to")
 			}
 			if err := t.await(ctx, p, p.sendNote, p.hasCredit); err != nil {
 				return false, &transport.PeerError{Peer: to, Op: "send to", Err: err}
@@ -510,8 +491,8 @@ func (t *Transport) SendParts(ctx context.Context, to int, head, body []byte, wa
 			<-t.progress
 		default:
 		}
-		if p.failed() != nil {
-			return false, p.error("send to")
+		if p.Failed() != nil {
+			return false, p.Error("send to")
 		}
 		if err != nil || !p.takeCredit() {
 			return false, nil // a Send, which the caller falls back to, says what failed
@@ -656,8 +637,8 @@ func (p *peer) waitLocked(ctx context.Context, ready func() bool) error {
 		if p.t.closing.Load() || p.gone {
 			return &transport.PeerError{Peer: p.rank, Op: "send to", Err: transport.ErrClosed}
 		}
-		if p.failed() != nil {
-			return p.error("send to")
+		if p.Failed() != nil {
+			return p.Error("send to")
 		}
 		if err := p.t.await(ctx, p, p.sendNote, ready); err != nil {
 			return &transport.PeerError{Peer: p.rank, Op: "send to", Err: err}
@@ -666,8 +647,8 @@ func (p *peer) waitLocked(ctx context.Context, ready func() bool) error {
 	if p.t.closing.Load() || p.gone {
 		return &transport.PeerError{Peer: p.rank, Op: "send to", Err: transport.ErrClosed}
 	}
-	if p.failed() != nil {
-		return p.error("send to")
+	if p.Failed() != nil {
+		return p.Error("send to")
 	}
 	return nil
 }
@@ -696,7 +677,7 @@ func (p *peer) postLocked(opcode int, signal, inline bool, a, b gather, raddr ui
 		// The send queue is sized so that it never overflows: a failed
 		// post means the queue pair is in error.
 		p.fail(fmt.Errorf("%w: %v", transport.ErrPeerLost, err))
-		return 0, p.error("send to")
+		return 0, p.Error("send to")
 	}
 	p.wrSeq = seq
 	if flags&flagSignaled != 0 {
@@ -712,7 +693,7 @@ func (t *Transport) HasCredit(to int) bool {
 		return true
 	}
 	p := t.peers[to].Load()
-	return p == nil || !p.isUp() || p.failed() != nil || p.hasCredit()
+	return p == nil || !p.isUp() || p.Failed() != nil || p.hasCredit()
 }
 
 // Release implements transport.Transport.
@@ -735,7 +716,7 @@ func (t *Transport) Release(m transport.Message) {
 // queue has room; otherwise they stay owed and go on a later pass.
 func (p *peer) flushCreditsLocked() {
 	c := p.pending.Load()
-	if c == 0 || p.gone || p.t.closing.Load() || p.failed() != nil || !p.isUp() || !p.roomLocked() {
+	if c == 0 || p.gone || p.t.closing.Load() || p.Failed() != nil || !p.isUp() || !p.roomLocked() {
 		return
 	}
 	if _, err := p.postLocked(opSendImm, false, false, gather{}, gather{}, 0, encodeCtl(ctlCredit, int(c))); err == nil {
@@ -749,8 +730,8 @@ func (p *peer) flushCreditsLocked() {
 // either drives the CQ itself or waits to be told that something arrived
 // for p or that its turn has come.
 func (t *Transport) await(ctx context.Context, p *peer, note chan struct{}, ready func() bool) error {
-	return mesh.Await(ctx, t.progress, t.closed, note, p.dead, ready,
-		func() bool { return p.failed() != nil },
+	return mesh.Await(ctx, t.progress, t.closed, note, p.Dead(), ready,
+		func() bool { return p.Failed() != nil },
 		func() error { return t.drive(ctx, p, ready) })
 }
 
@@ -784,16 +765,11 @@ func (t *Transport) drive(ctx context.Context, p *peer, ready func() bool) error
 		if err != nil {
 			return err
 		}
-		if ready() || p.failed() != nil {
+		if ready() || p.Failed() != nil {
 			return nil
 		}
-		if err := ctx.Err(); err != nil {
+		if err := mesh.Ended(ctx, t.closed); err != nil {
 			return err
-		}
-		select {
-		case <-t.closed:
-			return transport.ErrClosed
-		default:
 		}
 		if n > 0 {
 			continue
@@ -847,7 +823,7 @@ func (t *Transport) probe() {
 	}
 	t.lastProbe = time.Now()
 	for _, p := range t.list {
-		if p.failed() != nil || !p.isUp() || !p.smu.TryLock() {
+		if p.Failed() != nil || !p.isUp() || !p.smu.TryLock() {
 			continue
 		}
 		if !p.gone && !t.closing.Load() && p.roomLocked() {
@@ -909,7 +885,7 @@ func (t *Transport) pass() (int, error) {
 			p.fail(&WCError{Status: wcFlushErr, Op: "work request"})
 		}
 		if p.repost > 0 {
-			if p.failed() == nil && !t.closing.Load() {
+			if p.Failed() == nil && !t.closing.Load() {
 				if err := t.h.postRecvs(p.qp, wrID(wrRecv, p.rank, 0), p.repost); err != nil {
 					p.fail(fmt.Errorf("%w: %v", transport.ErrPeerLost, err))
 				}
@@ -1052,49 +1028,16 @@ func (p *peer) protocolError(format string, args ...any) {
 }
 
 // fail marks the peer unusable with cause err (the first cause wins) and
-// wakes everyone waiting on it. The loss is recorded first: a call woken
-// by it, on another goroutine than the one failing p (the connection
-// manager's), must find it announced.
-func (p *peer) fail(err error) {
-	p.failOnce.Do(func() {
-		p.err = err
-		p.t.noteLoss(p)
-		close(p.dead)
-	})
-}
-
-// noteLoss records a peer lost while the transport is open.
-func (t *Transport) noteLoss(p *peer) {
-	select {
-	case <-t.closed:
-		return
-	default:
-	}
-	if errors.Is(p.err, transport.ErrPeerClosed) {
-		return
-	}
-	t.loss.Report(p.rank, "link to", p.err)
-}
+// wakes everyone waiting on it; the loss is recorded first (see
+// mesh.Fault.Fail).
+func (p *peer) fail(err error) { p.Fail(err, p.t.loss) }
 
 // Lost implements transport.LossNotifier.
 func (t *Transport) Lost() <-chan struct{} { return t.loss.Lost() }
 
 // LostErr implements transport.LossNotifier: every peer lost so far, in
 // the order noticed.
-func (t *Transport) LostErr() error { return t.loss.Err() }
-
-func (p *peer) failed() error {
-	select {
-	case <-p.dead:
-		return p.err
-	default:
-		return nil
-	}
-}
-
-func (p *peer) error(op string) error {
-	return &transport.PeerError{Peer: p.rank, Op: op, Err: p.err}
-}
+func (t *Transport) LostErr() error { return t.loss.LostErr() }
 
 // Close implements transport.Transport. It wakes every pending call with
 // ErrClosed, stops making queue pairs, says goodbye to every peer it has
@@ -1131,6 +1074,7 @@ const maxAbortText = 512
 
 func (t *Transport) shut(kind int, linger time.Duration, why []byte) {
 	t.closeOnce.Do(func() {
+		t.loss.Stop() // failures from here on are goodbyes, not losses
 		close(t.closed)
 		// No queue pair is made or brought up from here on.
 		t.stopLinks()
@@ -1153,7 +1097,7 @@ func (t *Transport) shut(kind int, linger time.Duration, why []byte) {
 			l.Debug("rdma mesh closing", "rank", t.rank, "messages_sent", sent, "zero_copy", zc, "credit_messages", credits)
 		}
 		for _, p := range t.list {
-			if err := p.failed(); err != nil && !errors.Is(err, transport.ErrPeerClosed) || !p.isUp() && !p.rts() {
+			if err := p.Failed(); err != nil && !errors.Is(err, transport.ErrPeerClosed) || !p.isUp() && !p.rts() {
 				// A peer whose queue pair never left INIT here has
 				// written nothing and waits for nothing from us.
 				continue
@@ -1192,7 +1136,7 @@ func (t *Transport) shut(kind int, linger time.Duration, why []byte) {
 				// stopped) may never have learned our numbers: our
 				// goodbye is acknowledged or fails, but it may send
 				// none.
-				if kind == ctlBye && p.isUp() && !p.ended && !errors.Is(p.failed(), transport.ErrPeerLost) {
+				if kind == ctlBye && p.isUp() && !p.ended && !errors.Is(p.Failed(), transport.ErrPeerLost) {
 					done = false
 				}
 			}

@@ -49,25 +49,7 @@ func (t *Transport) listen(ctx context.Context) error {
 	}
 	t.ln = ln
 	t.door = mesh.NewDoor("shm", t.rank)
-	if !t.links.Go(func() { t.door.Serve(t.links.Life(), ln, t.links.Go, t.admit) }) {
-		ln.Close()
-		return fmt.Errorf("shm: listen: %w", transport.ErrClosed)
-	}
-	if err := t.store.Put(ctx, t.key(t.rank), []byte(name)); err != nil {
-		return fmt.Errorf("shm: publish address: %w", err)
-	}
-	if !t.opts.Eager {
-		return nil
-	}
-	if r, err := t.links.All(ctx); err != nil {
-		if r >= 0 {
-			err = &transport.PeerError{Peer: r, Op: "connect to", Err: err}
-		}
-		return fmt.Errorf("shm: building the mesh: %w", err)
-	}
-	// The door shuts once the mesh is built: no descriptor kept for it.
-	ln.Close()
-	return nil
+	return t.links.Open(ctx, "shm", ln, t.door, t.admit, t.store, t.key(t.rank), name, t.opts.Eager)
 }
 
 // link returns peer r, linking it first if need be. A peer that cannot be
@@ -83,41 +65,24 @@ func (t *Transport) link(ctx context.Context, r int, op string) (*peer, error) {
 	if t.closing.Load() {
 		return nil, &transport.PeerError{Peer: r, Op: op, Err: transport.ErrClosed}
 	}
-	p, err := t.links.Link(ctx, r)
-	if errors.Is(err, mesh.ErrShut) {
-		err = transport.ErrClosed
-	}
-	if err != nil {
-		return nil, &transport.PeerError{Peer: r, Op: op, Err: err}
-	}
-	return p, nil
+	return t.links.Reach(ctx, r, op)
 }
 
 // dial reaches r and shakes hands; declined means r's own dial to us wins.
 func (t *Transport) dial(ctx context.Context, r int) (*peer, bool, error) {
-	t.addrGets.Add(1)
-	addr, err := mesh.Address(ctx, t.store, t.key(r), r)
+	c, err := mesh.Dial(ctx, t.store, t.key(r), r, "unix", t.opts.HandshakeTimeout)
+	if oe := (*net.OpError)(nil); errors.As(err, &oe) && !errors.Is(err, syscall.EAGAIN) {
+		// Refused: no such socket here. (EAGAIN, the peer's accept
+		// queue full with a crowd dialing it at once, is transient.)
+		err = fmt.Errorf("%w (is rank %d on this host?)", err, r)
+	}
 	if err != nil {
 		return nil, false, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, t.opts.HandshakeTimeout)
-	defer cancel()
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "unix", addr)
-	if err != nil {
-		if errors.Is(err, syscall.EAGAIN) {
-			// The peer's accept queue is full (a crowd dialing it at
-			// once): not a loss, the calls that wait dial again.
-			return nil, false, err
-		}
-		// The socket lives as long as the peer's transport: a refusal
-		// means the peer is gone (died, gave up or closed).
-		return nil, false, fmt.Errorf("%w: %w (is rank %d on this host?)", transport.ErrPeerLost, err, r)
 	}
 	uc := c.(*net.UnixConn)
 	if err := peercred.Check(uc); err != nil { // a socket another user squats
 		uc.Close()
-		return nil, false, fmt.Errorf("%w: rank %d's socket %s: %w", transport.ErrPeerLost, r, addr, err)
+		return nil, false, fmt.Errorf("%w: rank %d's socket %s: %w", transport.ErrPeerLost, r, uc.RemoteAddr(), err)
 	}
 	p, declined, err := t.handshake(ctx, uc, r)
 	if err != nil || declined {
@@ -194,7 +159,7 @@ func (t *Transport) handshake(ctx context.Context, c *net.UnixConn, want int) (p
 	if err := t.check(h, want); err != nil {
 		return nil, false, err
 	}
-	r := int(h.rank)
+	r := int(h.Rank)
 	var v [1]byte
 	if dialer {
 		if _, err := io.ReadFull(c, v[:]); err != nil {
@@ -222,7 +187,7 @@ func (t *Transport) handshake(ctx context.Context, c *net.UnixConn, want int) (p
 			return nil, true, nil
 		}
 	}
-	p = &peer{t: t, rank: r, pid: int(h.pid), conn: c, dead: make(chan struct{})}
+	p = &peer{t: t, rank: r, pid: int(h.pid), conn: c, Fault: mesh.NewFault(r)}
 	fd, in, err := createRing(t.opts.Slots, t.opts.SlotSize)
 	if err != nil {
 		return nil, false, err
@@ -259,16 +224,5 @@ func (t *Transport) linked(_ int, p *peer) {
 
 // unreachable records r, never linked, as lost: its dial failed.
 func (t *Transport) unreachable(r int, err error) {
-	if t.closing.Load() {
-		return
-	}
 	t.loss.Report(r, "connect to", err)
 }
-
-// Links is how many peers this rank is linked to now: one pair of rings
-// and one socket each.
-func (t *Transport) Links() int { return t.links.Linked() }
-
-// AddressLookups is how many peer addresses this rank has fetched from
-// the store: one per peer it dialed.
-func (t *Transport) AddressLookups() int { return int(t.addrGets.Load()) }

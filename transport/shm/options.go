@@ -27,11 +27,6 @@ const (
 	DefaultSlots    = 8
 	DefaultSlotSize = 256 << 10
 	MaxSlotSize     = 64 << 20
-	maxSlots        = 1 << 12
-
-	// DefaultSpin is the polling budget of a rank that has a core to
-	// itself; see mesh.DefaultSpin for why it is this long.
-	DefaultSpin = mesh.DefaultSpin
 
 	// parkSlice bounds one futex wait, so that a wake lost to a bug, or a
 	// peer that died in a way the socket does not show, costs latency and
@@ -39,19 +34,11 @@ const (
 	parkSlice = 50 * time.Millisecond
 )
 
-var rings = mesh.Rings{Slots: DefaultSlots, MaxSlots: maxSlots, SlotSize: DefaultSlotSize, MaxSlotSize: MaxSlotSize}
-
-var errProtocol = errors.New("protocol violation")
+var errProtocol = mesh.ErrProtocol
 
 func (o *Options) fill() error {
-	if err := rings.Fill("shm", &o.Slots, &o.SlotSize); err != nil {
-		return err
-	}
-	if o.HandshakeTimeout == 0 {
-		o.HandshakeTimeout = mesh.DefaultHandshake
-	}
-	o.Spin = mesh.Spin(o.Spin, o.Crowded)
-	return nil
+	rings := mesh.Rings{Slots: DefaultSlots, MaxSlots: 1 << 12, SlotSize: DefaultSlotSize, MaxSlotSize: MaxSlotSize}
+	return rings.Fill("shm", &o.LinkOptions, true)
 }
 
 // ErrUnsupported is wrapped by the error of Connect, and of Probe, on a

@@ -5,9 +5,7 @@ package shm
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
-	"hash/fnv"
 	"net"
 	"os"
 	"runtime"
@@ -33,7 +31,6 @@ type Transport struct {
 	store      transport.Store
 	token      []byte
 	ln         *net.UnixListener
-	addrGets   atomic.Int64
 
 	closing   atomic.Bool
 	closed    chan struct{}
@@ -61,10 +58,7 @@ type peer struct {
 	sendSeq  uint64 // messages sent (only the sending goroutine)
 	headSeen uint64 // the peer's head when last read (sending goroutine)
 
-	failOnce sync.Once
-	gone     atomic.Bool // set, after err, when dead closes: cheap to poll
-	dead     chan struct{}
-	err      error // set before dead is closed
+	mesh.Fault // how the link failed, once
 }
 
 // Connect makes this rank reachable by its size-1 peers, which must all
@@ -86,7 +80,7 @@ func Connect(ctx context.Context, store transport.Store, rank, size int, token [
 		store:  store,
 		token:  token,
 		closed: make(chan struct{}),
-		loss:   mesh.NewLoss(),
+		loss:   mesh.NewLoss(lossGrace),
 	}
 	t.links = mesh.NewLinks(rank, size, mesh.LinkConfig[peer]{
 		Dial:        t.dial,
@@ -112,61 +106,39 @@ func Connect(ctx context.Context, store transport.Store, rank, size int, token [
 	return t, nil
 }
 
+// hello is what each end of a link says after authenticating: what
+// every transport's hello says (mesh.Hello), then this process's pid.
 type hello struct {
-	rank, size, slots, slotSize, pid uint32
-	namespace                        uint64
+	mesh.Hello
+	pid uint32
 }
 
-const helloLen = 4 + 5*4 + 8
+// helloLayout puts the pid at 20 and the namespace's hash at 24.
+var helloLayout = mesh.HelloLayout{Magic: "SHM1", Len: helloLen, NamespaceAt: 24, What: "shm"}
+
+const helloLen = 32
 
 func (h hello) marshal() []byte {
-	b := make([]byte, helloLen)
-	copy(b, "SHM1")
-	binary.LittleEndian.PutUint32(b[4:], h.rank)
-	binary.LittleEndian.PutUint32(b[8:], h.size)
-	binary.LittleEndian.PutUint32(b[12:], h.slots)
-	binary.LittleEndian.PutUint32(b[16:], h.slotSize)
+	b := helloLayout.Marshal(h.Hello)
 	binary.LittleEndian.PutUint32(b[20:], h.pid)
-	binary.LittleEndian.PutUint64(b[24:], h.namespace)
 	return b
 }
 
-func parseHello(b []byte) (hello, error) {
-	if len(b) != helloLen || string(b[:4]) != "SHM1" {
-		return hello{}, fmt.Errorf("bad shm hello: %w", errProtocol)
+func parseHello(b []byte) (h hello, err error) {
+	if h.Hello, err = helloLayout.Parse(b); err == nil {
+		h.pid = binary.LittleEndian.Uint32(b[20:])
 	}
-	return hello{
-		rank:      binary.LittleEndian.Uint32(b[4:]),
-		size:      binary.LittleEndian.Uint32(b[8:]),
-		slots:     binary.LittleEndian.Uint32(b[12:]),
-		slotSize:  binary.LittleEndian.Uint32(b[16:]),
-		pid:       binary.LittleEndian.Uint32(b[20:]),
-		namespace: binary.LittleEndian.Uint64(b[24:]),
-	}, nil
+	return h, err
 }
 
 func (t *Transport) hello() hello {
-	h := fnv.New64a()
-	h.Write([]byte(t.opts.Namespace))
-	return hello{uint32(t.rank), uint32(t.size), uint32(t.opts.Slots), uint32(t.opts.SlotSize), uint32(os.Getpid()), h.Sum64()}
+	return hello{mesh.NewHello(t.rank, t.size, t.opts.LinkOptions), uint32(os.Getpid())}
 }
 
+// check validates a peer's hello against ours. want is the expected rank,
+// or -1 when any other rank may be calling.
 func (t *Transport) check(h hello, want int) error {
-	mine := t.hello()
-	switch {
-	case h.namespace != mine.namespace:
-		return fmt.Errorf("peer belongs to another communicator: %w", errProtocol)
-	case h.size != mine.size:
-		return fmt.Errorf("peer says the job has %d ranks, this rank says %d", h.size, mine.size)
-	case want >= 0 && int(h.rank) != want:
-		return fmt.Errorf("expected rank %d, peer says it is rank %d", want, h.rank)
-	case want < 0 && (int(h.rank) == t.rank || int(h.rank) >= t.size):
-		return fmt.Errorf("rank %d may not dial rank %d", h.rank, t.rank)
-	case h.slots != mine.slots || h.slotSize != mine.slotSize:
-		return fmt.Errorf("peer uses %d slots of %d bytes, this rank %d of %d (every rank must use the same transport options)",
-			h.slots, h.slotSize, mine.slots, mine.slotSize)
-	}
-	return nil
+	return h.Check(t.hello().Hello, want, t.size)
 }
 
 func (t *Transport) key(r int) string {
@@ -287,13 +259,9 @@ func control(rank int, b []byte, bye bool) (int, bool, error) {
 // fail marks the peer unusable (the first cause wins) and wakes every
 // call parked on one of its rings.
 func (p *peer) fail(err error) {
-	p.failOnce.Do(func() {
-		p.err = err
-		p.gone.Store(true)
-		close(p.dead)
-		p.t.noteLoss(p)
+	if p.Fail(err, p.t.loss) {
 		p.wakeAll()
-	})
+	}
 }
 
 func (p *peer) wakeAll() {
@@ -308,17 +276,6 @@ func (p *peer) wakeAll() {
 	wake(low(p.out.head))
 }
 
-func (p *peer) failed() error {
-	if p.gone.Load() {
-		return p.err
-	}
-	return nil
-}
-
-func (p *peer) error(op string) error {
-	return &transport.PeerError{Peer: p.rank, Op: op, Err: p.err}
-}
-
 // lossGrace is how long after a peer is lost the loss is announced
 // through Lost. Calls involving the peer fail at once; the delay is for
 // the communicator above, which breaks as soon as Lost fires: a peer that
@@ -329,24 +286,12 @@ func (p *peer) error(op string) error {
 // a dead rank any other way.
 const lossGrace = 50 * time.Millisecond
 
-func (t *Transport) noteLoss(p *peer) {
-	if t.closing.Load() || errors.Is(p.err, transport.ErrPeerClosed) {
-		return
-	}
-	time.AfterFunc(lossGrace, func() {
-		if t.closing.Load() {
-			return
-		}
-		t.loss.Report(p.rank, "link to", p.err)
-	})
-}
-
 // Lost implements transport.LossNotifier.
 func (t *Transport) Lost() <-chan struct{} { return t.loss.Lost() }
 
 // LostErr implements transport.LossNotifier: every peer lost so far, in
 // the order noticed.
-func (t *Transport) LostErr() error { return t.loss.Err() }
+func (t *Transport) LostErr() error { return t.loss.LostErr() }
 
 // Rank implements transport.Transport.
 func (t *Transport) Rank() int { return t.rank }
@@ -356,10 +301,6 @@ func (t *Transport) Size() int { return t.size }
 
 // MaxMessage implements transport.Transport.
 func (t *Transport) MaxMessage() int { return t.opts.SlotSize }
-
-// Refused counts connections turned away: strangers, and peers that
-// failed the handshake.
-func (t *Transport) Refused() int { return t.door.Refused() }
 
 // enter takes a reference for a call, and reports false once the
 // transport is closed: the caller then gives the reference back (exit)
@@ -441,8 +382,8 @@ func (t *Transport) send(ctx context.Context, to int, head, body []byte, wait bo
 
 // put is send's work, inside a reference.
 func (t *Transport) put(ctx context.Context, p *peer, head, body []byte, wait bool) (bool, error) {
-	if p.failed() != nil {
-		return false, p.error("send to")
+	if p.Failed() != nil {
+		return false, p.Error("send to")
 	}
 	r := p.out
 	seq := p.sendSeq
@@ -452,7 +393,7 @@ func (t *Transport) put(ctx context.Context, p *peer, head, body []byte, wait bo
 		released := r.head.Load()
 		if released > seq || seq-released > r.slots {
 			p.fail(fmt.Errorf("%w: released %d of %d messages sent: %w", transport.ErrPeerLost, released, seq, errProtocol))
-			return false, p.error("send to")
+			return false, p.Error("send to")
 		}
 		p.headSeen = released
 		if seq-released < r.slots {
@@ -465,8 +406,8 @@ func (t *Transport) put(ctx context.Context, p *peer, head, body []byte, wait bo
 		if err != nil {
 			return false, &transport.PeerError{Peer: p.rank, Op: "send to", Err: err}
 		}
-		if p.failed() != nil {
-			return false, p.error("send to")
+		if p.Failed() != nil {
+			return false, p.Error("send to")
 		}
 	}
 	n := len(head) + len(body)
@@ -489,7 +430,7 @@ func (t *Transport) put(ctx context.Context, p *peer, head, body []byte, wait bo
 // HasCredit implements transport.CreditReporter.
 func (t *Transport) HasCredit(to int) bool {
 	p := t.lookup(to)
-	if p == nil || p.failed() != nil {
+	if p == nil || p.Failed() != nil {
 		return true // Send links the peer, or says what went wrong
 	}
 	seq := p.sendSeq
@@ -542,7 +483,7 @@ func (t *Transport) Recv(ctx context.Context, from int) (transport.Message, erro
 			p.fail(fmt.Errorf("%w: slot %d holds message %d, expected %d or %d: %w", transport.ErrPeerLost, slot, v, before, uint32(seq+1), errProtocol))
 			break
 		}
-		if p.failed() != nil {
+		if p.Failed() != nil {
 			break // what the peer delivered came first, above
 		}
 		err := t.wait(ctx, p, w, r.rxSleep, func() bool { return w.Load() != before })
@@ -552,7 +493,7 @@ func (t *Transport) Recv(ctx context.Context, from int) (transport.Message, erro
 		}
 	}
 	t.exit()
-	return transport.Message{}, p.error("recv from")
+	return transport.Message{}, p.Error("recv from")
 }
 
 // Release implements transport.Transport.
@@ -583,7 +524,7 @@ func (t *Transport) wait(ctx context.Context, p *peer, counter, flag *atomic.Uin
 		// small message is usually there within them.
 		var until time.Time
 		for i := 1; ; i++ {
-			if ready() || p.failed() != nil {
+			if ready() || p.Failed() != nil {
 				return nil
 			}
 			if i > eagerPolls {
@@ -619,7 +560,7 @@ func (t *Transport) wait(ctx context.Context, p *peer, counter, flag *atomic.Uin
 	for {
 		flag.Store(1)
 		v := counter.Load()
-		if ready() || p.failed() != nil {
+		if ready() || p.Failed() != nil {
 			return nil
 		}
 		if err := t.stopped(ctx); err != nil {
@@ -679,6 +620,7 @@ func (t *Transport) Abort(cause error) error {
 // (a goodbye, an abort notice, or nothing).
 func (t *Transport) shutdown(last []byte) {
 	t.closeOnce.Do(func() {
+		t.loss.Stop() // failures from here on are goodbyes, not losses
 		t.closing.Store(true)
 		close(t.closed)
 		// No link forms after this: the set Each sees is final.
@@ -692,11 +634,7 @@ func (t *Transport) shutdown(last []byte) {
 				p.conn.Write(last)
 			}
 			p.conn.Close()
-			p.failOnce.Do(func() {
-				p.err = transport.ErrClosed
-				p.gone.Store(true)
-				close(p.dead)
-			})
+			p.Fail(transport.ErrClosed, nil)
 			p.wakeAll()
 		})
 		t.exit()

@@ -44,15 +44,6 @@ func (t *Transport) Size() int { return 0 }
 // MaxMessage implements transport.Transport.
 func (t *Transport) MaxMessage() int { return 0 }
 
-// Refused counts connections turned away.
-func (t *Transport) Refused() int { return 0 }
-
-// Links is how many peers this rank is linked to now.
-func (t *Transport) Links() int { return 0 }
-
-// AddressLookups is how many peer addresses this rank has fetched.
-func (t *Transport) AddressLookups() int { return 0 }
-
 // Send implements transport.Transport.
 func (t *Transport) Send(ctx context.Context, to int, b []byte) error {
 	return &transport.PeerError{Peer: to, Op: "send to", Err: errNotLinux}

@@ -71,11 +71,7 @@ type Transport struct {
 	token    []byte
 	ln       net.Listener
 	door     *mesh.Door
-	addrGets atomic.Int64
-
-	joinMu    sync.Mutex
-	joining   []*peer     // linked, not yet in list, under joinMu
-	newcomers atomic.Bool // joining is not empty
+	arrivals mesh.Arrivals[peer] // linked, not yet in list
 }
 
 // newTransport is a transport with no links yet.
@@ -85,7 +81,7 @@ func newTransport(rank, size int, opts Options) *Transport {
 		size:     size,
 		opts:     opts,
 		closed:   make(chan struct{}),
-		loss:     mesh.NewLoss(),
+		loss:     mesh.NewLoss(0),
 		progress: make(chan struct{}, 1),
 		wakefd:   -1,
 		ring:     make(chan struct{}, 1),
@@ -123,9 +119,7 @@ type peer struct {
 	tailLen    atomic.Int32 // len(tail), readable without wmu
 	closeFdOne sync.Once
 
-	failOnce sync.Once
-	dead     chan struct{}
-	err      error // set before dead is closed
+	mesh.Fault // how the link failed, once
 
 	// A sealed link's (Options.Encrypt), nil on a plain one. seal,
 	// ebuf are under wmu; open, rhdr, rcredits are the progress
@@ -219,7 +213,7 @@ func (t *Transport) peerOnFd(r, fd int, keys *linkKeys) *peer {
 		sendNote: make(chan struct{}, 1),
 		credits:  make(chan struct{}, t.opts.Slots),
 		wbuf:     make([]byte, frameHdrLen+smallSend),
-		dead:     make(chan struct{}),
+		Fault:    mesh.NewFault(r),
 	}
 	for i := 0; i < t.opts.Slots; i++ {
 		p.credits <- struct{}{}
@@ -261,35 +255,13 @@ func (t *Transport) Size() int { return t.size }
 // MaxMessage implements transport.Transport.
 func (t *Transport) MaxMessage() int { return t.opts.SlotSize }
 
-// Refused counts connections to the data port turned away (strangers,
-// wrong tokens, other communicators) while it was open.
-func (t *Transport) Refused() int { return t.door.Refused() }
-
 // Recv implements transport.Transport.
 func (t *Transport) Recv(ctx context.Context, from int) (transport.Message, error) {
 	p, err := t.link(ctx, from, "recv from")
 	if err != nil {
 		return transport.Message{}, err
 	}
-	for {
-		select {
-		case m := <-p.ready:
-			return m, nil
-		default:
-		}
-		if p.failed() != nil {
-			// What the peer delivered before it went comes first.
-			select {
-			case m := <-p.ready:
-				return m, nil
-			default:
-			}
-			return transport.Message{}, p.error("recv from")
-		}
-		if err := t.await(ctx, p, p.recvNote, func() bool { return len(p.ready) > 0 }); err != nil {
-			return transport.Message{}, &transport.PeerError{Peer: from, Op: "recv from", Err: err}
-		}
-	}
+	return mesh.Receive(p.ready, &p.Fault, func(ready func() bool) error { return t.await(ctx, p, p.recvNote, ready) })
 }
 
 // Send implements transport.Transport.
@@ -319,8 +291,8 @@ func (t *Transport) SendParts(ctx context.Context, to int, head, body []byte, wa
 			return true, p.writeData(ctx, slot, head, body)
 		default:
 		}
-		if p.failed() != nil {
-			return false, p.error("send to")
+		if p.Failed() != nil {
+			return false, p.Error("send to")
 		}
 		if !wait {
 			// A credit may be waiting in the socket, unread: read once
@@ -351,7 +323,7 @@ func (t *Transport) SendParts(ctx context.Context, to int, head, body []byte, wa
 // A peer not linked yet has every slot free: Send links it first.
 func (t *Transport) HasCredit(to int) bool {
 	p := t.links.Get(to)
-	return p == nil || len(p.credits) > 0 || p.failed() != nil
+	return p == nil || len(p.credits) > 0 || p.Failed() != nil
 }
 
 // Release implements transport.Transport.
@@ -368,7 +340,7 @@ func (t *Transport) Release(m transport.Message) {
 // holds the socket; a writer that does carries them in its data frame or
 // flushes them as it unlocks (unlockWrite), so none is left stranded.
 func (p *peer) flushCredits() {
-	for int(p.pending.Load()) >= p.t.creditBatch() && p.failed() == nil && p.wmu.TryLock() {
+	for int(p.pending.Load()) >= p.t.creditBatch() && p.Failed() == nil && p.wmu.TryLock() {
 		before := p.pending.Load()
 		p.flushCreditsLocked()
 		p.wmu.Unlock()
@@ -396,8 +368,8 @@ func (t *Transport) creditBatch() int { return max(1, t.opts.Slots/2) }
 // drives the sockets itself or, when another goroutine does, waits to be
 // told that something arrived for p or that its turn has come.
 func (t *Transport) await(ctx context.Context, p *peer, note chan struct{}, ready func() bool) error {
-	return mesh.Await(ctx, t.progress, t.closed, note, p.dead, ready,
-		func() bool { return p.failed() != nil },
+	return mesh.Await(ctx, t.progress, t.closed, note, p.Dead(), ready,
+		func() bool { return p.Failed() != nil },
 		func() error { return t.drive(ctx, p, ready) })
 }
 
@@ -428,7 +400,7 @@ func (t *Transport) drive(ctx context.Context, p *peer, ready func() bool) error
 		if err := t.pass(timeout); err != nil {
 			return err
 		}
-		if ready() || p.failed() != nil {
+		if ready() || p.Failed() != nil {
 			t.waits.Done(time.Since(start))
 			return nil
 		}
@@ -442,13 +414,8 @@ func (t *Transport) drive(ctx context.Context, p *peer, ready func() bool) error
 				runtime.Gosched()
 			}
 		}
-		if err := ctx.Err(); err != nil {
+		if err := mesh.Ended(ctx, t.closed); err != nil {
 			return err
-		}
-		select {
-		case <-t.closed:
-			return transport.ErrClosed
-		default:
 		}
 	}
 }
@@ -487,7 +454,7 @@ func (t *Transport) pass(timeoutMs int) error {
 	// before the read that takes the bytes, 10% of a small allreduce
 	// over loopback. A read that finds nothing costs what the poll did.
 	if timeoutMs == 0 && len(t.list) == 1 {
-		if p := t.list[0]; !p.ended && p.failed() == nil {
+		if p := t.list[0]; !p.ended && p.Failed() == nil {
 			p.flushCredits()
 			if !p.needsWrite() {
 				p.readAll()
@@ -497,7 +464,7 @@ func (t *Transport) pass(timeoutMs int) error {
 	}
 	for i, p := range t.list {
 		fd := int32(p.fd)
-		if p.ended || p.failed() != nil {
+		if p.ended || p.Failed() != nil {
 			fd = -1 // poll skips it
 		} else {
 			p.flushCredits()
@@ -559,9 +526,9 @@ func notify(c chan struct{}) {
 
 // readAll reads everything the socket holds, landing payloads in slots.
 func (p *peer) readAll() {
-	for !p.ended && p.failed() == nil {
+	for !p.ended && p.Failed() == nil {
 		p.parse()
-		if p.ended || p.failed() != nil {
+		if p.ended || p.Failed() != nil {
 			return
 		}
 		var n, asked int
@@ -740,9 +707,9 @@ func (p *peer) tailPending() bool {
 func (p *peer) writeData(ctx context.Context, slot int, head, body []byte) error {
 	p.wmu.Lock()
 	defer p.unlockWrite()
-	if p.failed() != nil {
+	if p.Failed() != nil {
 		p.t.returnCredit(p)
-		return p.error("send to")
+		return p.Error("send to")
 	}
 	credits := p.pending.Swap(0)
 	hdr := p.wbuf[:frameHdrLen]
@@ -786,15 +753,15 @@ func (p *peer) writeData(ctx context.Context, slot int, head, body []byte) error
 			p.wantWrite.Store(true)
 			err = p.t.await(ctx, p, p.sendNote, p.writable.Load)
 			p.wantWrite.Store(false)
-			if err == nil && p.failed() == nil {
+			if err == nil && p.Failed() == nil {
 				continue
 			}
 			if err == nil {
-				return p.error("send to")
+				return p.Error("send to")
 			}
 		default:
 			p.settle(ctx, err)
-			return p.error("send to")
+			return p.Error("send to")
 		}
 		// Interrupted (ctx or Close).
 		if written <= tailLen {
@@ -860,7 +827,7 @@ func advance(iov [][]byte, n int) [][]byte {
 // in a credit frame, without blocking: what the socket will not take now
 // stays owed and goes on a later pass. Called with wmu held.
 func (p *peer) flushCreditsLocked() {
-	if p.failed() != nil {
+	if p.Failed() != nil {
 		return
 	}
 	if len(p.tail) > 0 {
@@ -906,50 +873,14 @@ func (p *peer) flushCreditsLocked() {
 // fail marks the peer unusable with cause err (the first cause wins) and
 // wakes everyone waiting on it. The descriptor stays open until Close, so
 // its number cannot be reused under a poll in flight.
-func (p *peer) fail(err error) {
-	p.failOnce.Do(func() {
-		p.err = err
-		close(p.dead)
-		p.t.noteLoss(p)
-	})
-}
-
-// noteLoss records the first peer lost while the transport is open.
-// Failures during Close are not losses: the peers are saying goodbye.
-func (t *Transport) noteLoss(p *peer) {
-	select {
-	case <-t.closed:
-		return
-	default:
-	}
-	if t.loss == nil || errors.Is(p.err, transport.ErrPeerClosed) {
-		// A peer outside a connected mesh (tests of the decoder), or one
-		// that finished first and said goodbye.
-		return
-	}
-	t.loss.Report(p.rank, "link to", p.err)
-}
+func (p *peer) fail(err error) { p.Fail(err, p.t.loss) }
 
 // Lost implements transport.LossNotifier.
 func (t *Transport) Lost() <-chan struct{} { return t.loss.Lost() }
 
 // LostErr implements transport.LossNotifier: every peer lost so far, in
 // the order noticed.
-func (t *Transport) LostErr() error { return t.loss.Err() }
-
-// failed is the peer's failure cause, or nil while it is healthy.
-func (p *peer) failed() error {
-	select {
-	case <-p.dead:
-		return p.err
-	default:
-		return nil
-	}
-}
-
-func (p *peer) error(op string) error {
-	return &transport.PeerError{Peer: p.rank, Op: op, Err: p.err}
-}
+func (t *Transport) LostErr() error { return t.loss.LostErr() }
 
 // Close implements transport.Transport. It wakes every pending call with
 // ErrClosed, says goodbye to every peer, and reads on until each has said
@@ -957,6 +888,7 @@ func (p *peer) error(op string) error {
 // lost to a connection reset; then it releases everything.
 func (t *Transport) Close() error {
 	t.closeOnce.Do(func() {
+		t.loss.Stop() // failures from here on are goodbyes, not losses
 		close(t.closed)
 		t.shutLinks()
 		t.links.Wait()
@@ -971,7 +903,7 @@ func (t *Transport) Close() error {
 		t.adopt()
 		deadline := time.Now().Add(t.opts.CloseLinger)
 		for _, p := range t.list {
-			if err := p.failed(); err != nil && !errors.Is(err, transport.ErrPeerClosed) {
+			if err := p.Failed(); err != nil && !errors.Is(err, transport.ErrPeerClosed) {
 				continue
 			}
 			p.wmu.Lock()
@@ -981,7 +913,7 @@ func (t *Transport) Close() error {
 		for time.Now().Before(deadline) {
 			open := false
 			for _, p := range t.list {
-				if !p.ended && p.failed() == nil || errors.Is(p.failed(), transport.ErrPeerClosed) && !p.ended {
+				if !p.ended && p.Failed() == nil || errors.Is(p.Failed(), transport.ErrPeerClosed) && !p.ended {
 					open = true
 				}
 			}
@@ -1007,6 +939,7 @@ func (t *Transport) Close() error {
 // mid-frame, or too far behind to take it now, just sees the reset.
 func (t *Transport) Abort(cause error) error {
 	t.closeOnce.Do(func() {
+		t.loss.Stop() // failures from here on are goodbyes, not losses
 		close(t.closed)
 		// Not waited for: dials and handshakes in flight end on their
 		// own, and a link registering now finds the door shut.
@@ -1024,7 +957,7 @@ func (t *Transport) Abort(cause error) error {
 			}
 		}
 		t.links.Each(func(_ int, p *peer) {
-			if why != nil && p.fd >= 0 && p.failed() == nil && p.wmu.TryLock() {
+			if why != nil && p.fd >= 0 && p.Failed() == nil && p.wmu.TryLock() {
 				p.tellAbort(why)
 				p.wmu.Unlock()
 			}

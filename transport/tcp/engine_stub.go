@@ -8,7 +8,6 @@ import (
 	"net"
 	"runtime"
 	"sync"
-	"sync/atomic"
 
 	"github.com/gocoll/gocoll/transport"
 )
@@ -33,7 +32,6 @@ type Transport struct {
 	progress  chan struct{}
 	closed    chan struct{}
 	closeOnce sync.Once
-	refused   atomic.Int64
 	lost      chan struct{}
 }
 
@@ -47,12 +45,6 @@ func newTransport(rank, size int, opts Options) *Transport {
 func (t *Transport) connect(ctx context.Context, store transport.Store, token []byte) error {
 	return errNoEngine
 }
-
-// Links is how many peers this rank is connected to: none here.
-func (t *Transport) Links() int { return 0 }
-
-// AddressLookups is how many peer addresses this rank fetched: none here.
-func (t *Transport) AddressLookups() int { return 0 }
 
 // peer stands in for a connected peer, which this system never has.
 type peer struct{ rank int }
@@ -73,9 +65,6 @@ func (t *Transport) Size() int { return t.size }
 
 // MaxMessage implements transport.Transport.
 func (t *Transport) MaxMessage() int { return t.opts.SlotSize }
-
-// Refused counts connections to the data port turned away during Connect.
-func (t *Transport) Refused() int { return int(t.refused.Load()) }
 
 func (t *Transport) noPeer(op string, r int) error {
 	return fmt.Errorf("tcp: %s: rank %d is not a peer of rank %d in a job of %d", op, r, t.rank, t.size)

@@ -91,16 +91,16 @@ func receive(t *testing.T, wire []byte, slots, slotSize int, keys *linkKeys) {
 	tr := &Transport{opts: Options{LinkOptions: transport.LinkOptions{Slots: slots, SlotSize: slotSize}}}
 	p := tr.peerOnFd(1, fds[0], keys)
 	defer p.closeFd()
-	for i := 0; i < len(wire)+2 && !p.ended && p.failed() == nil; i++ {
+	for i := 0; i < len(wire)+2 && !p.ended && p.Failed() == nil; i++ {
 		p.readAll()
 	}
-	if !p.ended && p.failed() == nil {
+	if !p.ended && p.Failed() == nil {
 		t.Fatalf("%d bytes read without reaching the end of the stream or an error", len(wire))
 	}
-	if err := p.failed(); err != nil && !errors.Is(err, transport.ErrPeerLost) {
+	if err := p.Failed(); err != nil && !errors.Is(err, transport.ErrPeerLost) {
 		t.Fatalf("failure does not wrap ErrPeerLost: %v", err)
 	}
-	if err := p.failed(); err != nil && strings.ContainsFunc(err.Error(), func(r rune) bool { return !unicode.IsPrint(r) }) {
+	if err := p.Failed(); err != nil && strings.ContainsFunc(err.Error(), func(r rune) bool { return !unicode.IsPrint(r) }) {
 		t.Fatalf("the peer wrote control characters into our error: %q", err)
 	}
 	slab := uintptr(unsafe.Pointer(unsafe.SliceData(p.slab)))

@@ -4,7 +4,6 @@ package tcp
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -54,14 +53,7 @@ func (t *Transport) link(ctx context.Context, r int, op string) (*peer, error) {
 		return nil, &transport.PeerError{Peer: r, Op: op, Err: transport.ErrClosed}
 	default:
 	}
-	p, err := t.links.Link(ctx, r)
-	if errors.Is(err, mesh.ErrShut) {
-		err = transport.ErrClosed
-	}
-	if err != nil {
-		return nil, &transport.PeerError{Peer: r, Op: op, Err: err}
-	}
-	return p, nil
+	return t.links.Reach(ctx, r, op)
 }
 
 // transient says a failed dial may be tried again: a peer too slow to
@@ -79,27 +71,17 @@ func (t *Transport) transient(err error) bool {
 // dial connects to r and says who we are. declined means r is dialing
 // us at the same time and its connection is the one to keep.
 func (t *Transport) dial(ctx context.Context, r int) (p *peer, declined bool, err error) {
-	t.addrGets.Add(1)
-	addr, err := mesh.Address(ctx, t.store, t.key(r), r)
+	c, err := mesh.Dial(ctx, t.store, t.key(r), r, "tcp", t.opts.HandshakeTimeout)
 	if err != nil {
 		return nil, false, err
 	}
-	dctx, cancel := context.WithTimeout(ctx, t.opts.HandshakeTimeout)
-	defer cancel()
-	var d net.Dialer
-	c, err := d.DialContext(dctx, "tcp", addr)
-	if err != nil {
-		// The listener lives as long as the peer's transport: a refusal
-		// means the peer is gone (died, gave up or closed).
-		return nil, false, fmt.Errorf("%w: %w", transport.ErrPeerLost, err)
-	}
 	tc := c.(*net.TCPConn)
-	_, keys, err := t.handshake(dctx, tc, true, r)
+	_, keys, err := t.handshake(ctx, tc, true, r)
 	if err != nil {
 		c.Close()
 		return nil, false, fmt.Errorf("%w: %w", transport.ErrPeerLost, err)
 	}
-	verdict, err := t.readVerdict(dctx, tc)
+	verdict, err := t.readVerdict(ctx, tc)
 	if err != nil {
 		c.Close()
 		return nil, false, fmt.Errorf("%w: %w", transport.ErrPeerLost, err)
@@ -144,10 +126,7 @@ func (t *Transport) readVerdict(ctx context.Context, c *net.TCPConn) (bool, erro
 // pass of the progress holder adds it to the poll list. Called by the
 // link core under its lock.
 func (t *Transport) linked(_ int, p *peer) {
-	t.joinMu.Lock()
-	t.joining = append(t.joining, p)
-	t.newcomers.Store(true)
-	t.joinMu.Unlock()
+	t.arrivals.Add(p)
 	if t.wakefd >= 0 {
 		// A blocking poll in flight does not watch p yet.
 		t.wake()
@@ -239,7 +218,7 @@ func (t *Transport) handshake(ctx context.Context, c *net.TCPConn, dialer bool, 
 		// From the handshake's session key, fresh for this connection
 		// and never on the wire: a captured link stays sealed even if
 		// the token leaks later, or was guessable.
-		if keys, err = deriveKeys(session[:], dialerHello, listenerHello, t.rank, int(h.rank)); err != nil {
+		if keys, err = deriveKeys(session[:], dialerHello, listenerHello, t.rank, int(h.Rank)); err != nil {
 			return 0, nil, err
 		}
 	}
@@ -247,14 +226,14 @@ func (t *Transport) handshake(ctx context.Context, c *net.TCPConn, dialer bool, 
 		return 0, nil, ctx.Err()
 	}
 	c.SetDeadline(time.Time{})
-	return int(h.rank), keys, nil
+	return int(h.Rank), keys, nil
 }
 
 // connect publishes this rank's address and, with Options.Eager, builds
 // every link at once: every rank dials the lower ranks and waits for the
 // higher ones, all at once, so that the job connects in the time of its
-// slowest link; the listener then closes. Without Eager nothing more
-// happens here: links come as calls need them.
+// slowest link; the listener then closes. Without Eager it links only
+// the peers of Options.Warm: the others come as calls need them.
 func (t *Transport) connect(ctx context.Context, store transport.Store, token []byte) error {
 	t.store, t.token = store, token
 	host := mesh.ListenHost(t.opts.ListenHost, t.store)
@@ -264,24 +243,12 @@ func (t *Transport) connect(ctx context.Context, store transport.Store, token []
 	}
 	t.ln = ln
 	t.door = mesh.NewDoor("tcp", t.rank)
-	if !t.links.Go(func() { t.door.Serve(t.links.Life(), ln, t.links.Go, t.admit) }) {
-		ln.Close()
-		return fmt.Errorf("tcp: listen: %w", transport.ErrClosed)
-	}
-	if err := t.store.Put(ctx, t.key(t.rank), []byte(ln.Addr().String())); err != nil {
-		return fmt.Errorf("tcp: publish address: %w", err)
+	if err := t.links.Open(ctx, "tcp", ln, t.door, t.admit, store, t.key(t.rank), ln.Addr().String(), t.opts.Eager); err != nil {
+		return err
 	}
 	if !t.opts.Eager {
 		return t.warm(ctx)
 	}
-	if r, err := t.links.All(ctx); err != nil {
-		if r >= 0 {
-			err = &transport.PeerError{Peer: r, Op: "connect", Err: err}
-		}
-		return fmt.Errorf("tcp: building the mesh: %w", err)
-	}
-	// The door shuts once the mesh is built.
-	ln.Close()
 	return nil
 }
 
@@ -313,11 +280,6 @@ func (t *Transport) warm(ctx context.Context) error {
 // unreachable records r as lost for want of a link: the dial failed.
 // Called by the link core under its lock.
 func (t *Transport) unreachable(r int, err error) {
-	select {
-	case <-t.closed:
-		return
-	default:
-	}
 	t.loss.Report(r, "connect to", err)
 }
 
@@ -334,24 +296,13 @@ func (t *Transport) shutLinks() {
 // adopt adds the links registered since the last pass to the engine's
 // poll list. Called by the goroutine holding t.progress.
 func (t *Transport) adopt() {
-	if !t.newcomers.Load() {
+	add := t.arrivals.Take()
+	if add == nil {
 		return
 	}
-	t.joinMu.Lock()
-	add := t.joining
-	t.joining = nil
-	t.newcomers.Store(false)
-	t.joinMu.Unlock()
 	t.list = append(t.list, add...)
 	if len(t.pfds) < len(t.list)+1 {
 		t.pfds = make([]unix.PollFd, len(t.list)+1, 2*len(t.list)+1)
 	}
 	t.pfds = t.pfds[:len(t.list)+1]
 }
-
-// Links is how many peers this rank is connected to now.
-func (t *Transport) Links() int { return t.links.Linked() }
-
-// AddressLookups is how many peer addresses this rank has fetched from
-// the store: one per peer it dialed.
-func (t *Transport) AddressLookups() int { return int(t.addrGets.Load()) }

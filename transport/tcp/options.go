@@ -53,18 +53,23 @@ type Options struct {
 	Encrypt bool
 }
 
+// The slot geometry of a zero Options, and the most it may ask for.
+const (
+	DefaultSlots    = 4
+	DefaultSlotSize = 512 << 10
+	// MaxSlotSize bounds what a peer may ask us to believe about lengths.
+	MaxSlotSize = 64 << 20
+)
+
 func (o *Options) fill() error {
-	if err := rings.Fill("tcp", &o.Slots, &o.SlotSize); err != nil {
-		return err
-	}
-	if o.HandshakeTimeout == 0 {
-		o.HandshakeTimeout = mesh.DefaultHandshake
-	}
 	// A crowded rank yields its CPU between polls (drive), so the peer it
 	// waits for runs meanwhile: its spin need not be cut short as the
 	// other transports' is. Four ranks on 2 cores, 8 B-32 KiB: 1.2-1.4x
 	// the busbw of a 20 µs spin (bench/ab, 9 rounds alternating).
-	o.Spin = mesh.Spin(o.Spin, false)
+	rings := mesh.Rings{Slots: DefaultSlots, MaxSlots: 1 << 12, SlotSize: DefaultSlotSize, MaxSlotSize: MaxSlotSize}
+	if err := rings.Fill("tcp", &o.LinkOptions, false); err != nil {
+		return err
+	}
 	if o.CloseLinger == 0 {
 		o.CloseLinger = 2 * time.Second
 	}

@@ -45,7 +45,7 @@ func (p *peer) parseSealed() {
 				return
 			}
 			p.openData()
-			if p.failed() != nil {
+			if p.Failed() != nil {
 				return
 			}
 			continue

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"strconv"
 	"time"
 
@@ -19,12 +18,6 @@ import (
 const DefaultSilentPeer = 30 * time.Second
 
 const (
-	DefaultSlots    = 4
-	DefaultSlotSize = 512 << 10
-	// MaxSlotSize bounds what a peer may ask us to believe about lengths.
-	MaxSlotSize = 64 << 20
-	maxSlots    = 1 << 12
-
 	frameData   = 1
 	frameCredit = 2
 	frameBye    = 3
@@ -42,14 +35,8 @@ const (
 	smallSend = 4 << 10
 )
 
-// DefaultSpin is the busy-poll budget of a rank that has a core to itself;
-// see mesh.DefaultSpin for why it is this long.
-const DefaultSpin = mesh.DefaultSpin
-
-var rings = mesh.Rings{Slots: DefaultSlots, MaxSlots: maxSlots, SlotSize: DefaultSlotSize, MaxSlotSize: MaxSlotSize}
-
 var (
-	errProtocol = errors.New("protocol violation")
+	errProtocol = mesh.ErrProtocol
 
 	// ErrUnsupported is wrapped by Connect's error on systems where the
 	// mesh cannot run: the engine drives raw non-blocking sockets with
@@ -99,17 +86,18 @@ func Connect(ctx context.Context, store transport.Store, rank, size int, token [
 		t.Close()
 		return nil, err
 	}
-	logging.L().Debug("tcp transport connected", "rank", rank, "size", size, "eager", opts.Eager, "links", t.Links(),
+	logging.L().Debug("tcp transport connected", "rank", rank, "size", size, "eager", opts.Eager, "warm", len(opts.Warm),
 		"slots", opts.Slots, "slot_size", opts.SlotSize, "encrypt", opts.Encrypt)
 	return t, nil
 }
 
-// hello is what each end of a mesh connection says after authenticating.
+// hello is what each end of a mesh connection says after authenticating:
+// what every transport's hello says (mesh.Hello), then tcp's own flags
+// and salt.
 type hello struct {
-	rank, size, slots, slotSize uint32
-	namespace                   uint64
-	flags                       uint32        // helloEncrypt
-	salt                        [saltLen]byte // random, fresh for each connection: keys a sealed link
+	mesh.Hello
+	flags uint32        // helloEncrypt
+	salt  [saltLen]byte // random, fresh for each connection: keys a sealed link
 }
 
 // maxSpare bounds Options.Spare: each spare rank costs a pointer here
@@ -120,8 +108,6 @@ const maxSpare = 1 << 12
 // and Options.Spare ranks past it.
 func (t *Transport) Capacity() int { return t.size + t.opts.Spare }
 
-const helloLen = 4 + 4*4 + 8 + 4 + saltLen
-
 // helloMagic opens a hello. The accepting end answers the hellos with a
 // verdict byte (links.go), which the all-at-once mesh of before had no
 // use for: its "MESH" is refused, so that ranks of the two versions
@@ -129,44 +115,35 @@ const helloLen = 4 + 4*4 + 8 + 4 + saltLen
 // refused too.
 const helloMagic = "MSH3"
 
+// helloLayout puts the namespace's hash at 20, the flags at 28 and the
+// salt at 32.
+var helloLayout = mesh.HelloLayout{Magic: helloMagic, Len: helloLen, NamespaceAt: 20, What: "mesh"}
+
+const helloLen = 32 + saltLen
+
 func (h hello) marshal() []byte {
-	b := make([]byte, helloLen)
-	copy(b, helloMagic)
-	binary.LittleEndian.PutUint32(b[4:], h.rank)
-	binary.LittleEndian.PutUint32(b[8:], h.size)
-	binary.LittleEndian.PutUint32(b[12:], h.slots)
-	binary.LittleEndian.PutUint32(b[16:], h.slotSize)
-	binary.LittleEndian.PutUint64(b[20:], h.namespace)
+	b := helloLayout.Marshal(h.Hello)
 	binary.LittleEndian.PutUint32(b[28:], h.flags)
 	copy(b[32:], h.salt[:])
 	return b
 }
 
 func parseHello(b []byte) (hello, error) {
-	if len(b) != helloLen || string(b[:4]) != helloMagic {
-		return hello{}, fmt.Errorf("bad mesh hello: %w", errProtocol)
+	mh, err := helloLayout.Parse(b)
+	if err != nil {
+		return hello{}, err
 	}
-	return hello{
-		rank:      binary.LittleEndian.Uint32(b[4:]),
-		size:      binary.LittleEndian.Uint32(b[8:]),
-		slots:     binary.LittleEndian.Uint32(b[12:]),
-		slotSize:  binary.LittleEndian.Uint32(b[16:]),
-		namespace: binary.LittleEndian.Uint64(b[20:]),
-		flags:     binary.LittleEndian.Uint32(b[28:]),
-		salt:      [saltLen]byte(b[32:]),
-	}, nil
+	return hello{mh, binary.LittleEndian.Uint32(b[28:]), [saltLen]byte(b[32:])}, nil
 }
 
 // hello is what this rank says to a peer; salt is the connection's
 // random part.
 func (t *Transport) hello(salt [saltLen]byte) hello {
-	h := fnv.New64a()
-	h.Write([]byte(t.opts.Namespace))
 	var flags uint32
 	if t.opts.Encrypt {
 		flags |= helloEncrypt
 	}
-	return hello{uint32(t.rank), uint32(t.size), uint32(t.opts.Slots), uint32(t.opts.SlotSize), h.Sum64(), flags, salt}
+	return hello{mesh.NewHello(t.rank, t.size, t.opts.LinkOptions), flags, salt}
 }
 
 func onOff(flags uint32) string {
@@ -180,21 +157,12 @@ func onOff(flags uint32) string {
 // or -1 when any other rank may be calling.
 func (t *Transport) check(h hello, want int) error {
 	mine := t.hello([saltLen]byte{})
-	switch {
-	case h.namespace != mine.namespace:
-		return fmt.Errorf("peer belongs to another communicator: %w", errProtocol)
-	case h.size != mine.size:
-		return fmt.Errorf("peer says the job has %d ranks, this rank says %d", h.size, mine.size)
-	case want >= 0 && int(h.rank) != want:
-		return fmt.Errorf("expected rank %d, peer says it is rank %d", want, h.rank)
-	case want < 0 && (int(h.rank) == t.rank || int(h.rank) >= t.Capacity()):
-		return fmt.Errorf("rank %d may not dial rank %d", h.rank, t.rank)
-	case h.slots != mine.slots || h.slotSize != mine.slotSize:
-		return fmt.Errorf("peer uses %d slots of %d bytes, this rank %d of %d (every rank must use the same transport options)",
-			h.slots, h.slotSize, mine.slots, mine.slotSize)
-	case h.flags&helloEncrypt != mine.flags&helloEncrypt:
+	if err := h.Check(mine.Hello, want, t.Capacity()); err != nil {
+		return err
+	}
+	if h.flags&helloEncrypt != mine.flags&helloEncrypt {
 		return fmt.Errorf("rank %d runs with %s, rank %d with %s: set GOCOLL_ENCRYPT the same on every rank: %w",
-			h.rank, onOff(h.flags), t.rank, onOff(mine.flags), ErrEncryptMismatch)
+			h.Rank, onOff(h.flags), t.rank, onOff(mine.flags), ErrEncryptMismatch)
 	}
 	return nil
 }
