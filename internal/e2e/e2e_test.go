@@ -25,46 +25,20 @@ import (
 var bin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "gocoll-e2e-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := 1
 	if pre := os.Getenv("GOCOLL_E2E_BIN"); pre != "" {
 		// Programs built beforehand, where no Go toolchain is (the RDMA
 		// VM, see transport/rdma/vmtest/ci).
 		bin = pre
 		os.Exit(m.Run())
 	}
-	out, err := exec.Command("go", "build", "-o", dir+string(filepath.Separator),
-		"github.com/gocoll/gocoll/cmd/grun",
-		"github.com/gocoll/gocoll/examples/allreduce",
-		"github.com/gocoll/gocoll/examples/elastic",
-		"github.com/gocoll/gocoll/examples/train",
-		"github.com/gocoll/gocoll/internal/e2e/testdata/collcheck",
-		"github.com/gocoll/gocoll/internal/e2e/testdata/chaos",
-		"github.com/gocoll/gocoll/internal/e2e/testdata/jobshape",
-		"github.com/gocoll/gocoll/internal/e2e/testdata/straggler").CombinedOutput()
-	if err == nil {
-		// collbench and the timeline drawer live in the bench module
-		// (../../bench), which keeps the plotting library out of
-		// gocoll's own module: build them there.
-		build := exec.Command("go", "build", "-o", filepath.Join(dir, "collbench"), ".")
-		build.Dir = filepath.Join("..", "..", "bench")
-		if out, err = build.CombinedOutput(); err == nil {
-			build = exec.Command("go", "build", "-o", dir+string(filepath.Separator), "./timeline")
-			build.Dir = filepath.Join("..", "..", "bench")
-			out, err = build.CombinedOutput()
-		}
-	}
+	dir, done, err := buildPrograms()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "building the programs: %v\n%s", err, out)
-	} else {
-		bin = dir
-		code = m.Run()
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
-	os.RemoveAll(dir)
+	bin = dir
+	code := m.Run()
+	done()
 	os.Exit(code)
 }
 
