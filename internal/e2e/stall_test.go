@@ -79,6 +79,7 @@ func joinLines(ls []line) string {
 // is stopped), and writes it to a file with rank 3's goroutine stacks.
 // SIGQUIT to grun asks for the same report when GOCOLL_STALL is off.
 func TestStallReport(t *testing.T) {
+	t.Parallel()
 	const stall = time.Second
 	cases := []struct {
 		name   string

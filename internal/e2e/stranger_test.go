@@ -39,6 +39,7 @@ import (
 // another uid in either case. The job logs each refusal with its reason,
 // then runs its checks and finishes.
 func TestStrangerAsOtherUser(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Fatal("this test runs a stranger as another user with runuser: run it as root (CI does)")
 	}
