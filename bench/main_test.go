@@ -513,17 +513,9 @@ func TestFold(t *testing.T) {
 var bin string
 
 func TestMain(m *testing.M) {
-	dir, done, err := testprog.Programs("bench",
+	testprog.Main(m, &bin, "bench",
 		testprog.Build{Out: "grun", Pkgs: []string{"github.com/gocoll/gocoll/cmd/grun"}},
 		testprog.Build{Out: "collbench", Pkgs: []string{"github.com/gocoll/gocoll/bench"}})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	bin = dir
-	code := m.Run()
-	done()
-	os.Exit(code)
 }
 
 func grun(t *testing.T, args ...string) (stdout, stderr string, code int) {

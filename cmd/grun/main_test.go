@@ -30,18 +30,10 @@ func TestMain(m *testing.M) {
 	if raceEnabled {
 		name, grunFlags = "grun-race", []string{"-race"}
 	}
-	dir, done, err := testprog.Programs(name,
+	testprog.Main(m, &bin, name,
 		testprog.Build{Flags: grunFlags, Out: "grun", Pkgs: []string{"."}},
 		testprog.Build{Pkgs: []string{"./testdata/envdump", "./testdata/lines", "./testdata/rankctl", "./testdata/storeping",
 			"./testdata/argdump"}})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	bin = dir
-	code := m.Run()
-	done()
-	os.Exit(code)
 }
 
 // helper is the path of a testdata program.

@@ -35,7 +35,7 @@ func TestMain(m *testing.M) {
 	// grun, the examples, the test programs, and collbench and the
 	// timeline drawer, which live in the bench module (../../bench) to
 	// keep the plotting library out of gocoll's own module.
-	dir, done, err := testprog.Programs("e2e",
+	testprog.Main(m, &bin, "e2e",
 		testprog.Build{Pkgs: []string{
 			"github.com/gocoll/gocoll/cmd/grun",
 			"github.com/gocoll/gocoll/examples/allreduce",
@@ -49,14 +49,6 @@ func TestMain(m *testing.M) {
 		}},
 		testprog.Build{Dir: "../../bench", Out: "collbench", Pkgs: []string{"."}},
 		testprog.Build{Dir: "../../bench", Pkgs: []string{"./timeline"}})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	bin = dir
-	code := m.Run()
-	done()
-	os.Exit(code)
 }
 
 // grun runs grun with args under a deadline and returns its combined

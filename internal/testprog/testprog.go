@@ -22,6 +22,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"testing"
 )
 
 // Build is one go build.
@@ -58,6 +59,20 @@ func Programs(name string, builds ...Build) (dir string, done func(), err error)
 		}
 	}
 	return dir, done, nil
+}
+
+// Main is a TestMain: it builds the programs (see Programs), sets *bin
+// to their directory, runs the tests, releases the directory and exits.
+func Main(m *testing.M, bin *string, name string, builds ...Build) {
+	dir, done, err := Programs(name, builds...)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	*bin = dir
+	code := m.Run()
+	done()
+	os.Exit(code)
 }
 
 // kept returns the directory for name and the test package in the
