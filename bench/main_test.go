@@ -22,6 +22,7 @@ import (
 
 	"github.com/gocoll/gocoll/bench/internal/report"
 	"github.com/gocoll/gocoll/comm"
+	"github.com/gocoll/gocoll/internal/testprog"
 )
 
 func TestParseSize(t *testing.T) {
@@ -507,41 +508,25 @@ func TestFold(t *testing.T) {
 	}
 }
 
-// buildTools builds grun and collbench once for the tests that run them.
-var buildTools = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "collbench-test")
-	if err != nil {
-		return "", err
-	}
-	for pkg, out := range map[string]string{"github.com/gocoll/gocoll/cmd/grun": "grun", "github.com/gocoll/gocoll/bench": "collbench"} {
-		if b, err := exec.Command("go", "build", "-o", filepath.Join(dir, out), pkg).CombinedOutput(); err != nil {
-			return "", fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
-		}
-	}
-	return dir, nil
-})
+// bin holds grun and collbench, built by TestMain for the tests that run
+// them, kept between runs (see internal/testprog).
+var bin string
 
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if dir, err := buildTools(); err == nil {
-		os.RemoveAll(dir)
-	}
-	os.Exit(code)
+	testprog.Main(m, &bin, "bench",
+		testprog.Build{Out: "grun", Pkgs: []string{"github.com/gocoll/gocoll/cmd/grun"}},
+		testprog.Build{Out: "collbench", Pkgs: []string{"github.com/gocoll/gocoll/bench"}})
 }
 
 func grun(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	dir, err := buildTools()
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(dir, "grun"), append([]string{"--timeout", "150s"}, args...)...)
-	cmd.Dir = dir
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, "grun"), append([]string{"--timeout", "150s"}, args...)...)
+	cmd.Dir = bin
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
-	err = cmd.Run()
+	err := cmd.Run()
 	if ctx.Err() != nil {
 		t.Fatalf("grun %v hung:\n%s%s", args, o.String(), e.String())
 	}

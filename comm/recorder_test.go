@@ -127,9 +127,7 @@ func TestTrace(t *testing.T) {
 		defer sub.Close()
 		return sub.Barrier(ctx)
 	})
-	for _, c := range cs {
-		c.Close()
-	}
+	closeAll(t, cs) // at once, as separate processes would: the traces are complete after Close
 	for r := range 2 {
 		f, err := os.Open(filepath.Join(dir, "trace-"+string(rune('0'+r))+".jsonl"))
 		if err != nil {

@@ -13,61 +13,27 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gocoll/gocoll/internal/testprog"
 )
 
 // bin is where TestMain puts grun and the helper programs of testdata/.
 var bin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "grun-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	err = buildAll(dir)
-	code := 1
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	} else {
-		bin = dir
-		code = m.Run()
-	}
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
-
-// buildAll builds grun and the helpers concurrently: two go commands share
-// the build cache fine and the 2-core machines this runs on are otherwise
-// idle during the build.
-func buildAll(dir string) error {
-	grunArgs := []string{"build", "-o", filepath.Join(dir, "grun")}
+	// grun and the helpers, kept between runs (see internal/testprog);
+	// grun with the race detector when the tests have it.
+	name, grunFlags := "grun", []string(nil)
 	if raceEnabled {
-		grunArgs = append(grunArgs, "-race")
+		name, grunFlags = "grun-race", []string{"-race"}
 	}
-	builds := [][]string{
-		append(grunArgs, "."),
-		{"build", "-o", dir + string(filepath.Separator),
-			"./testdata/envdump", "./testdata/lines", "./testdata/rankctl", "./testdata/storeping",
-			"./testdata/argdump"},
-	}
-	errs := make([]error, len(builds))
-	var wg sync.WaitGroup
-	for i, args := range builds {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			out, err := exec.Command("go", args...).CombinedOutput()
-			if err != nil {
-				errs[i] = fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
-			}
-		}()
-	}
-	wg.Wait()
-	return errors.Join(errs...)
+	testprog.Main(m, &bin, name,
+		testprog.Build{Flags: grunFlags, Out: "grun", Pkgs: []string{"."}},
+		testprog.Build{Pkgs: []string{"./testdata/envdump", "./testdata/lines", "./testdata/rankctl", "./testdata/storeping",
+			"./testdata/argdump"}})
 }
 
 // helper is the path of a testdata program.

@@ -20,52 +20,35 @@ import (
 	"time"
 
 	"github.com/gocoll/gocoll/internal/testmode"
+	"github.com/gocoll/gocoll/internal/testprog"
 )
 
 var bin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "gocoll-e2e-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := 1
 	if pre := os.Getenv("GOCOLL_E2E_BIN"); pre != "" {
 		// Programs built beforehand, where no Go toolchain is (the RDMA
 		// VM, see transport/rdma/vmtest/ci).
 		bin = pre
 		os.Exit(m.Run())
 	}
-	out, err := exec.Command("go", "build", "-o", dir+string(filepath.Separator),
-		"github.com/gocoll/gocoll/cmd/grun",
-		"github.com/gocoll/gocoll/examples/allreduce",
-		"github.com/gocoll/gocoll/examples/elastic",
-		"github.com/gocoll/gocoll/examples/train",
-		"github.com/gocoll/gocoll/internal/e2e/testdata/collcheck",
-		"github.com/gocoll/gocoll/internal/e2e/testdata/chaos",
-		"github.com/gocoll/gocoll/internal/e2e/testdata/jobshape",
-		"github.com/gocoll/gocoll/internal/e2e/testdata/straggler").CombinedOutput()
-	if err == nil {
-		// collbench and the timeline drawer live in the bench module
-		// (../../bench), which keeps the plotting library out of
-		// gocoll's own module: build them there.
-		build := exec.Command("go", "build", "-o", filepath.Join(dir, "collbench"), ".")
-		build.Dir = filepath.Join("..", "..", "bench")
-		if out, err = build.CombinedOutput(); err == nil {
-			build = exec.Command("go", "build", "-o", dir+string(filepath.Separator), "./timeline")
-			build.Dir = filepath.Join("..", "..", "bench")
-			out, err = build.CombinedOutput()
-		}
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "building the programs: %v\n%s", err, out)
-	} else {
-		bin = dir
-		code = m.Run()
-	}
-	os.RemoveAll(dir)
-	os.Exit(code)
+	// grun, the examples, the test programs, and collbench and the
+	// timeline drawer, which live in the bench module (../../bench) to
+	// keep the plotting library out of gocoll's own module.
+	testprog.Main(m, &bin, "e2e",
+		testprog.Build{Pkgs: []string{
+			"github.com/gocoll/gocoll/cmd/grun",
+			"github.com/gocoll/gocoll/examples/allreduce",
+			"github.com/gocoll/gocoll/examples/elastic",
+			"github.com/gocoll/gocoll/examples/train",
+			"github.com/gocoll/gocoll/internal/e2e/testdata/collcheck",
+			"github.com/gocoll/gocoll/internal/e2e/testdata/chaos",
+			"github.com/gocoll/gocoll/internal/e2e/testdata/jobshape",
+			"github.com/gocoll/gocoll/internal/e2e/testdata/straggler",
+			"github.com/gocoll/gocoll/internal/e2e/testdata/stranger",
+		}},
+		testprog.Build{Dir: "../../bench", Out: "collbench", Pkgs: []string{"."}},
+		testprog.Build{Dir: "../../bench", Pkgs: []string{"./timeline"}})
 }
 
 // grun runs grun with args under a deadline and returns its combined
@@ -118,6 +101,7 @@ func TestCollectivesAcrossProcesses(t *testing.T) {
 // TestExampleAllReduce runs the example a newcomer copies, on 4 ranks, and
 // checks its one line of output.
 func TestExampleAllReduce(t *testing.T) {
+	t.Parallel()
 	out, code := grun(t, 2*time.Minute, nil, "-n", "4", filepath.Join(bin, "allreduce"), "-count", "100003", "-iters", "3")
 	if code != 0 {
 		t.Fatalf("exit code %d:\n%s", code, out)
@@ -248,6 +232,7 @@ func TestKillAtRandomPoints(t *testing.T) {
 // launcher's environment that is incomplete still fails at once, naming
 // what is missing.
 func TestSingleton(t *testing.T) {
+	t.Parallel()
 	cmd := exec.Command(filepath.Join(bin, "allreduce"), "-count", "1000", "-iters", "2")
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "GOCOLL_DEBUG=info"}
 	out, err := cmd.CombinedOutput()
@@ -275,6 +260,7 @@ func TestSingleton(t *testing.T) {
 // TestBadSIMD: a GOCOLL_SIMD the kernels cannot honour fails Init with a
 // message naming the variable, on every rank; a good one runs.
 func TestBadSIMD(t *testing.T) {
+	t.Parallel()
 	for _, v := range []string{"avx9000", "sse2"} {
 		out, code := grun(t, time.Minute, []string{"GOCOLL_SIMD=" + v}, "-n", "2", filepath.Join(bin, "allreduce"), "-count", "1000", "-iters", "2")
 		if v == "sse2" {

@@ -68,6 +68,7 @@ func (p elasticPlan) args() []string {
 // (GOCOLL_ELASTIC_SEED replays them); the test prints the time from each
 // kill to the survivors' first successful collective after it.
 func TestElastic(t *testing.T) {
+	t.Parallel()
 	seed := uint64(time.Now().UnixNano())
 	if v := os.Getenv("GOCOLL_ELASTIC_SEED"); v != "" {
 		var err error
@@ -238,6 +239,7 @@ func killToResume(t *testing.T, out string) time.Duration {
 // transport, the time from the replacement's start to its first step on
 // the grown communicator (every rank past its Grow).
 func TestElasticGrow(t *testing.T) {
+	t.Parallel()
 	seed := uint64(time.Now().UnixNano())
 	if v := os.Getenv("GOCOLL_ELASTIC_SEED"); v != "" {
 		var err error

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -22,9 +23,11 @@ type line struct {
 }
 
 // streamGrun runs grun with args in dir, recording when each line of its
-// output arrives; during, if not nil, runs once the job has started
-// (with grun's process). It returns the lines and the exit code.
-func streamGrun(t *testing.T, dir string, timeout time.Duration, env []string, during func(*os.Process), args ...string) ([]line, int) {
+// output arrives; during, if not nil, runs once the job has started, with
+// grun's process and a function that waits for a line containing a
+// string (false if the output ended first). It returns the lines and the
+// exit code.
+func streamGrun(t *testing.T, dir string, timeout time.Duration, env []string, during func(p *os.Process, waitFor func(string) bool), args ...string) ([]line, int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -49,7 +52,21 @@ func streamGrun(t *testing.T, dir string, timeout time.Duration, env []string, d
 		t.Fatal(err)
 	}
 	if during != nil {
-		during(cmd.Process)
+		during(cmd.Process, func(s string) bool {
+			for {
+				mu.Lock()
+				found := slices.ContainsFunc(lines, func(l line) bool { return strings.Contains(l.text, s) })
+				mu.Unlock()
+				if found {
+					return true
+				}
+				select {
+				case <-done:
+					return false
+				case <-time.After(10 * time.Millisecond):
+				}
+			}
+		})
 	}
 	err := cmd.Wait()
 	pw.Close()
@@ -79,6 +96,7 @@ func joinLines(ls []line) string {
 // is stopped), and writes it to a file with rank 3's goroutine stacks.
 // SIGQUIT to grun asks for the same report when GOCOLL_STALL is off.
 func TestStallReport(t *testing.T) {
+	t.Parallel()
 	const stall = time.Second
 	cases := []struct {
 		name   string
@@ -100,9 +118,13 @@ func TestStallReport(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			var quitAt time.Time
-			during := func(p *os.Process) {
+			during := func(p *os.Process, waitFor func(string) bool) {
 				if tc.quit {
-					time.Sleep(1500 * time.Millisecond)
+					// Once rank 3 is late, and the others had time to
+					// enter the call it is late to: a fixed time from
+					// the start missed that on a busy machine.
+					waitFor("straggler: rank 3 late at")
+					time.Sleep(300 * time.Millisecond)
 					quitAt = time.Now()
 					p.Signal(syscall.SIGQUIT)
 				}

@@ -16,6 +16,7 @@ import (
 // rank and every call as a complete event, which bench/timeline draws
 // as a PNG.
 func TestTraceMerge(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	const ranks, calls = 4, 25
 	out, code := grun(t, time.Minute, []string{"GOCOLL_TRACE=" + filepath.Join(dir, "trace-%r.jsonl")},

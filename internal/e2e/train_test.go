@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gocoll/gocoll/internal/testmode"
 )
 
 // trainDone is examples/train's last lines on success: the loss curve's
@@ -42,6 +44,7 @@ func checkTrain(t *testing.T, out string, code int, ranks, steps string) string 
 // killed mid-run, and with its replacement grown back in. Every run must
 // end with the parameters agreeing on every rank and with one process's.
 func TestTrainExample(t *testing.T) {
+	t.Parallel()
 	prog := filepath.Join(bin, "train")
 	t.Run("1 rank, no launcher", func(t *testing.T) {
 		cmd := exec.Command(prog)
@@ -57,6 +60,9 @@ func TestTrainExample(t *testing.T) {
 		checkTrain(t, string(out), code, "1", "300")
 	})
 	for _, n := range []string{"2", "4"} {
+		if testmode.Quick() {
+			break // checkpoint and resume runs 2 ranks, then 4, to the same final line
+		}
 		t.Run(n+" ranks", func(t *testing.T) {
 			out, code := grun(t, time.Minute, nil, "-n", n, prog)
 			checkTrain(t, out, code, n, "300")
