@@ -1,7 +1,9 @@
 package collectives
 
 import (
+	"context"
 	"fmt"
+	"sync"
 
 	"github.com/gocoll/gocoll/internal/reduce"
 )
@@ -67,29 +69,16 @@ func (c *call) hierAllReduce(buf []byte, count int, dt reduce.DType, op reduce.O
 // tree and among the leaders, down carries the result down the tree. Both
 // are buf, but for a wide reduction (wide.go), which reduces a float32
 // copy, and where each leader, before sending anything down, rounds it
-// into the 16-bit buffer with round.
-func (c *call) hierUpDown(up, down []byte, count int, dt reduce.DType, op reduce.Op, round func()) error {
+// into the 16-bit buffer with round(down, up).
+func (c *call) hierUpDown(up, down []byte, count int, dt reduce.DType, op reduce.Op, round func(down, up []byte)) error {
 	tp := newTopology(c.g.opts.Hosts, c.t.Rank(), c.t.Size())
 	// The tree's shape follows the caller's size, which every rank knows
 	// alike, not the width that travels.
 	parent, children := c.localTree(tp, len(down))
 	// Up the tree, segment by segment, so that a rank passes segment k on
 	// while its children are still sending k+1.
-	for k := 0; k < c.segments(len(up)); k++ {
-		seg := c.seg(up, k)
-		for _, ch := range children {
-			msg, err := c.recv(ch, len(seg))
-			if err != nil {
-				return err
-			}
-			c.reduce(dt, op, seg, seg, msg.Data)
-			c.release(msg)
-		}
-		if parent >= 0 {
-			if err := c.send(parent, seg); err != nil {
-				return err
-			}
-		}
+	if err := c.hierUpPart(up, dt, op, parent, children); err != nil {
+		return err
 	}
 	if tp.lead >= 0 && len(tp.leaders) > 1 {
 		if err := c.ringAllReduceAmong(up, count, dt, op, tp.leaders, tp.lead); err != nil {
@@ -97,26 +86,10 @@ func (c *call) hierUpDown(up, down []byte, count int, dt reduce.DType, op reduce
 		}
 	}
 	if round != nil && parent < 0 {
-		round()
+		round(down, up)
 	}
 	// Down the same tree.
-	for k := 0; k < c.segments(len(down)); k++ {
-		seg := c.seg(down, k)
-		if parent >= 0 {
-			msg, err := c.recv(parent, len(seg))
-			if err != nil {
-				return err
-			}
-			c.copy(seg, msg.Data)
-			c.release(msg)
-		}
-		for _, ch := range children {
-			if err := c.send(ch, seg); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return c.hierDownPart(down, parent, children)
 }
 
 // localTree is this rank's place in the tree over its host's ranks, rooted
@@ -149,19 +122,209 @@ func (c *call) localTree(tp topology, bytes int) (parent int, children []int) {
 // is this rank. Avg is left unscaled (the caller scales once at the end).
 func (c *call) ringAllReduceAmong(buf []byte, count int, dt reduce.DType, op reduce.Op, ranks []int, i int) error {
 	n, es := len(ranks), dt.Size()
+	return c.ringAmong(func(j int) []byte { return chunk(buf, count, n, j, es) }, dt, op, ranks, i)
+}
+
+// ringAmong is ringAllReduceAmong on the blocks part(0) ... part(n-1):
+// block j is reduced along the ring as chunk j of a whole buffer is, so
+// that the pipelined allreduce, which runs it on a slice of every chunk
+// at a time, reduces every element in the same order.
+func (c *call) ringAmong(part func(j int) []byte, dt reduce.DType, op reduce.Op, ranks []int, i int) error {
+	n := len(ranks)
 	next, prev := ranks[mod(i+1, n)], ranks[mod(i-1, n)]
 	for s := 0; s < n-1; s++ {
-		out := chunk(buf, count, n, mod(i-s-1, n), es)
-		in := chunk(buf, count, n, mod(i-s-2, n), es)
-		if err := c.stream(next, prev, out, in, func(dst, src []byte) { c.reduce(dt, op, dst, dst, src) }); err != nil {
+		if err := c.stream(next, prev, part(mod(i-s-1, n)), part(mod(i-s-2, n)), func(dst, src []byte) { c.reduce(dt, op, dst, dst, src) }); err != nil {
 			return err
 		}
 	}
 	for s := 0; s < n-1; s++ {
-		out := chunk(buf, count, n, mod(i-s, n), es)
-		in := chunk(buf, count, n, mod(i-s-1, n), es)
-		if err := c.stream(next, prev, out, in, func(dst, src []byte) { c.copy(dst, src) }); err != nil {
+		if err := c.stream(next, prev, part(mod(i-s, n)), part(mod(i-s-1, n)), func(dst, src []byte) { c.copy(dst, src) }); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// hierPipeAllReduce is hierAllReduce cut into stages (see stages), run
+// so that a leader's exchange of stage k with the other leaders overlaps
+// its host's reduce of stage k+1 and broadcast of stage k-1, each
+// intra-host phase on a goroutine of its own. Every element is reduced
+// in the same order as by hierAllReduce, so the two agree bit for bit.
+func (c *call) hierPipeAllReduce(buf []byte, count int, dt reduce.DType, op reduce.Op) error {
+	return c.hierPipe(buf, buf, count, dt, op, nil)
+}
+
+// stages is how the pipelined hierarchical allreduce cuts count
+// elements among nl leaders: stage k is elements [k*per, (k+1)*per) of
+// every one of the nl chunks the leaders' ring splits the buffer into
+// (the chunks of chunk), per being segment bytes over the nl chunks.
+// It depends only on what every rank of the call knows alike (the
+// count, the element size, the host map and the plan's segment).
+type stages struct {
+	count, nl, per, n int
+}
+
+func newStages(count, nl, es, segment int) stages {
+	per := max(segment/(nl*es), 1)
+	longest := (count + nl - 1) / nl
+	return stages{count: count, nl: nl, per: per, n: max((longest+per-1)/per, 1)}
+}
+
+// part is stage k of chunk j of b, whose elements are es bytes.
+func (st stages) part(b []byte, es, j, k int) []byte {
+	ch := chunk(b, st.count, st.nl, j, es)
+	lo := min(k*st.per*es, len(ch))
+	hi := min(lo+st.per*es, len(ch))
+	return ch[lo:hi:hi]
+}
+
+// hierPipe is hierUpDown, pipelined (see hierPipeAllReduce); its
+// arguments are hierUpDown's, round called on each stage's parts.
+func (c *call) hierPipe(up, down []byte, count int, dt reduce.DType, op reduce.Op, round func(down, up []byte)) error {
+	tp := newTopology(c.g.opts.Hosts, c.t.Rank(), c.t.Size())
+	parent, children := c.localTree(tp, len(down))
+	esUp, esDown := dt.Size(), 1
+	if count > 0 {
+		esDown = len(down) / count
+	}
+	st := newStages(count, len(tp.leaders), esDown, c.g.opts.HierSegment)
+	upStage := func(k int) error {
+		for j := 0; j < st.nl; j++ {
+			if err := c.hierUpPart(st.part(up, esUp, j, k), dt, op, parent, children); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	downStage := func(k int) error {
+		for j := 0; j < st.nl; j++ {
+			if err := c.hierDownPart(st.part(down, esDown, j, k), parent, children); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if parent >= 0 || st.nl == 1 {
+		// Not a leader of several: nothing to overlap with. The up
+		// phase runs ahead of the down phase by the transport's slots.
+		for k := 0; k < st.n; k++ {
+			if err := upStage(k); err != nil {
+				return err
+			}
+		}
+		if round != nil && parent < 0 {
+			round(down, up)
+		}
+		for k := 0; k < st.n; k++ {
+			if err := downStage(k); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return c.overlap(st.n, upStage, func(k int) error {
+		err := c.ringAmong(func(j int) []byte { return st.part(up, esUp, j, k) }, dt, op, tp.leaders, tp.lead)
+		if err == nil && round != nil {
+			for j := 0; j < st.nl; j++ {
+				round(st.part(down, esDown, j, k), st.part(up, esUp, j, k))
+			}
+		}
+		return err
+	}, downStage)
+}
+
+// overlap runs n stages through three phases, first, mid and last, each
+// on a goroutine of its own taking the stages in order: stage k enters
+// mid once first is done with it, and last once mid is. The phases talk
+// to different peers (the transport lets one goroutine receive from a
+// peer and another send to it), and mid's first message, which carries
+// the call's header, goes before last sends anything, as send's
+// scratch for the header is the group's. The first phase to fail cancels
+// the others, and its error is the call's.
+func (c *call) overlap(n int, first, mid, last func(k int) error) error {
+	parent := c.ctx
+	ctx, cancel := context.WithCancel(parent)
+	defer cancel()
+	c.ctx = ctx
+	defer func() { c.ctx = parent }()
+	var (
+		once sync.Once
+		fail error
+		wg   sync.WaitGroup
+	)
+	report := func(err error) {
+		once.Do(func() { fail = err; cancel() })
+	}
+	// run takes stage k from in once it is ready, and hands it on.
+	run := func(phase func(k int) error, in <-chan struct{}, out chan<- struct{}) {
+		for k := 0; k < n; k++ {
+			if in != nil {
+				select {
+				case <-in:
+				case <-ctx.Done():
+					// The call's context ended, or another phase
+					// failed and said so first.
+					report(c.wrap(ctx.Err()))
+					return
+				}
+			}
+			if err := phase(k); err != nil {
+				report(err)
+				return
+			}
+			if out != nil {
+				out <- struct{}{}
+			}
+		}
+	}
+	upDone, midDone := make(chan struct{}, n), make(chan struct{}, n)
+	wg.Add(2)
+	go func() { defer wg.Done(); run(first, nil, upDone) }()
+	go func() { defer wg.Done(); run(last, midDone, nil) }()
+	run(mid, upDone, midDone)
+	wg.Wait()
+	return fail
+}
+
+// hierUpPart reduces part, a stretch of this rank's buffer, up the
+// host's tree: the children's partial results into it, then to the
+// parent, message by message.
+func (c *call) hierUpPart(part []byte, dt reduce.DType, op reduce.Op, parent int, children []int) error {
+	for k := 0; k < c.segments(len(part)); k++ {
+		seg := c.seg(part, k)
+		for _, ch := range children {
+			msg, err := c.recv(ch, len(seg))
+			if err != nil {
+				return err
+			}
+			c.reduce(dt, op, seg, seg, msg.Data)
+			c.release(msg)
+		}
+		if parent >= 0 {
+			if err := c.send(parent, seg); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// hierDownPart carries part of the result down the host's tree.
+func (c *call) hierDownPart(part []byte, parent int, children []int) error {
+	for k := 0; k < c.segments(len(part)); k++ {
+		seg := c.seg(part, k)
+		if parent >= 0 {
+			msg, err := c.recv(parent, len(seg))
+			if err != nil {
+				return err
+			}
+			c.copy(seg, msg.Data)
+			c.release(msg)
+		}
+		for _, ch := range children {
+			if err := c.send(ch, seg); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -171,4 +334,12 @@ func (c *call) ringAllReduceAmong(buf []byte, count int, dt reduce.DType, op red
 func hostsWhy(hosts []int, n int) string {
 	nh, widest, _ := hierarchical(hosts, n)
 	return fmt.Sprintf("ranks on %d hosts, up to %d per host: reduce within hosts, ring among %d leaders, broadcast within hosts", nh, widest, nh)
+}
+
+// hostsPipeWhy explains an automatic choice of the pipelined
+// hierarchical allreduce.
+func hostsPipeWhy(hosts []int, n, bytes, segment int) string {
+	nh, widest, _ := hierarchical(hosts, n)
+	return fmt.Sprintf("ranks on %d hosts, up to %d per host, %d bytes >= 2 stages of %d: the ring among %d leaders on stage k overlaps the reduce within hosts of stage k+1 and the broadcast of stage k-1",
+		nh, widest, bytes, segment, nh)
 }

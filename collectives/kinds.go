@@ -92,13 +92,18 @@ const (
 	// Tree: allreduce as a binomial-tree reduce to rank 0, then a
 	// binomial-tree broadcast, both pipelined by segment.
 	Tree
+	// HierPipe: Hier cut into stages of Options.HierSegment bytes, a
+	// leader's exchange of stage k with the other leaders overlapping its
+	// host's reduce of stage k+1 and broadcast of stage k-1; the same
+	// bits as Hier.
+	HierPipe
 )
 
 var algoNames = map[Algo]string{
 	Auto: "auto", Local: "local", Ring: "ring", RecursiveDoubling: "rd",
 	Binomial: "binomial", Chain: "chain", Dissemination: "dissemination",
 	Hier: "hier", Linear: "linear", Pairwise: "pairwise", Rabenseifner: "rabenseifner",
-	Tree: "tree",
+	Tree: "tree", HierPipe: "hierpipe",
 }
 
 func (a Algo) String() string {
@@ -110,7 +115,7 @@ func (a Algo) String() string {
 
 // algos lists what each collective can run, default first.
 var algos = map[Kind][]Algo{
-	AllReduce:      {Ring, RecursiveDoubling, Rabenseifner, Tree, Hier, Pairwise},
+	AllReduce:      {Ring, RecursiveDoubling, Rabenseifner, Tree, Hier, HierPipe, Pairwise},
 	Broadcast:      {Chain, Binomial},
 	Barrier:        {Dissemination},
 	AllGather:      {Ring},

@@ -62,7 +62,8 @@ func (p *pipes) Release(transport.Message) {}
 // TestTrafficModel pins the bytes each allreduce algorithm moves (see
 // docs/traffic.md) at 2, 4 and 16 ranks, summed over the ranks, for an
 // allreduce of S bytes: the algorithms that reduce each block once and
-// copy each result once (ring, Rabenseifner, tree, pairwise, hier) send
+// copy each result once (ring, Rabenseifner, tree, pairwise, hier and
+// pipelined hier) send
 // 2(n-1)S in all, reduce (n-1)S (reading twice that, writing it once) and
 // copy (n-1)S, 9(n-1)S moved against the bound's (3n-1)S; recursive
 // doubling sends, and reduces, the whole buffer log2(n) times on every
@@ -100,7 +101,7 @@ func TestTrafficModel(t *testing.T) {
 		if n > 2 {
 			// Hier needs a host with several ranks and more than one
 			// host: two of n/2.
-			cases = append(cases, tc{collectives.Hier, n, 2, ring})
+			cases = append(cases, tc{collectives.Hier, n, 2, ring}, tc{collectives.HierPipe, n, 2, ring})
 		}
 	}
 	for _, c := range cases {
@@ -158,7 +159,10 @@ func runCounted(t *testing.T, algo collectives.Algo, n, hosts, size int) []colle
 		go func() {
 			defer wg.Done()
 			g := collectives.NewGroup(mesh[r], collectives.Options{
-				Algos: map[collectives.Kind]collectives.Algo{collectives.AllReduce: algo}, Hosts: hostOf, Traffic: &tallies[r]})
+				Algos: map[collectives.Kind]collectives.Algo{collectives.AllReduce: algo}, Hosts: hostOf, Traffic: &tallies[r],
+				// HierPipe in stages of 64 KiB: 16 of them, the same
+				// bytes moved as by Hier.
+				HierSegment: 64 << 10})
 			buf := make([]byte, size)
 			for i := 0; i < size/4; i++ {
 				binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(float32(r+i%7)))

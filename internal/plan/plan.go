@@ -73,6 +73,13 @@ const (
 	smallPow2 = 16 << 10
 )
 
+// hierMessages is how many of the job's messages (MaxMessage) make one
+// stage of the pipelined hierarchical allreduce (collectives.HierPipe):
+// a stage short enough that the phase inside a host it waits for at
+// either end is small beside the whole call, long enough that each
+// leader's share of it still fills several messages between hosts.
+const hierMessages = 4
+
 // Options are the collectives' options that follow from p: every rank
 // with the same plan gets the same. The caller adds what is its own (the
 // logger, the hosts, the recorder).
@@ -85,6 +92,10 @@ func (p Plan) Options() (collectives.Options, error) {
 	if p.StepCostly {
 		o.RingChunk, o.SmallAllReducePow2 = ringChunk, smallPow2
 	}
+	// Decided here, from the message size every rank agreed on, never
+	// from a rank's own transport: ranks that cut stages differently
+	// would exchange different bytes.
+	o.HierSegment = hierMessages * p.MaxMessage
 	return o, nil
 }
 
