@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/gocoll/gocoll/internal/reduce"
 )
@@ -122,23 +123,18 @@ func (c *call) localTree(tp topology, bytes int) (parent int, children []int) {
 // is this rank. Avg is left unscaled (the caller scales once at the end).
 func (c *call) ringAllReduceAmong(buf []byte, count int, dt reduce.DType, op reduce.Op, ranks []int, i int) error {
 	n, es := len(ranks), dt.Size()
-	return c.ringAmong(func(j int) []byte { return chunk(buf, count, n, j, es) }, dt, op, ranks, i)
-}
-
-// ringAmong is ringAllReduceAmong on the blocks part(0) ... part(n-1):
-// block j is reduced along the ring as chunk j of a whole buffer is, so
-// that the pipelined allreduce, which runs it on a slice of every chunk
-// at a time, reduces every element in the same order.
-func (c *call) ringAmong(part func(j int) []byte, dt reduce.DType, op reduce.Op, ranks []int, i int) error {
-	n := len(ranks)
 	next, prev := ranks[mod(i+1, n)], ranks[mod(i-1, n)]
 	for s := 0; s < n-1; s++ {
-		if err := c.stream(next, prev, part(mod(i-s-1, n)), part(mod(i-s-2, n)), func(dst, src []byte) { c.reduce(dt, op, dst, dst, src) }); err != nil {
+		out := chunk(buf, count, n, mod(i-s-1, n), es)
+		in := chunk(buf, count, n, mod(i-s-2, n), es)
+		if err := c.stream(next, prev, out, in, func(dst, src []byte) { c.reduce(dt, op, dst, dst, src) }); err != nil {
 			return err
 		}
 	}
 	for s := 0; s < n-1; s++ {
-		if err := c.stream(next, prev, part(mod(i-s, n)), part(mod(i-s-1, n)), func(dst, src []byte) { c.copy(dst, src) }); err != nil {
+		out := chunk(buf, count, n, mod(i-s, n), es)
+		in := chunk(buf, count, n, mod(i-s-1, n), es)
+		if err := c.stream(next, prev, out, in, func(dst, src []byte) { c.copy(dst, src) }); err != nil {
 			return err
 		}
 	}
@@ -222,26 +218,57 @@ func (c *call) hierPipe(up, down []byte, count int, dt reduce.DType, op reduce.O
 		}
 		return nil
 	}
-	return c.overlap(st.n, upStage, func(k int) error {
-		err := c.ringAmong(func(j int) []byte { return st.part(up, esUp, j, k) }, dt, op, tp.leaders, tp.lead)
-		if err == nil && round != nil {
-			for j := 0; j < st.nl; j++ {
-				round(st.part(down, esDown, j, k), st.part(up, esUp, j, k))
-			}
-		}
-		return err
-	}, downStage)
+	return c.leaderPipe(st, tp, up, down, esUp, esDown, dt, op, round, upStage, downStage)
 }
 
-// overlap runs n stages through three phases, first, mid and last, each
-// on a goroutine of its own taking the stages in order: stage k enters
-// mid once first is done with it, and last once mid is. The phases talk
-// to different peers (the transport lets one goroutine receive from a
-// peer and another send to it), and mid's first message, which carries
-// the call's header, goes before last sends anything, as send's
-// scratch for the header is the group's. The first phase to fail cancels
-// the others, and its error is the call's.
-func (c *call) overlap(n int, first, mid, last func(k int) error) error {
+// leaderPipe is hierPipe on a leader of several: four goroutines, one
+// for each of the host's reduce (upStage), the sends to the next leader,
+// the receives from the previous one, and the host's broadcast
+// (downStage), each taking the stages in order. Stage k's ring starts
+// once the host has reduced it; it goes down once its last ring step has
+// landed and its last message left. The ring among the leaders is ringAllReduceAmong's, step for
+// step, on stage k's parts (stage k of chunk j stands for chunk j), so every
+// element is reduced in the same order; but its sender and receiver are
+// apart, so that a message waits only for the one it depends on (the
+// same segment of the step before, landed), never for the whole step
+// before: the link to the next leader is never idle while a step's last
+// message crosses, and the first step of stage k+1 leaves while stage
+// k's last is still arriving.
+//
+// The goroutines talk to different peers, but for the two that send to
+// and receive from the same one (the transport allows that). The first
+// message to the next leader, which carries the call's header through
+// the group's scratch (send), leaves before anything goes down: no stage
+// lands before the other leaders have had it. The first goroutine to
+// fail cancels the others, and its error is the call's.
+func (c *call) leaderPipe(st stages, tp topology, up, down []byte, esUp, esDown int,
+	dt reduce.DType, op reduce.Op, round func(down, up []byte), upStage, downStage func(k int) error) error {
+	nl, i := st.nl, tp.lead
+	part := func(k, j int) []byte { return st.part(up, esUp, j, k) }
+	next, prev := tp.leaders[mod(i+1, nl)], tp.leaders[mod(i-1, nl)]
+	steps := 2 * (nl - 1)
+	// Step t of a stage sends block out(t) and receives block in(t), as
+	// ringAllReduceAmong's: the reduce-scatter's steps, then the
+	// allgather's. in(t) is out(t+1).
+	out := func(t int) int {
+		if t < nl-1 {
+			return mod(i-t-1, nl)
+		}
+		return mod(i-(t-nl+1), nl)
+	}
+	in := func(t int) int { return out(t + 1) }
+	// landed counts the segments received so far, in the order they
+	// come; base[k*steps+t] is the count before stage k's step t.
+	base := make([]int64, st.n*steps+1)
+	for k := 0; k < st.n; k++ {
+		for t := 0; t < steps; t++ {
+			x := k*steps + t
+			base[x+1] = base[x] + int64(c.segments(len(part(k, in(t)))))
+		}
+	}
+	var landed atomic.Int64
+	moved := make(chan struct{}, 1)
+
 	parent := c.ctx
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
@@ -255,33 +282,113 @@ func (c *call) overlap(n int, first, mid, last func(k int) error) error {
 	report := func(err error) {
 		once.Do(func() { fail = err; cancel() })
 	}
-	// run takes stage k from in once it is ready, and hands it on.
-	run := func(phase func(k int) error, in <-chan struct{}, out chan<- struct{}) {
-		for k := 0; k < n; k++ {
-			if in != nil {
-				select {
-				case <-in:
-				case <-ctx.Done():
-					// The call's context ended, or another phase
-					// failed and said so first.
-					report(c.wrap(ctx.Err()))
-					return
-				}
-			}
-			if err := phase(k); err != nil {
-				report(err)
-				return
-			}
-			if out != nil {
-				out <- struct{}{}
-			}
+	// wait takes a stage from ch, false if the call ends first.
+	wait := func(ch <-chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		case <-ctx.Done():
+			// The call's context ended, or another goroutine failed
+			// and said so first.
+			report(c.wrap(ctx.Err()))
+			return false
 		}
 	}
-	upDone, midDone := make(chan struct{}, n), make(chan struct{}, n)
-	wg.Add(2)
-	go func() { defer wg.Done(); run(first, nil, upDone) }()
-	go func() { defer wg.Done(); run(last, midDone, nil) }()
-	run(mid, upDone, midDone)
+	// Stage k is reduced in the host (to the sender, and to the
+	// receiver, which reduces into it), sent, and landed.
+	toSend, toRecv := make(chan struct{}, st.n), make(chan struct{}, st.n)
+	sent, landedAll := make(chan struct{}, st.n), make(chan struct{}, st.n)
+	phase := func(f func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(); err != nil {
+				report(err)
+			}
+		}()
+	}
+	phase(func() error {
+		for k := 0; k < st.n; k++ {
+			if err := upStage(k); err != nil {
+				return err
+			}
+			toSend <- struct{}{}
+			toRecv <- struct{}{}
+		}
+		return nil
+	})
+	phase(func() error { // to the next leader
+		for k := 0; k < st.n; k++ {
+			if !wait(toSend) {
+				return nil
+			}
+			for t := 0; t < steps; t++ {
+				b := part(k, out(t))
+				for m := 0; m < c.segments(len(b)); m++ {
+					// Segment m of this step's block is segment m of the
+					// block the step before received.
+					for t > 0 && landed.Load() <= base[k*steps+t-1]+int64(m) {
+						if !wait(moved) {
+							return nil
+						}
+					}
+					if err := c.send(next, c.seg(b, m)); err != nil {
+						return err
+					}
+				}
+			}
+			sent <- struct{}{}
+		}
+		return nil
+	})
+	phase(func() error { // from the previous leader
+		for k := 0; k < st.n; k++ {
+			if !wait(toRecv) {
+				return nil
+			}
+			for t := 0; t < steps; t++ {
+				b := part(k, in(t))
+				for m := 0; m < c.segments(len(b)); m++ {
+					dst := c.seg(b, m)
+					msg, err := c.recv(prev, len(dst))
+					if err != nil {
+						return err
+					}
+					if t < nl-1 {
+						c.reduce(dt, op, dst, dst, msg.Data)
+					} else {
+						c.copy(dst, msg.Data)
+					}
+					c.release(msg)
+					landed.Add(1)
+					select {
+					case moved <- struct{}{}:
+					default:
+					}
+				}
+			}
+			landedAll <- struct{}{}
+		}
+		return nil
+	})
+	phase(func() error {
+		for k := 0; k < st.n; k++ {
+			// Rounding scales the float32 parts in place (Avg): not
+			// before the last of them has left.
+			if !wait(landedAll) || !wait(sent) {
+				return nil
+			}
+			if round != nil {
+				for j := 0; j < nl; j++ {
+					round(st.part(down, esDown, j, k), part(k, j))
+				}
+			}
+			if err := downStage(k); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 	wg.Wait()
 	return fail
 }
