@@ -47,8 +47,8 @@ import (
 //     (the job's plan) on, it is pipelined: while the leaders exchange
 //     stage k, their hosts reduce stage k+1 and broadcast stage k-1,
 //     so the phases inside a host hide behind the slower one between
-//     hosts instead of adding to it. Below that, a stage would be the
-//     whole buffer, and the phases run one after another.
+//     hosts instead of adding to it. Below two stages there is
+//     nothing to overlap, and the phases run one after another.
 //
 // GOCOLL_ALGO (Options.Algos) overrides every row but a job of one rank
 // and an exact sum (exact.go), whose bits must not depend on it.

@@ -1,7 +1,8 @@
 // Package plan is what every rank of a job must decide alike, decided
 // once for the job: which algorithms GOCOLL_ALGO forces, how 16-bit sums
-// accumulate, how the ranks connect, and what a message costs on the
-// job's links. The collectives of a call are a function of the plan and
+// accumulate, how the ranks connect, what a message costs on the job's
+// links, and so how long a stage of the pipelined hierarchical allreduce
+// is. The collectives of a call are a function of the plan and
 // the call (collectives.Group.Choice), so ranks that share a plan choose
 // alike by construction.
 //
