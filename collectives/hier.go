@@ -78,7 +78,7 @@ func (c *call) hierUpDown(up, down []byte, count int, dt reduce.DType, op reduce
 	parent, children := c.localTree(tp, len(down))
 	// Up the tree, segment by segment, so that a rank passes segment k on
 	// while its children are still sending k+1.
-	if err := c.hierUpPart(up, dt, op, parent, children); err != nil {
+	if err := c.reduceUp(up, dt, op, parent, children); err != nil {
 		return err
 	}
 	if tp.lead >= 0 && len(tp.leaders) > 1 {
@@ -90,7 +90,7 @@ func (c *call) hierUpDown(up, down []byte, count int, dt reduce.DType, op reduce
 		round(down, up)
 	}
 	// Down the same tree.
-	return c.hierDownPart(down, parent, children)
+	return c.spreadDown(down, parent, children)
 }
 
 // localTree is this rank's place in the tree over its host's ranks, rooted
@@ -186,7 +186,7 @@ func (c *call) hierPipe(up, down []byte, count int, dt reduce.DType, op reduce.O
 	st := newStages(count, len(tp.leaders), esDown, c.g.opts.HierSegment)
 	upStage := func(k int) error {
 		for j := 0; j < st.nl; j++ {
-			if err := c.hierUpPart(st.part(up, esUp, j, k), dt, op, parent, children); err != nil {
+			if err := c.reduceUp(st.part(up, esUp, j, k), dt, op, parent, children); err != nil {
 				return err
 			}
 		}
@@ -194,7 +194,7 @@ func (c *call) hierPipe(up, down []byte, count int, dt reduce.DType, op reduce.O
 	}
 	downStage := func(k int) error {
 		for j := 0; j < st.nl; j++ {
-			if err := c.hierDownPart(st.part(down, esDown, j, k), parent, children); err != nil {
+			if err := c.spreadDown(st.part(down, esDown, j, k), parent, children); err != nil {
 				return err
 			}
 		}
@@ -391,50 +391,6 @@ func (c *call) leaderPipe(st stages, tp topology, up, down []byte, esUp, esDown 
 	})
 	wg.Wait()
 	return fail
-}
-
-// hierUpPart reduces part, a stretch of this rank's buffer, up the
-// host's tree: the children's partial results into it, then to the
-// parent, message by message.
-func (c *call) hierUpPart(part []byte, dt reduce.DType, op reduce.Op, parent int, children []int) error {
-	for k := 0; k < c.segments(len(part)); k++ {
-		seg := c.seg(part, k)
-		for _, ch := range children {
-			msg, err := c.recv(ch, len(seg))
-			if err != nil {
-				return err
-			}
-			c.reduce(dt, op, seg, seg, msg.Data)
-			c.release(msg)
-		}
-		if parent >= 0 {
-			if err := c.send(parent, seg); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// hierDownPart carries part of the result down the host's tree.
-func (c *call) hierDownPart(part []byte, parent int, children []int) error {
-	for k := 0; k < c.segments(len(part)); k++ {
-		seg := c.seg(part, k)
-		if parent >= 0 {
-			msg, err := c.recv(parent, len(seg))
-			if err != nil {
-				return err
-			}
-			c.copy(seg, msg.Data)
-			c.release(msg)
-		}
-		for _, ch := range children {
-			if err := c.send(ch, seg); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }
 
 // hostsWhy explains an automatic choice of the hierarchical allreduce.

@@ -132,27 +132,23 @@ func TestHierPipeCancel(t *testing.T) {
 	n := len(hosts)
 	mesh := newPipes(n)
 	ctx, cancel := context.WithCancel(context.Background())
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := 0; r < n; r++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			g := collectives.NewGroup(mesh[r], collectives.Options{Hosts: hosts, HierSegment: 4 << 10,
-				Algos: map[collectives.Kind]collectives.Algo{collectives.AllReduce: collectives.HierPipe}})
+	time.AfterFunc(100*time.Millisecond, cancel)
+	done := make(chan []error)
+	go func() {
+		done <- onRanks(n, func(r int) error {
 			if r == 3 {
 				// Rank 3 never calls: the others wait for it until the
 				// context ends.
-				return
+				return nil
 			}
-			errs[r] = g.AllReduce(ctx, make([]byte, 1<<20), reduce.Float32, reduce.Sum)
-		}()
-	}
-	time.AfterFunc(100*time.Millisecond, cancel)
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
+			g := collectives.NewGroup(mesh[r], collectives.Options{Hosts: hosts, HierSegment: 4 << 10,
+				Algos: map[collectives.Kind]collectives.Algo{collectives.AllReduce: collectives.HierPipe}})
+			return g.AllReduce(ctx, make([]byte, 1<<20), reduce.Float32, reduce.Sum)
+		})
+	}()
+	var errs []error
 	select {
-	case <-done:
+	case errs = <-done:
 	case <-time.After(time.Minute):
 		t.Fatal("the call did not return after its context ended")
 	}
@@ -174,25 +170,34 @@ func runHier(t *testing.T, hosts []int, algo collectives.Algo, segment int, dt r
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	out := make([][]byte, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := 0; r < n; r++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			g := collectives.NewGroup(mesh[r], collectives.Options{Hosts: hosts, HierSegment: segment,
-				Algos: map[collectives.Kind]collectives.Algo{collectives.AllReduce: algo}})
-			out[r] = bytes.Clone(ins[r])
-			errs[r] = g.AllReduce(ctx, out[r], dt, op)
-		}()
-	}
-	wg.Wait()
+	errs := onRanks(n, func(r int) error {
+		g := collectives.NewGroup(mesh[r], collectives.Options{Hosts: hosts, HierSegment: segment,
+			Algos: map[collectives.Kind]collectives.Algo{collectives.AllReduce: algo}})
+		out[r] = bytes.Clone(ins[r])
+		return g.AllReduce(ctx, out[r], dt, op)
+	})
 	for r, err := range errs {
 		if err != nil {
 			t.Fatalf("rank %d: %v", r, err)
 		}
 	}
 	return out
+}
+
+// onRanks runs f for every rank r of n at once, each on a goroutine, as
+// ranks in processes of their own would, and returns each one's error.
+func onRanks(n int, f func(r int) error) []error {
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := 0; r < n; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = f(r)
+		}()
+	}
+	wg.Wait()
+	return errs
 }
 
 // exactInput is rank r's input of count elements of dt for op, small
