@@ -201,8 +201,9 @@ func (c *call) hierPipe(up, down []byte, count int, dt reduce.DType, op reduce.O
 		return nil
 	}
 	if parent >= 0 || st.nl == 1 {
-		// Not a leader of several: nothing to overlap with. The up
-		// phase runs ahead of the down phase by the transport's slots.
+		// Not a leader of several: nothing of its own to overlap. It
+		// sends every stage up, then takes every stage down, in the
+		// order its leader takes them.
 		for k := 0; k < st.n; k++ {
 			if err := upStage(k); err != nil {
 				return err
@@ -225,22 +226,23 @@ func (c *call) hierPipe(up, down []byte, count int, dt reduce.DType, op reduce.O
 // for each of the host's reduce (upStage), the sends to the next leader,
 // the receives from the previous one, and the host's broadcast
 // (downStage), each taking the stages in order. Stage k's ring starts
-// once the host has reduced it; it goes down once its last ring step has
-// landed and its last message left. The ring among the leaders is ringAllReduceAmong's, step for
-// step, on stage k's parts (stage k of chunk j stands for chunk j), so every
-// element is reduced in the same order; but its sender and receiver are
-// apart, so that a message waits only for the one it depends on (the
-// same segment of the step before, landed), never for the whole step
-// before: the link to the next leader is never idle while a step's last
-// message crosses, and the first step of stage k+1 leaves while stage
-// k's last is still arriving.
+// once the host has reduced it; it goes down once its last ring step
+// has landed and its last message left. The ring among the leaders is
+// ringAllReduceAmong's, step for step, on stage k's parts (stage k of
+// chunk j standing for chunk j), so every element is reduced in the
+// same order; but its sender and receiver are apart, so that a message
+// waits only for the one it depends on (the same segment of the step
+// before, landed), never for the whole step before: the link to the
+// next leader is not left idle while a step's last message crosses, and
+// the first step of stage k+1 leaves while stage k's last is arriving.
 //
 // The goroutines talk to different peers, but for the two that send to
 // and receive from the same one (the transport allows that). The first
 // message to the next leader, which carries the call's header through
-// the group's scratch (send), leaves before anything goes down: no stage
-// lands before the other leaders have had it. The first goroutine to
-// fail cancels the others, and its error is the call's.
+// the group's scratch (send), leaves before anything goes down (the
+// broadcast of a stage waits for its last message to have left). The
+// first goroutine to fail cancels the others, and its error is the
+// call's.
 func (c *call) leaderPipe(st stages, tp topology, up, down []byte, esUp, esDown int,
 	dt reduce.DType, op reduce.Op, round func(down, up []byte), upStage, downStage func(k int) error) error {
 	nl, i := st.nl, tp.lead
