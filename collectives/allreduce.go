@@ -40,6 +40,8 @@ func (g *Group) AllReduce(ctx context.Context, buf []byte, dt reduce.DType, op r
 		err = c.recursiveDoubling(buf, dt, op)
 	case Hier:
 		err = c.hierAllReduce(buf, count, dt, op)
+	case HierPipe:
+		err = c.hierPipeAllReduce(buf, count, dt, op)
 	case Rabenseifner:
 		err = c.rabenseifner(buf, count, dt, op)
 	case Tree:

@@ -41,6 +41,14 @@ import (
 //     and recursive doubling on a float32 copy stays ahead. Beyond
 //     pairwiseRanks every rank would talk to every other at once, which
 //     nothing has measured: the float32 table applies.
+//   - Across hosts (Options.Hosts, several ranks on some host) the
+//     hierarchical allreduce sends each byte between hosts once per
+//     host, not once per rank. From two stages of Options.HierSegment
+//     (the job's plan) on, it is pipelined: while the leaders exchange
+//     stage k, their hosts reduce stage k+1 and broadcast stage k-1,
+//     so the phases inside a host hide behind the slower one between
+//     hosts instead of adding to it. Below two stages there is
+//     nothing to overlap, and the phases run one after another.
 //
 // GOCOLL_ALGO (Options.Algos) overrides every row but a job of one rank
 // and an exact sum (exact.go), whose bits must not depend on it.
@@ -56,6 +64,11 @@ var rules = [...]rule{
 	{anyKind, Auto,
 		func(g *Group, s shape) bool { return s.kind < kindLimit && g.forced[s.kind] != Auto },
 		func(g *Group, s shape) string { return "forced (GOCOLL_ALGO)" }},
+	{AllReduce, HierPipe,
+		func(g *Group, s shape) bool {
+			return g.hier && g.opts.HierSegment > 0 && s.bytes >= 2*g.opts.HierSegment
+		},
+		func(g *Group, s shape) string { return hostsPipeWhy(g.opts.Hosts, s.n, s.bytes, g.opts.HierSegment) }},
 	{AllReduce, Hier,
 		func(g *Group, s shape) bool { return g.hier },
 		func(g *Group, s shape) string { return hostsWhy(g.opts.Hosts, s.n) }},

@@ -156,6 +156,10 @@ func TestChoiceWhy(t *testing.T) {
 		{tcp, Barrier, 4, 0, reduce.Uint8, Dissemination, "default"},
 		{Options{SmallAllReduce: 64 << 10, Algos: map[Kind]Algo{AllReduce: Tree}}, AllReduce, 4, 8, reduce.Float32, Tree, "GOCOLL_ALGO"},
 		{Options{SmallAllReduce: 64 << 10, Hosts: []int{0, 0, 1, 1}}, AllReduce, 4, 8, reduce.Float32, Hier, "2 hosts"},
+		{Options{SmallAllReduce: 64 << 10, HierSegment: 1 << 20, Hosts: []int{0, 0, 1, 1}}, AllReduce, 4, 2<<20 - 4, reduce.Float32, Hier, "2 hosts"},
+		{Options{SmallAllReduce: 64 << 10, HierSegment: 1 << 20, Hosts: []int{0, 0, 1, 1}}, AllReduce, 4, 2 << 20, reduce.Float32, HierPipe, "2097152 bytes >= 2 stages of 1048576"},
+		{Options{SmallAllReduce: 64 << 10, HierSegment: 1 << 20, Hosts: []int{0, 0, 0, 1}}, AllReduce, 4, 64 << 20, reduce.BFloat16, HierPipe, "up to 3 per host"},
+		{Options{SmallAllReduce: 64 << 10, HierSegment: 1 << 20, Hosts: []int{0, 0, 1, 1}, Algos: map[Kind]Algo{AllReduce: Hier}}, AllReduce, 4, 64 << 20, reduce.Float32, Hier, "GOCOLL_ALGO"},
 	}
 	for _, tc := range cases {
 		t.Run(fmt.Sprintf("%v/%d/%d/%v", tc.kind, tc.n, tc.bytes, tc.dt), func(t *testing.T) {

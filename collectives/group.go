@@ -30,6 +30,11 @@ type Options struct {
 	// SmallBroadcast is the largest broadcast that uses the binomial tree
 	// rather than the chain (default 64 KiB).
 	SmallBroadcast int
+	// HierSegment is the bytes of one stage of the pipelined
+	// hierarchical allreduce (HierPipe), which runs from two stages on
+	// (see rules, choose.go); default 1 MiB. Every rank must give the
+	// same: comm takes it from the job's plan.
+	HierSegment int
 	// Hosts maps each rank to its host (any ids, equal for ranks that
 	// share a host). With several hosts and several ranks on one of them,
 	// allreduce runs Hier unless overridden. Nil means one host.
@@ -96,6 +101,9 @@ func NewGroup(t transport.Transport, opts Options) *Group {
 	}
 	if opts.SmallBroadcast == 0 {
 		opts.SmallBroadcast = 64 << 10
+	}
+	if opts.HierSegment == 0 {
+		opts.HierSegment = 1 << 20
 	}
 	_, _, hier := hierarchical(opts.Hosts, t.Size())
 	g := &Group{

@@ -98,13 +98,18 @@ const (
 	// (window.go). Never chosen by the table: comm calls it for such
 	// buffers.
 	SingleCopy
+	// HierPipe: Hier cut into stages of Options.HierSegment bytes, a
+	// leader's exchange of stage k with the other leaders overlapping its
+	// host's reduce of stage k+1 and broadcast of stage k-1; the same
+	// bits as Hier.
+	HierPipe
 )
 
 var algoNames = map[Algo]string{
 	Auto: "auto", Local: "local", Ring: "ring", RecursiveDoubling: "rd",
 	Binomial: "binomial", Chain: "chain", Dissemination: "dissemination",
 	Hier: "hier", Linear: "linear", Pairwise: "pairwise", Rabenseifner: "rabenseifner",
-	Tree: "tree", SingleCopy: "singlecopy",
+	Tree: "tree", SingleCopy: "singlecopy", HierPipe: "hierpipe",
 }
 
 func (a Algo) String() string {
@@ -116,7 +121,7 @@ func (a Algo) String() string {
 
 // algos lists what each collective can run, default first.
 var algos = map[Kind][]Algo{
-	AllReduce:      {Ring, RecursiveDoubling, Rabenseifner, Tree, Hier, Pairwise},
+	AllReduce:      {Ring, RecursiveDoubling, Rabenseifner, Tree, Hier, HierPipe, Pairwise},
 	Broadcast:      {Chain, Binomial},
 	Barrier:        {Dissemination},
 	AllGather:      {Ring},

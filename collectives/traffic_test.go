@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"sync"
 	"testing"
 	"time"
 
@@ -62,7 +61,8 @@ func (p *pipes) Release(transport.Message) {}
 // TestTrafficModel pins the bytes each allreduce algorithm moves (see
 // docs/traffic.md) at 2, 4 and 16 ranks, summed over the ranks, for an
 // allreduce of S bytes: the algorithms that reduce each block once and
-// copy each result once (ring, Rabenseifner, tree, pairwise, hier) send
+// copy each result once (ring, Rabenseifner, tree, pairwise, hier and
+// pipelined hier) send
 // 2(n-1)S in all, reduce (n-1)S (reading twice that, writing it once) and
 // copy (n-1)S, 9(n-1)S moved against the bound's (3n-1)S; recursive
 // doubling sends, and reduces, the whole buffer log2(n) times on every
@@ -100,7 +100,7 @@ func TestTrafficModel(t *testing.T) {
 		if n > 2 {
 			// Hier needs a host with several ranks and more than one
 			// host: two of n/2.
-			cases = append(cases, tc{collectives.Hier, n, 2, ring})
+			cases = append(cases, tc{collectives.Hier, n, 2, ring}, tc{collectives.HierPipe, n, 2, ring})
 		}
 	}
 	for _, c := range cases {
@@ -151,32 +151,27 @@ func runCounted(t *testing.T, algo collectives.Algo, n, hosts, size int) []colle
 	tallies := make([]collectives.Traffic, n)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := 0; r < n; r++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			g := collectives.NewGroup(mesh[r], collectives.Options{
-				Algos: map[collectives.Kind]collectives.Algo{collectives.AllReduce: algo}, Hosts: hostOf, Traffic: &tallies[r]})
-			buf := make([]byte, size)
-			for i := 0; i < size/4; i++ {
-				binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(float32(r+i%7)))
+	errs := onRanks(n, func(r int) error {
+		g := collectives.NewGroup(mesh[r], collectives.Options{
+			Algos: map[collectives.Kind]collectives.Algo{collectives.AllReduce: algo}, Hosts: hostOf, Traffic: &tallies[r],
+			// HierPipe in stages of 64 KiB: 16 of them, the same
+			// bytes moved as by Hier.
+			HierSegment: 64 << 10})
+		buf := make([]byte, size)
+		for i := 0; i < size/4; i++ {
+			binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(float32(r+i%7)))
+		}
+		if err := g.AllReduce(ctx, buf, reduce.Float32, reduce.Sum); err != nil {
+			return err
+		}
+		for i := 0; i < size/4; i++ {
+			got := math.Float32frombits(binary.LittleEndian.Uint32(buf[4*i:]))
+			if want := float32(n*(n-1)/2 + n*(i%7)); got != want {
+				return fmt.Errorf("element %d is %v, want %v", i, got, want)
 			}
-			if err := g.AllReduce(ctx, buf, reduce.Float32, reduce.Sum); err != nil {
-				errs[r] = err
-				return
-			}
-			for i := 0; i < size/4; i++ {
-				got := math.Float32frombits(binary.LittleEndian.Uint32(buf[4*i:]))
-				if want := float32(n*(n-1)/2 + n*(i%7)); got != want {
-					errs[r] = fmt.Errorf("element %d is %v, want %v", i, got, want)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
+		}
+		return nil
+	})
 	for r, err := range errs {
 		if err != nil {
 			t.Fatalf("rank %d: %v", r, err)

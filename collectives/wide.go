@@ -39,8 +39,9 @@ import (
 //     of the ranks beyond a power of two) runs on a float32 copy of the
 //     buffer; each rank rounds the chunk it owns, and the allgather phase
 //     and the fold-out carry 16 bits.
-//   - The tree and the hierarchical allreduce reduce in float32 up the
-//     tree (and among the leaders) and broadcast the rounded 16 bits down.
+//   - The tree and the hierarchical allreduce (pipelined or not) reduce
+//     in float32 up the tree (and among the leaders) and broadcast the
+//     rounded 16 bits down.
 //   - Recursive doubling, chosen for small buffers, runs entirely on a
 //     float32 copy; every rank rounds the same float32 bits.
 //   - Reduce sums up its tree in float32 and rounds at the root.
@@ -193,6 +194,9 @@ func (c *call) allReduceWide(algo Algo, buf []byte, count int, dt reduce.DType, 
 		return c.spreadDown(buf, parent, children)
 	case Hier:
 		return c.hierAllReduceWide(buf, w, count, dt, op)
+	case HierPipe:
+		n := c.t.Size()
+		return c.hierPipe(w, buf, count, reduce.Float32, op, func(down, up []byte) { finishWide(dt, op, down, up, n) })
 	}
 	panic("collectives: allReduceWide: algorithm " + algo.String())
 }
@@ -210,7 +214,7 @@ func (c *call) rabenseifnerWide(buf, w []byte, count int, dt reduce.DType, op re
 // hosts.
 func (c *call) hierAllReduceWide(buf, w []byte, count int, dt reduce.DType, op reduce.Op) error {
 	n := c.t.Size()
-	return c.hierUpDown(w, buf, count, reduce.Float32, op, func() { finishWide(dt, op, buf, w, n) })
+	return c.hierUpDown(w, buf, count, reduce.Float32, op, func(down, up []byte) { finishWide(dt, op, down, up, n) })
 }
 
 // pairwiseAllReduce is the pairwise reduce-scatter, which leaves chunk r

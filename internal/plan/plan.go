@@ -1,7 +1,8 @@
 // Package plan is what every rank of a job must decide alike, decided
 // once for the job: which algorithms GOCOLL_ALGO forces, how 16-bit sums
-// accumulate, how the ranks connect, and what a message costs on the
-// job's links. The collectives of a call are a function of the plan and
+// accumulate, how the ranks connect, what a message costs on the job's
+// links, and so how long a stage of the pipelined hierarchical allreduce
+// is. The collectives of a call are a function of the plan and
 // the call (collectives.Group.Choice), so ranks that share a plan choose
 // alike by construction.
 //
@@ -73,6 +74,13 @@ const (
 	smallPow2 = 16 << 10
 )
 
+// hierMessages is how many of the job's messages (MaxMessage) make one
+// stage of the pipelined hierarchical allreduce (collectives.HierPipe):
+// a stage short enough that the phase inside a host it waits for at
+// either end is small beside the whole call, long enough that each
+// leader's share of it still fills several messages between hosts.
+const hierMessages = 4
+
 // Options are the collectives' options that follow from p: every rank
 // with the same plan gets the same. The caller adds what is its own (the
 // logger, the hosts, the recorder).
@@ -85,6 +93,10 @@ func (p Plan) Options() (collectives.Options, error) {
 	if p.StepCostly {
 		o.RingChunk, o.SmallAllReducePow2 = ringChunk, smallPow2
 	}
+	// Decided here, from the message size every rank agreed on, never
+	// from a rank's own transport: ranks that cut stages differently
+	// would exchange different bytes.
+	o.HierSegment = hierMessages * p.MaxMessage
 	return o, nil
 }
 

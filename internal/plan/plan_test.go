@@ -65,6 +65,14 @@ func TestOptions(t *testing.T) {
 	if err != nil || costly.RingChunk != ringChunk || costly.SmallAllReducePow2 != smallPow2 || !costly.Round16 || costly.Algos[collectives.AllReduce] != collectives.Ring {
 		t.Errorf("costly steps: %+v, %v", costly, err)
 	}
+	// The hierarchical pipeline's stage follows the message size every
+	// rank agreed on; a plan without one leaves the group's default.
+	if o, err := (Plan{HalfAccum: "float32", MaxMessage: 262112}).Options(); err != nil || o.HierSegment != 4*262112 {
+		t.Errorf("MaxMessage 262112: HierSegment %d, %v; want %d", o.HierSegment, err, 4*262112)
+	}
+	if cheap.HierSegment != 0 {
+		t.Errorf("no message size: HierSegment %d, want 0 (the group's default)", cheap.HierSegment)
+	}
 	for _, pair := range [][2]string{{"allreduce=recursive-doubling", "allreduce=rd"}, {"broadcast=chain, allreduce=ring", "allreduce=ring,broadcast=chain"}, {"auto", ""}} {
 		a, err1 := collectives.ParseAlgos(pair[0])
 		b, err2 := collectives.ParseAlgos(pair[1])
