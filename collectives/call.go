@@ -64,9 +64,10 @@ const (
 	hdrMagic = 0x4743 // "GC"
 	hdrVer   = 1
 	// combineMax is the largest payload sent in one message together with
-	// the header (copied once into a small buffer); larger payloads go as a
-	// header-only message followed by the data, sent straight from the
-	// caller's buffer.
+	// the header over a bare transport (copied once into a small buffer);
+	// larger payloads go as a header-only message followed by the data,
+	// sent straight from the caller's buffer. Over a communicator's
+	// Channel every segment shares its message with the header (send).
 	combineMax = 16 << 10
 )
 
@@ -232,10 +233,14 @@ func (c *call) send(peer int, data []byte) error {
 	c.tally.sending(len(data))
 	if c.g.sentSeq[peer] != c.hdr.seq {
 		c.g.sentSeq[peer] = c.hdr.seq
+		if c.ch != nil && len(data) <= c.segMax {
+			// The mux writes the header behind its own and the payload
+			// goes from data as it is, so no size is too large to
+			// share a message: a header of its own would cost the
+			// call a frame, a slot and, on TCP, a credit frame more.
+			return c.wrap(c.ch.send(c.ctx, peer, 0, &c.hdr, data))
+		}
 		if len(data) <= combineMax {
-			if c.ch != nil {
-				return c.wrap(c.ch.send(c.ctx, peer, 0, &c.hdr, data))
-			}
 			buf := c.g.small[:hdrLen+len(data)]
 			c.hdr.put(buf)
 			c.copy(buf[hdrLen:], data)

@@ -1,10 +1,14 @@
 package collectives
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
+	"unsafe"
 
 	"github.com/gocoll/gocoll/internal/reduce"
+	"github.com/gocoll/gocoll/transport"
 )
 
 // TestHeaderWire: a header survives the trip through its wire form, every
@@ -85,6 +89,61 @@ func TestHeaderWide(t *testing.T) {
 		}
 		if s := h.String(); strings.HasSuffix(s, " in float32)") != tc.wide {
 			t.Errorf("%v: name does not say whether partials are float32", s)
+		}
+	}
+}
+
+// TestHeaderSharesMessage: over a communicator's channel a call's header
+// travels in the message of its first segment at every size, not only
+// up to combineMax, so a two-rank allreduce by recursive doubling is one
+// message each way (over a bare transport, whose payloads the group would
+// first have to copy behind the header, only up to combineMax, which the
+// mirror, holding one message, shows). Either way the sum is right.
+func TestHeaderSharesMessage(t *testing.T) {
+	const slot = 512<<10 + MuxHeader
+	for _, tc := range []struct {
+		bytes    int
+		channel  bool
+		messages int
+	}{
+		{64, true, 1},
+		{combineMax, true, 1},
+		{combineMax + 64, true, 1},
+		{32 << 10, true, 1},
+		{64 << 10, true, 1},
+		{64, false, 1},
+		{combineMax, false, 1},
+	} {
+		m := &mirror{size: slot}
+		var tr transport.Transport = m
+		if tc.channel {
+			ch, err := NewMux(m, 0).Channel(0, []int{0, 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tr = ch
+		}
+		g := NewGroup(tr, Options{})
+		buf := make([]byte, tc.bytes)
+		v := unsafe.Slice((*float32)(unsafe.Pointer(&buf[0])), tc.bytes/4)
+		for i := range v {
+			v[i] = float32(i % 1000)
+		}
+		// The mirror holds one message: a second one each way would
+		// leave the call waiting for a credit, until ctx ends.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := g.AllReduce(ctx, buf, reduce.Float32, reduce.Sum)
+		cancel()
+		if err != nil {
+			t.Fatalf("%d bytes (channel %v): %v", tc.bytes, tc.channel, err)
+		}
+		if m.sent != tc.messages {
+			t.Errorf("%d bytes (channel %v): %d messages sent, want %d", tc.bytes, tc.channel, m.sent, tc.messages)
+		}
+		for i := range v {
+			if want := float32(2 * (i % 1000)); v[i] != want {
+				t.Fatalf("%d bytes (channel %v): element %d is %v, want %v", tc.bytes, tc.channel, i, v[i], want)
+			}
 		}
 	}
 }
