@@ -26,6 +26,12 @@ func (g *Group) AllReduce(ctx context.Context, buf []byte, dt reduce.DType, op r
 		op = exactOp(op)
 	}
 	algo, wide := g.chooseReduction(AllReduce, dt, op, len(buf))
+	return g.allReduceWith(ctx, algo, wide, buf, count, dt, op)
+}
+
+// allReduceWith runs the allreduce of count elements of buf with the
+// algorithm the table chose, on float32 partial results if wide.
+func (g *Group) allReduceWith(ctx context.Context, algo Algo, wide bool, buf []byte, count int, dt reduce.DType, op reduce.Op) error {
 	c := g.newCall(ctx, spec{what: tag(AllReduce, algo, dt, op), count: uint64(count)})
 	if algo != Local && wide {
 		// Float32 partial results, Avg's division included (wide.go).

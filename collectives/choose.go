@@ -49,6 +49,10 @@ import (
 //     so the phases inside a host hide behind the slower one between
 //     hosts instead of adding to it. Below two stages there is
 //     nothing to overlap, and the phases run one after another.
+//   - A buffer every rank maps (comm.Alloc) is read in place, each byte
+//     once, from Options.SingleCopyMin (from the job's plan); below it
+//     the single copy's three rounds of empty messages per peer cost
+//     more than the bytes it saves, and the rows after it decide.
 //
 // GOCOLL_ALGO (Options.Algos) overrides every row but a job of one rank
 // and an exact sum (exact.go), whose bits must not depend on it.
@@ -84,6 +88,11 @@ var rules = [...]rule{
 		func(g *Group, s shape) bool { return pairwiseWide(s) },
 		func(g *Group, s shape) string {
 			return fmt.Sprintf("16-bit in float32, %d bytes on %d ranks: the pairwise reduce-scatter sends every block once, in 16 bits", s.bytes, s.n)
+		}},
+	{AllReduce, SingleCopy,
+		func(g *Group, s shape) bool { return s.mapped && !s.wide && s.bytes >= g.opts.SingleCopyMin },
+		func(g *Group, s shape) string {
+			return fmt.Sprintf("%d bytes >= %d in memory every rank maps (Alloc): each byte read in place", s.bytes, g.opts.SingleCopyMin)
 		}},
 	{AllReduce, RecursiveDoubling,
 		func(g *Group, s shape) bool { return s.bytes <= g.smallAllReduce(s.n) },
@@ -147,6 +156,7 @@ type shape struct {
 	n, bytes int
 	wide     bool // 16-bit data reduced with float32 partials (wideFor)
 	exact    bool // an ExactSum of floats (exactFloat)
+	mapped   bool // an allreduce of memory every rank maps (SingleCopyAllReduce)
 }
 
 // pairwiseRanks is the most ranks on which the wide path runs the

@@ -176,6 +176,40 @@ func TestChoiceWhy(t *testing.T) {
 	}
 }
 
+// TestChoiceMapped: an allreduce of memory every rank maps reads it in
+// place from Options.SingleCopyMin bytes, and below takes the row a
+// buffer of the heap would, for the same reason; a 16-bit sum with
+// float32 partials keeps its own rows at every size.
+func TestChoiceMapped(t *testing.T) {
+	shm := Options{SmallAllReduce: 64 << 10, SmallBroadcast: 64 << 10, SingleCopyMin: 256 << 10}
+	cases := []struct {
+		n, bytes int
+		wide     bool
+		want     Algo
+		why      string
+	}{
+		{2, 256 << 10, false, SingleCopy, "262144 bytes >= 262144 in memory every rank maps"},
+		{4, 64 << 20, false, SingleCopy, "read in place"},
+		{2, 256<<10 - 4, false, Ring, "few ranks"},
+		{4, 8 << 10, false, RecursiveDoubling, "8192 bytes <= 65536 on 4 ranks"},
+		{4, 1 << 20, true, Pairwise, "16-bit in float32"},
+	}
+	for _, tc := range cases {
+		t.Run(fmt.Sprintf("%d/%d/%v", tc.n, tc.bytes, tc.wide), func(t *testing.T) {
+			g := &Group{n: tc.n, opts: shm}
+			s := shape{kind: AllReduce, n: tc.n, bytes: tc.bytes, wide: tc.wide, mapped: true}
+			got, row := g.pick(s)
+			if why := rules[row].why(g, s); got != tc.want || !strings.Contains(why, tc.why) {
+				t.Errorf("%v, %q; want %v, a reason containing %q", got, why, tc.want, tc.why)
+			}
+			s.mapped = false
+			if heap, _ := g.pick(s); tc.want != SingleCopy && heap != got {
+				t.Errorf("%v, but %v for a buffer of the heap", got, heap)
+			}
+		})
+	}
+}
+
 // BenchmarkPick: the table's cost on every call, for small allreduces
 // of two sizes in turn (so that decide's memory of the last call does
 // not answer), float32 and 16-bit.

@@ -27,6 +27,12 @@ type Options struct {
 	// whose 2log2(n) steps beat the ring's 2(n-1) where each step costs
 	// more than its bytes (see rules, choose.go). 0: no floor.
 	RingChunk int
+	// SingleCopyMin is the smallest allreduce, in bytes, of a buffer
+	// every rank maps (SingleCopyAllReduce) that reads the ranks'
+	// buffers in place; a smaller one runs the table's other rows, whose
+	// one exchange beats the single copy's three rounds of messages
+	// (see rules, choose.go). 0: no floor.
+	SingleCopyMin int
 	// SmallBroadcast is the largest broadcast that uses the binomial tree
 	// rather than the chain (default 64 KiB).
 	SmallBroadcast int

@@ -95,8 +95,8 @@ const (
 	// SingleCopy: allreduce of buffers every rank of one host maps
 	// (comm.Alloc): each rank reduces its block reading every peer's
 	// buffer in place, then copies the other blocks from their owners
-	// (window.go). Never chosen by the table: comm calls it for such
-	// buffers.
+	// (window.go). The table chooses it only for such buffers
+	// (SingleCopyAllReduce), from Options.SingleCopyMin bytes.
 	SingleCopy
 	// HierPipe: Hier cut into stages of Options.HierSegment bytes, a
 	// leader's exchange of stage k with the other leaders overlapping its

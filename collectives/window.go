@@ -50,6 +50,9 @@ func (g *Group) SingleCopyFits(dt reduce.DType, op reduce.Op) bool {
 // apart buffers at different places of the ranks' shared memory: ranks
 // that pass different values fail with ErrMismatch. The caller checks
 // SingleCopyFits first; the result has the bits the ring's would.
+// Below Options.SingleCopyMin bytes the table's other rows choose
+// (rules, choose.go), and views[g.Rank()] is reduced as AllReduce
+// would reduce it, with that algorithm's bits.
 func (g *Group) SingleCopyAllReduce(ctx context.Context, views [][]byte, dt reduce.DType, op reduce.Op, where uint32) error {
 	if !g.SingleCopyFits(dt, op) {
 		return fmt.Errorf("allreduce: no single-copy path for %v %v on %d ranks: %w", dt, op, g.n, ErrBadAlgo)
@@ -68,6 +71,9 @@ func (g *Group) SingleCopyAllReduce(ctx context.Context, views [][]byte, dt redu
 		return lenError("allreduce", buf, dt)
 	}
 	op = exactOp(op)
+	if algo := g.decide(shape{kind: AllReduce, n: g.n, bytes: len(buf), mapped: true}); algo != SingleCopy {
+		return g.allReduceWith(ctx, algo, false, buf, count, dt, op)
+	}
 	c := g.newCall(ctx, spec{what: tag(AllReduce, SingleCopy, dt, op), count: uint64(count), extra: where})
 	return c.singleCopy(views, count, dt, op)
 }

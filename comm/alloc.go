@@ -33,11 +33,13 @@ type Shared[T Element] struct {
 // block r of every rank's buffer where it lies and reduces it into its
 // own, and then copies every other block from the rank that reduced it,
 // so each byte is read in place instead of being copied into a ring and
-// out of it again (docs/traffic.md has the bytes moved). The result has
-// the bits the ring algorithm's would, on every rank, at every size;
-// it takes three rounds of empty messages, where the usual path takes
-// one for a small buffer, so buffers of a few KiB gain nothing from it
-// (bench/results/onecopy-shm2.txt). ExactSum of
+// out of it again (docs/traffic.md has the bytes moved), with the bits
+// the ring algorithm's would have, on every rank. It takes three rounds
+// of empty messages where the usual path takes one for a small buffer,
+// so it runs from 1 MiB (the job's plan, the same on every rank:
+// bench/results/onecopy-crossover.txt); a smaller buffer from Alloc
+// takes the usual path, as fast and with the same bits as a buffer
+// that is not (GOCOLL_DEBUG=info logs the choice). ExactSum of
 // floats, and Float16 and BFloat16 sums with float32 partial results
 // (more than two ranks, or Avg), take the usual path, as does every
 // allreduce when GOCOLL_ALGO forces an allreduce algorithm; so does
@@ -214,9 +216,10 @@ func (c *Communicator) freedError(what string, b []byte) error {
 	return nil
 }
 
-// groupAllReduce is the allreduce of b, single-copy when b lies in
-// memory from Alloc that the ranks share and the call's type and op
-// allow (collectives.Group.SingleCopyFits); otherwise the group's.
+// groupAllReduce is the allreduce of b, through the single-copy path
+// when b lies in memory from Alloc that the ranks share and the call's
+// type and op allow (collectives.Group.SingleCopyFits), which runs it
+// from the plan's floor (Options.SingleCopyMin); otherwise the group's.
 func (c *Communicator) groupAllReduce(ctx context.Context, b []byte, dt reduce.DType, op reduce.Op) error {
 	if c.win.count.Load() != 0 {
 		if w, off := c.win.find(b); w != nil && c.g.SingleCopyFits(dt, op) {

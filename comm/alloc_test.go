@@ -18,6 +18,7 @@ import (
 	"github.com/gocoll/gocoll/bootstrap"
 	"github.com/gocoll/gocoll/collectives"
 	"github.com/gocoll/gocoll/comm"
+	"github.com/gocoll/gocoll/internal/plan"
 	"github.com/gocoll/gocoll/internal/testmode"
 )
 
@@ -68,10 +69,11 @@ func rawBytes[T comm.Element](s []T) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), len(s)*int(unsafe.Sizeof(s[0])))
 }
 
-// singleCopies says whether an allreduce of T and op on n ranks takes
-// the single-copy path for a buffer from Alloc (comm.Alloc's doc).
-func singleCopies[T comm.Element](op comm.Op, n int) bool {
-	if n < 2 || op == comm.ExactSum && isFloat[T]() {
+// singleCopies says whether an allreduce of count elements of T with op
+// on n ranks takes the single-copy path for a buffer from Alloc
+// (comm.Alloc's doc): from the job's plan's SingleCopyMin bytes.
+func singleCopies[T comm.Element](op comm.Op, n, count int) bool {
+	if n < 2 || op == comm.ExactSum && isFloat[T]() || count*int(unsafe.Sizeof(*new(T))) < plan.SingleCopyMin {
 		return false
 	}
 	wide := is16[T]() && (op == comm.Sum || op == comm.Avg || op == comm.Prod)
@@ -123,7 +125,7 @@ func checkAllocAllReduce[T comm.Element](ctx context.Context, c *comm.Communicat
 		return fmt.Errorf("%s: %w", name, err)
 	}
 	sent := tr.Counts().Sent - before.Sent
-	if single := shared && singleCopies[T](op, n); n > 1 && single != (sent == 0) {
+	if single := shared && singleCopies[T](op, n, count); n > 1 && single != (sent == 0) {
 		return fmt.Errorf("%s: single copy %v, but the call sent %d bytes", name, single, sent)
 	}
 	for i, got := range buf {
@@ -152,9 +154,10 @@ func checkAllocAllReduce[T comm.Element](ctx context.Context, c *comm.Communicat
 }
 
 // allocCases runs checkAllocAllReduce for every element type and op at
-// odd sizes, and for blocks longer than the single-copy path's piece.
+// odd sizes, below the single-copy path's floor (the usual path) and
+// above it for 4- and 8-byte elements, in blocks longer than its piece.
 func allocCases(ctx context.Context, c *comm.Communicator, tr *collectives.Traffic) error {
-	sizes := []int{1, 5, 1003, 100_003}
+	sizes := []int{1, 5, 1003, 100_003, plan.SingleCopyMin/4 + 3}
 	for _, count := range sizes {
 		for _, op := range allOps {
 			for _, f := range []func() error{
@@ -218,7 +221,7 @@ func TestAllocRank(t *testing.T) {
 // memory from Alloc; rank 0's next allreduce of it fails, naming the
 // lost peer, rather than waiting for it or faulting on its memory.
 func allocPeerDies(ctx context.Context, c *comm.Communicator) error {
-	s, err := comm.Alloc[float64](ctx, c, 1<<16)
+	s, err := comm.Alloc[float64](ctx, c, plan.SingleCopyMin/8)
 	if err != nil {
 		return err
 	}
@@ -334,7 +337,8 @@ func onLocal(t *testing.T, n int, f func(c *comm.Communicator) error, opts ...co
 
 // TestAllocMatchesRing: the single-copy allreduce gives the ring's bits,
 // NaN payloads, signed zeros and rounding included, for every float
-// type and op it takes, on 2, 3 and 4 ranks.
+// type and op it takes, on 2, 3 and 4 ranks; below its floor, a buffer
+// from Alloc gets the bits a buffer of the heap does, on every rank.
 func TestAllocMatchesRing(t *testing.T) {
 	for _, n := range []int{2, 3, 4} {
 		t.Run(strconv.Itoa(n), func(t *testing.T) {
@@ -348,7 +352,15 @@ func TestAllocMatchesRing(t *testing.T) {
 
 func matchRing[T comm.Element](t *testing.T, n int) {
 	t.Helper()
-	const count = 70_001 // blocks longer than a piece of the reduction chain on 2 ranks
+	// Just past the floor: blocks longer than a piece of the reduction
+	// chain on 2 ranks; and a recursive-doubling size below it.
+	for _, count := range []int{plan.SingleCopyMin/int(unsafe.Sizeof(*new(T))) + 1, 1001} {
+		matchCount[T](t, n, count)
+	}
+}
+
+func matchCount[T comm.Element](t *testing.T, n, count int) {
+	t.Helper()
 	specials := []float64{math.NaN(), math.Copysign(0, -1), 0, math.Inf(1), math.Inf(-1), 1e-30, 3e38}
 	input := func(r, i int) T {
 		rng := rand.New(rand.NewPCG(uint64(r), uint64(i)))
@@ -358,7 +370,8 @@ func matchRing[T comm.Element](t *testing.T, n int) {
 		return elementOf[T]((rng.Float64() - 0.3) * math.Pow(10, float64(rng.IntN(8))-4))
 	}
 	for _, op := range []comm.Op{comm.Sum, comm.Prod, comm.Min, comm.Max, comm.Avg} {
-		if !singleCopies[T](op, n) {
+		single := singleCopies[T](op, n, count)
+		if !single && count*int(unsafe.Sizeof(*new(T))) >= plan.SingleCopyMin {
 			continue
 		}
 		ctx := context.Background()
@@ -391,7 +404,7 @@ func matchRing[T comm.Element](t *testing.T, n int) {
 			}
 			results[n+c.Rank()] = buf
 			return nil
-		}, comm.WithAlgorithm("allreduce=ring"))
+		}, refAlgo(single)...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -402,16 +415,25 @@ func matchRing[T comm.Element](t *testing.T, n int) {
 				for got[i] == ring[i] {
 					i++
 				}
-				t.Fatalf("%T %v on %d ranks: result %d differs from the ring's rank 0 at byte %d", *new(T), op, n, r, i)
+				t.Fatalf("%d x %T %v on %d ranks (single copy %v): result %d differs from the reference's rank 0 at byte %d", count, *new(T), op, n, single, r, i)
 			}
 		}
 	}
 }
 
+// refAlgo is the reference for matchCount: the ring's for the single
+// copy, the usual path's for the others.
+func refAlgo(single bool) []comm.Option {
+	if single {
+		return []comm.Option{comm.WithAlgorithm("allreduce=ring")}
+	}
+	return nil
+}
+
 // TestAllocMismatch: ranks that ask Alloc for different counts or
 // types, or none, all fail alike; ranks that allreduce different places
-// of the memory, or one of them a buffer not from Alloc, fail with
-// ErrMismatch before any byte is read.
+// of the memory, or one of them a buffer not from Alloc, at a size that
+// takes the single copy, fail with ErrMismatch before any byte is read.
 func TestAllocMismatch(t *testing.T) {
 	ctx := context.Background()
 	cases := []struct {
@@ -436,15 +458,16 @@ func TestAllocMismatch(t *testing.T) {
 			return err
 		}, comm.ErrInvalid},
 		{"place", func(c *comm.Communicator) error {
-			s, err := comm.Alloc[float32](ctx, c, 16)
+			const count = plan.SingleCopyMin / 4 // the single copy's floor
+			s, err := comm.Alloc[float32](ctx, c, count+8)
 			if err != nil {
 				return err
 			}
 			r := c.Rank()
-			return comm.AllReduce(ctx, c, s.Slice()[r:r+8], comm.Sum)
+			return comm.AllReduce(ctx, c, s.Slice()[r:r+count], comm.Sum)
 		}, comm.ErrMismatch},
 		{"not from alloc", func(c *comm.Communicator) error {
-			s, err := comm.Alloc[float32](ctx, c, 1<<16)
+			s, err := comm.Alloc[float32](ctx, c, plan.SingleCopyMin/4)
 			if err != nil {
 				return err
 			}
@@ -556,7 +579,7 @@ func TestAllocCloseFrees(t *testing.T) {
 func TestAllocTraffic(t *testing.T) {
 	for _, n := range []int{2, 4, 16} {
 		t.Run(strconv.Itoa(n), func(t *testing.T) {
-			const count = 1 << 16
+			const count = plan.SingleCopyMin / 4 // the single copy's floor
 			const S = 4 * count
 			ctx := context.Background()
 			var tr collectives.Traffic
@@ -623,7 +646,7 @@ func TestAllocFallback(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var tr collectives.Traffic
 			err := onLocal(t, tc.n, func(c *comm.Communicator) error {
-				return checkAllocAllReduce[float32](context.Background(), c, &tr, comm.Sum, 100_003, false)
+				return checkAllocAllReduce[float32](context.Background(), c, &tr, comm.Sum, plan.SingleCopyMin/4+3, false)
 			}, append(tc.opts, comm.WithTraffic(&tr))...)
 			if err != nil {
 				t.Fatal(err)
@@ -645,7 +668,7 @@ func TestAllocSplit(t *testing.T) {
 			return err
 		}
 		defer sub.Close()
-		s, err := comm.Alloc[int64](ctx, sub, 10_001)
+		s, err := comm.Alloc[int64](ctx, sub, plan.SingleCopyMin/8+1)
 		if err != nil {
 			return err
 		}

@@ -50,7 +50,8 @@
 // skips the shared-memory transport's copy into its rings and out of
 // them, each rank reducing its block straight from every peer's buffer
 // and copying the other blocks from their owners, for the ring's bits
-// and about half the memory traffic (docs/traffic.md). Free, or Close,
+// and about half the memory traffic (docs/traffic.md), from 1 MiB (the
+// job's plan); a smaller buffer takes the usual path. Free, or Close,
 // gives it back.
 //
 // The collectives are package functions, generic over the element type

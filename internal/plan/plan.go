@@ -81,6 +81,14 @@ const (
 // leader's share of it still fills several messages between hosts.
 const hierMessages = 4
 
+// SingleCopyMin is the smallest allreduce, in bytes, of memory from
+// comm.Alloc that reads the ranks' buffers in place
+// (collectives.Options.SingleCopyMin): below it the usual path, whose
+// one exchange beats the single copy's three rounds of messages
+// (bench/results/onecopy-crossover.txt). The same for every job: it
+// matters only over shm, where the ranks share a host.
+const SingleCopyMin = 1 << 20
+
 // Options are the collectives' options that follow from p: every rank
 // with the same plan gets the same. The caller adds what is its own (the
 // logger, the hosts, the recorder).
@@ -89,7 +97,7 @@ func (p Plan) Options() (collectives.Options, error) {
 	if err != nil {
 		return collectives.Options{}, err
 	}
-	o := collectives.Options{Algos: algos, Round16: p.HalfAccum == "16bit"}
+	o := collectives.Options{Algos: algos, Round16: p.HalfAccum == "16bit", SingleCopyMin: SingleCopyMin}
 	if p.StepCostly {
 		o.RingChunk, o.SmallAllReducePow2 = ringChunk, smallPow2
 	}

@@ -58,7 +58,7 @@ func TestDiff(t *testing.T) {
 // GOCOLL_ALGO said in other words is the same plan.
 func TestOptions(t *testing.T) {
 	cheap, err := Plan{HalfAccum: "float32"}.Options()
-	if err != nil || cheap.RingChunk != 0 || cheap.SmallAllReducePow2 != 0 || cheap.Round16 {
+	if err != nil || cheap.RingChunk != 0 || cheap.SmallAllReducePow2 != 0 || cheap.Round16 || cheap.SingleCopyMin != SingleCopyMin {
 		t.Errorf("cheap steps: %+v, %v", cheap, err)
 	}
 	costly, err := Plan{HalfAccum: "16bit", StepCostly: true, Algos: "allreduce=ring"}.Options()
