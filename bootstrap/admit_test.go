@@ -96,7 +96,8 @@ func rawAdmit(t *testing.T, s *Server) (*Client, [auth.KeyLen]byte) {
 
 // TestMungeCredentialBound: under Slurm, a store without a token admits a
 // connection whose munge credential is of its uid and bound to that
-// connection, and hands it the job's secret. A credential presented a
+// connection, and hands it the job's secret with a credential of its own
+// bound to the same connection. A credential presented a
 // second time, on another connection, is refused (munged's replay check),
 // and so is a fresh credential bound to another connection (relayed) or
 // to another job: each refusal matches auth.ErrDenied and ErrJoinRefused.
@@ -110,7 +111,7 @@ func TestMungeCredentialBound(t *testing.T) {
 	defer srv.Close()
 	ctx := testCtx(t)
 	cred := func(session [auth.KeyLen]byte, job string) []byte {
-		c, err := mungeEncode(ctx, socket, mungeBinding(session, job))
+		c, err := mungeEncode(ctx, socket, mungeBinding(byRank, session, job))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -120,13 +121,21 @@ func TestMungeCredentialBound(t *testing.T) {
 	// Its own credential, on its own connection: admitted.
 	a, sa := rawAdmit(t, srv)
 	used := cred(sa, job)
-	sealed, err := a.do(ctx, opAdmit, "", used)
+	answer, err := a.do(ctx, opAdmit, "", used)
 	if err != nil {
 		t.Fatalf("a credential bound to its connection: %v", err)
 	}
-	secret, err := openSecret(sa, sealed)
+	if len(answer) < sealedLen {
+		t.Fatalf("the answer to an admit: %d bytes, want the sealed secret and the store's credential", len(answer))
+	}
+	secret, err := openSecret(sa, answer[:sealedLen])
 	if err != nil || len(secret) != secretLen {
 		t.Fatalf("the job secret: %d bytes, %v", len(secret), err)
+	}
+	// And the store's own credential, bound to the same connection as
+	// made by the store.
+	if why := mungeCheck(ctx, socket, string(answer[sealedLen:]), mungeBinding(byStore, sa, job)); why != "" {
+		t.Fatalf("the store's credential: %s", why)
 	}
 
 	// Another connection's session key, for credentials made for it.
