@@ -41,14 +41,7 @@ func startMunged(t *testing.T) (socket string, stop func()) {
 	gid, _ := strconv.Atoi(u.Gid)
 	// munged wants every directory above its socket searchable by all,
 	// which t.TempDir's are not.
-	dir, err := os.MkdirTemp("", "gocoll-munge-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := openTempDir(t)
 	if err := os.Chown(dir, uid, gid); err != nil {
 		t.Fatal(err)
 	}
@@ -75,6 +68,21 @@ func startMunged(t *testing.T) (socket string, stop func()) {
 	}
 	t.Cleanup(stop)
 	return socket, stop
+}
+
+// openTempDir makes a directory that every user may search and read
+// (t.TempDir's parents are not), removed when the test ends.
+func openTempDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "gocoll-bootstrap-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 // rawAdmit opens a connection to s, runs the handshake without a token,

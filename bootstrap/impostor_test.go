@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/gocoll/gocoll/internal/auth"
-	"github.com/gocoll/gocoll/internal/peercred"
 )
 
 // TestStoreOfAnotherUser: a rank of a job without a token dials its
@@ -31,15 +30,7 @@ func TestStoreOfAnotherUser(t *testing.T) {
 		t.Fatal("this test runs a listener as another user with runuser: run it as root (CI does)")
 	}
 	// The test binary, where nobody may run it.
-	dir, err := os.MkdirTemp("", "gocoll-impostor-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "bootstrap.test")
+	bin := filepath.Join(openTempDir(t), "bootstrap.test")
 	if out, err := exec.Command("cp", os.Args[0], bin).CombinedOutput(); err != nil {
 		t.Fatalf("cp: %v\n%s", err, out)
 	}
@@ -107,27 +98,6 @@ func TestStoreOfAnotherUser(t *testing.T) {
 				t.Errorf("the listener heard %q, want the handshake's bytes", got)
 			}
 		})
-	}
-}
-
-// TestStoreOwnerLookup: for a connection a rank dialed, peercred's lookup
-// names the owner of the listening end (the accepted socket is listed in
-// /proc/net/tcp under the listener's uid); this is what
-// TestStoreOfAnotherUser relies on, shown here on a listener of this
-// process.
-func TestStoreOwnerLookup(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if uid, err := peercred.Lookup(c); err != nil || uid != os.Geteuid() {
-		t.Fatalf("the owner of the listening end: %d, %v; want uid %d", uid, err, os.Geteuid())
 	}
 }
 
