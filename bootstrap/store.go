@@ -722,8 +722,9 @@ func Dial(ctx context.Context, addr string, token []byte) (*Client, error) {
 // store does not admit, or that does not trust the store (another user's
 // on this host, or under munge one of another host that does not prove
 // itself; not checked with cfg.Insecure), gets an error matching
-// ErrJoinRefused and auth.ErrDenied that says why. The store may not be up yet (rank 0 serves it in some launch
-// modes), so refused connections are retried until ctx ends.
+// ErrJoinRefused and auth.ErrDenied that says why. The store may not be
+// up yet (rank 0 serves it in some launch modes), so refused connections
+// are retried until ctx ends.
 func DialJob(ctx context.Context, cfg Config) (*Client, error) {
 	addr := cfg.Addr
 	var d net.Dialer
