@@ -35,6 +35,17 @@ import (
 // the ranks then use as the token of every link (LinkToken), so that the
 // links of a job without a token are authenticated as a tokened job's are.
 // A rank it does not admit gets one line saying why and what to set.
+//
+// The rank, in turn, takes the secret only from a store it can place
+// (untrustedStore otherwise): before a byte, one on its own host must
+// listen as its own user (the owner of the store's end of the
+// connection); under Slurm, one of another host must send, with the
+// secret, a munge credential of the rank's uid bound to this connection
+// and labelled as the store's (byStore), so that neither a credential of
+// another connection nor the rank's own reflected back will do. A store of
+// another host without munge (torchrun's, Open MPI's with
+// GOCOLL_INSECURE=1), and any store with GOCOLL_INSECURE=1, is taken on
+// trust.
 
 // admitMode is whom a store without a token admits from other hosts.
 type admitMode int
@@ -45,8 +56,12 @@ const (
 	admitMunge                  // ranks with a munge credential: Slurm's
 )
 
-// secretLen is the size of a job's secret, in bytes.
-const secretLen = 32
+// secretLen is the size of a job's secret, in bytes; sealedLen that of
+// the secret sealed (a GCM nonce, the ciphertext, its tag).
+const (
+	secretLen = 32
+	sealedLen = 12 + secretLen + 16
+)
 
 // notAdmitted is a store's refusal to admit a connection. It matches
 // ErrJoinRefused and auth.ErrDenied.
@@ -59,8 +74,11 @@ func (e *notAdmitted) Is(target error) bool {
 }
 
 // admit reads a connection's first request, which must be an admit, and
-// decides; it answers the admitted with the sealed job secret. The
-// connection is c, its session key session.
+// decides; it answers the admitted with the sealed job secret and, to a
+// rank that proved itself with munge, a munge credential of the store's
+// own bound to the connection (byStore), by which the rank knows that the
+// store is of its job's user. The connection is c, its session key
+// session.
 func (s *Server) admit(c net.Conn, r *bufio.Reader, session [auth.KeyLen]byte) error {
 	op, _, cred, err := readRequest(r)
 	if err != nil {
@@ -69,32 +87,36 @@ func (s *Server) admit(c net.Conn, r *bufio.Reader, session [auth.KeyLen]byte) e
 	if op != opAdmit {
 		return fmt.Errorf("%s before admit: %w", opName(op), ErrBadFrame)
 	}
-	by, why := s.admission(c, session, string(cred))
+	s.mu.Lock()
+	mode, job, socket := s.admits, s.job, s.mungeSocket
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), s.handshakeTimeout)
+	defer cancel()
+	by, why := s.admission(ctx, c, mode, socket, session, job, string(cred))
 	if why != "" {
 		writeFrame(c, statusDenied, []byte(why), nil)
 		return &notAdmitted{why}
 	}
 	s.sayAdmitted(c, by)
-	return writeFrame(c, statusOK, sealSecret(session, s.secret[:]), nil)
+	answer := sealSecret(session, s.secret[:])
+	if len(cred) > 0 {
+		// Without munged here the answer has no credential, and a rank
+		// of another host says so as it refuses this store.
+		if own, err := mungeEncode(ctx, socket, mungeBinding(byStore, session, job)); err == nil {
+			answer = append(answer, own...)
+		} else {
+			logging.L().Warn("rendezvous: cannot prove this store to the ranks of other hosts", "err", err)
+		}
+	}
+	return writeFrame(c, statusOK, answer, nil)
 }
 
 // admission says how c is admitted ("uid", "munge", "GOCOLL_INSECURE"),
 // or why not.
-func (s *Server) admission(c net.Conn, session [auth.KeyLen]byte, cred string) (by, why string) {
-	s.mu.Lock()
-	mode, job := s.admits, s.job
-	s.mu.Unlock()
+func (s *Server) admission(ctx context.Context, c net.Conn, mode admitMode, socket string, session [auth.KeyLen]byte, job, cred string) (by, why string) {
 	if mode == admitMunge && cred != "" {
-		ctx, cancel := context.WithTimeout(context.Background(), s.handshakeTimeout)
-		defer cancel()
-		uid, payload, err := mungeDecode(ctx, s.mungeSocket, cred)
-		switch {
-		case err != nil:
-			return "", "its munge credential was refused: " + err.Error()
-		case uid != os.Geteuid():
-			return "", fmt.Sprintf("its munge credential is of uid %d, this job runs as uid %d", uid, os.Geteuid())
-		case !hmac.Equal([]byte(payload), []byte(mungeBinding(session, job))):
-			return "", "its munge credential was made for another connection or job (replayed or relayed)"
+		if why := mungeCheck(ctx, socket, cred, mungeBinding(byRank, session, job)); why != "" {
+			return "", why
 		}
 		return "munge", ""
 	}
@@ -134,14 +156,17 @@ func (s *Server) sayAdmitted(c net.Conn, by string) {
 
 // admitClient asks the store of a job without a token to admit this
 // connection, with a munge credential bound to it if cfg.Munge, and
-// returns the job's secret the store sends back.
-func (c *Client) admitClient(ctx context.Context, cfg Config, session [auth.KeyLen]byte) ([]byte, error) {
+// returns the job's secret the store sends back. A store of another host
+// (storeLocal false) proves itself the same way under munge: a rank that
+// sent a credential takes the secret only from a store whose own
+// credential, of this uid, names this connection.
+func (c *Client) admitClient(ctx context.Context, cfg Config, session [auth.KeyLen]byte, storeLocal bool) ([]byte, error) {
 	var cred string
 	var mungeErr error
 	if cfg.Munge {
-		cred, mungeErr = mungeEncode(ctx, cfg.MungeSocket, mungeBinding(session, cfg.Job))
+		cred, mungeErr = mungeEncode(ctx, cfg.MungeSocket, mungeBinding(byRank, session, cfg.Job))
 	}
-	sealed, err := c.do(ctx, opAdmit, "", []byte(cred))
+	answer, err := c.do(ctx, opAdmit, "", []byte(cred))
 	var na *notAdmitted
 	if errors.As(err, &na) {
 		if mungeErr != nil {
@@ -152,7 +177,54 @@ func (c *Client) admitClient(ctx context.Context, cfg Config, session [auth.KeyL
 	if err != nil {
 		return nil, err
 	}
+	sealed, storeCred := answer[:min(len(answer), sealedLen)], answer[min(len(answer), sealedLen):]
+	if cfg.Munge && !cfg.Insecure && !storeLocal {
+		why := ""
+		switch {
+		case mungeErr != nil:
+			why = "this rank cannot check it without munge (" + mungeErr.Error() + ")"
+		case len(storeCred) == 0:
+			why = "it sent no munge credential of its own (is munged running on its host?)"
+		default:
+			why = mungeCheck(ctx, cfg.MungeSocket, string(storeCred), mungeBinding(byStore, session, cfg.Job))
+		}
+		if why != "" {
+			return nil, &untrustedStore{"it is on another host and did not prove it runs as this job's user: " + why}
+		}
+	}
 	return openSecret(session, sealed)
+}
+
+// untrustedStore is a rank's refusal of a store that cannot show it is
+// its job's: a process of another user holds the port, or a store of
+// another host did not prove itself with munge. It matches
+// ErrJoinRefused and auth.ErrDenied.
+type untrustedStore struct{ why string }
+
+func (e *untrustedStore) Error() string {
+	return "this rank does not trust it: " + e.why + "; without GRUN_TOKEN a rank takes the job's secret only from a store of its own user"
+}
+
+func (e *untrustedStore) Is(target error) bool {
+	return target == ErrJoinRefused || target == auth.ErrDenied
+}
+
+// checkStoreOwner refuses (untrustedStore) a store on this host whose
+// listening socket, the peer of c, belongs to another user: the accepted
+// end of a connection has its listener's owner, in /proc/net/tcp. It
+// reports whether the store is on this host.
+func checkStoreOwner(c net.Conn) (local bool, err error) {
+	uid, err := peercred.Lookup(c)
+	if err != nil {
+		return false, &untrustedStore{"cannot tell which user serves it: " + err.Error()}
+	}
+	if uid == peercred.Remote {
+		return false, nil
+	}
+	if uid != os.Geteuid() {
+		return true, &untrustedStore{fmt.Sprintf("its port is held by a process of uid %d, this job runs as uid %d", uid, os.Geteuid())}
+	}
+	return true, nil
 }
 
 // secretKey is the key the job's secret is sealed under on a connection.
@@ -176,7 +248,7 @@ func sealSecret(session [auth.KeyLen]byte, secret []byte) []byte {
 // openSecret is sealSecret's inverse.
 func openSecret(session [auth.KeyLen]byte, sealed []byte) ([]byte, error) {
 	aead := secretKey(session)
-	if len(sealed) != aead.NonceSize()+secretLen+aead.Overhead() {
+	if len(sealed) != sealedLen {
 		return nil, fmt.Errorf("bootstrap: the job secret came in %d bytes: %w", len(sealed), ErrBadFrame)
 	}
 	secret, err := aead.Open(nil, sealed[:aead.NonceSize()], sealed[aead.NonceSize():], nil)

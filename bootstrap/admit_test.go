@@ -41,14 +41,7 @@ func startMunged(t *testing.T) (socket string, stop func()) {
 	gid, _ := strconv.Atoi(u.Gid)
 	// munged wants every directory above its socket searchable by all,
 	// which t.TempDir's are not.
-	dir, err := os.MkdirTemp("", "gocoll-munge-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := openTempDir(t)
 	if err := os.Chown(dir, uid, gid); err != nil {
 		t.Fatal(err)
 	}
@@ -77,6 +70,21 @@ func startMunged(t *testing.T) (socket string, stop func()) {
 	return socket, stop
 }
 
+// openTempDir makes a directory that every user may search and read
+// (t.TempDir's parents are not), removed when the test ends.
+func openTempDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "gocoll-bootstrap-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 // rawAdmit opens a connection to s, runs the handshake without a token,
 // and returns a client on it that has not asked to be admitted yet, with
 // the connection's session key.
@@ -96,7 +104,8 @@ func rawAdmit(t *testing.T, s *Server) (*Client, [auth.KeyLen]byte) {
 
 // TestMungeCredentialBound: under Slurm, a store without a token admits a
 // connection whose munge credential is of its uid and bound to that
-// connection, and hands it the job's secret. A credential presented a
+// connection, and hands it the job's secret with a credential of its own
+// bound to the same connection. A credential presented a
 // second time, on another connection, is refused (munged's replay check),
 // and so is a fresh credential bound to another connection (relayed) or
 // to another job: each refusal matches auth.ErrDenied and ErrJoinRefused.
@@ -110,7 +119,7 @@ func TestMungeCredentialBound(t *testing.T) {
 	defer srv.Close()
 	ctx := testCtx(t)
 	cred := func(session [auth.KeyLen]byte, job string) []byte {
-		c, err := mungeEncode(ctx, socket, mungeBinding(session, job))
+		c, err := mungeEncode(ctx, socket, mungeBinding(byRank, session, job))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -120,13 +129,21 @@ func TestMungeCredentialBound(t *testing.T) {
 	// Its own credential, on its own connection: admitted.
 	a, sa := rawAdmit(t, srv)
 	used := cred(sa, job)
-	sealed, err := a.do(ctx, opAdmit, "", used)
+	answer, err := a.do(ctx, opAdmit, "", used)
 	if err != nil {
 		t.Fatalf("a credential bound to its connection: %v", err)
 	}
-	secret, err := openSecret(sa, sealed)
+	if len(answer) < sealedLen {
+		t.Fatalf("the answer to an admit: %d bytes, want the sealed secret and the store's credential", len(answer))
+	}
+	secret, err := openSecret(sa, answer[:sealedLen])
 	if err != nil || len(secret) != secretLen {
 		t.Fatalf("the job secret: %d bytes, %v", len(secret), err)
+	}
+	// And the store's own credential, bound to the same connection as
+	// made by the store.
+	if why := mungeCheck(ctx, socket, string(answer[sealedLen:]), mungeBinding(byStore, sa, job)); why != "" {
+		t.Fatalf("the store's credential: %s", why)
 	}
 
 	// Another connection's session key, for credentials made for it.

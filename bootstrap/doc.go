@@ -19,7 +19,9 @@
 // GOCOLL_INSECURE=1 (a trusted network), and under Slurm it admits those
 // that send a munge credential bound to their connection (admit.go,
 // munge.go). Every admitted rank gets the job's secret, which its links
-// authenticate with (Client.LinkToken). At most 256 connections
+// authenticate with (Client.LinkToken). The ranks check the store back:
+// on their host it must be a process of their user, under Slurm one of
+// another host must prove itself with munge as well. At most 256 connections
 // authenticate at once (internal/gate). docs/security.md has the whole
 // picture.
 //

@@ -3,6 +3,7 @@ package bootstrap
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -37,14 +38,38 @@ const maxMungeCred = 4096
 // munged not running).
 var errNoMunge = errors.New("no munge credential")
 
+// Who made a credential: a rank proving itself to the store, or the
+// store to a rank. Each side checks for the other's label, so a store
+// that reflects a rank's own credential back does not prove itself.
+const (
+	byRank  = "rank"
+	byStore = "store"
+)
+
 // mungeBinding is the payload of a connection's credential: the hash, in
-// hex, of the connection's session key and the job's identity.
-func mungeBinding(session [auth.KeyLen]byte, job string) string {
+// hex, of who made it (byRank, byStore), the connection's session key
+// and the job's identity.
+func mungeBinding(by string, session [auth.KeyLen]byte, job string) string {
 	h := sha256.New()
-	h.Write([]byte("gocoll store munge binding\x00"))
+	h.Write([]byte("gocoll store munge binding\x00" + by + "\x00"))
 	h.Write(session[:])
 	h.Write([]byte(job))
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// mungeCheck decodes cred with munged and says why it is not a
+// credential of this process's uid with payload want, or "".
+func mungeCheck(ctx context.Context, socket, cred, want string) string {
+	uid, payload, err := mungeDecode(ctx, socket, cred)
+	switch {
+	case err != nil:
+		return "its munge credential was refused: " + err.Error()
+	case uid != os.Geteuid():
+		return fmt.Sprintf("its munge credential is of uid %d, this job runs as uid %d", uid, os.Geteuid())
+	case !hmac.Equal([]byte(payload), []byte(want)):
+		return "its munge credential was made for another connection or job, or by the other side (replayed, relayed or reflected)"
+	}
+	return ""
 }
 
 // mungeArgs starts a munge or unmunge command line: socket, if set.

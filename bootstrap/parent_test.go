@@ -4,6 +4,8 @@ package bootstrap
 
 import (
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,7 +16,8 @@ import (
 )
 
 // TestMain lets the test binary play a launcher and its rank for
-// TestWatchParent.
+// TestWatchParent, and another user's listener for
+// TestStoreOfAnotherUser.
 func TestMain(m *testing.M) {
 	switch os.Getenv("BOOTSTRAP_TEST_ROLE") {
 	case "launcher":
@@ -27,6 +30,25 @@ func TestMain(m *testing.M) {
 		}
 		fmt.Println(cmd.Process.Pid)
 		select {}
+	case "listener":
+		// A port held by whoever runs this (TestStoreOfAnotherUser runs
+		// it as nobody): it says its address, then how many bytes the
+		// one connection it takes sent it.
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		fmt.Println(ln.Addr())
+		c, err := ln.Accept()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		c.SetReadDeadline(time.Now().Add(3 * time.Second))
+		b, _ := io.ReadAll(c)
+		fmt.Printf("got=%d\n", len(b))
+		os.Exit(0)
 	case "rank":
 		out := os.Getenv("BOOTSTRAP_TEST_OUT")
 		gone := make(chan int)

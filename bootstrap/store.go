@@ -87,7 +87,8 @@ var (
 	// ErrJoinRefused reports that the store turned a rank away: its rank
 	// had joined already, it belongs to another job (two jobs that share
 	// a rendezvous port and no GRUN_TOKEN reach one store), or, in a job
-	// without a token, the store did not admit its connection (DialJob).
+	// without a token, the store did not admit its connection or the
+	// rank did not trust the store (DialJob).
 	ErrJoinRefused = errors.New("rendezvous refused to join")
 	// ErrRankGone reports that a rank left the job abnormally (died, or
 	// gave up) while others still waited for it at the rendezvous.
@@ -718,9 +719,12 @@ func Dial(ctx context.Context, addr string, token []byte) (*Client, error) {
 // ranks. It authenticates with cfg.Token; a job without one is admitted by
 // the store (see docs/security.md), with a munge credential if cfg.Munge,
 // and receives the job's secret for its links (LinkToken). A rank the
-// store does not admit gets an error matching ErrJoinRefused that says
-// why. The store may not be up yet (rank 0 serves it in some launch
-// modes), so refused connections are retried until ctx ends.
+// store does not admit, or that does not trust the store (another user's
+// on this host, or under munge one of another host that does not prove
+// itself; not checked with cfg.Insecure), gets an error matching
+// ErrJoinRefused and auth.ErrDenied that says why. The store may not be
+// up yet (rank 0 serves it in some launch modes), so refused connections
+// are retried until ctx ends.
 func DialJob(ctx context.Context, cfg Config) (*Client, error) {
 	addr := cfg.Addr
 	var d net.Dialer
@@ -728,6 +732,15 @@ func DialJob(ctx context.Context, cfg Config) (*Client, error) {
 	for {
 		c, err := d.DialContext(ctx, "tcp", addr)
 		if err == nil {
+			// Without a token, before a word: on this host, only a store
+			// of this user (GOCOLL_INSECURE=1: anyone).
+			storeLocal := true
+			if len(cfg.Token) == 0 && !cfg.Insecure {
+				if storeLocal, err = checkStoreOwner(c); err != nil {
+					c.Close()
+					return nil, fmt.Errorf("bootstrap: rendezvous %s: %w", addr, err)
+				}
+			}
 			deadline := time.Now().Add(handshakeTimeout)
 			if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
 				deadline = dl
@@ -739,7 +752,7 @@ func DialJob(ctx context.Context, cfg Config) (*Client, error) {
 			}
 			cl := &Client{turn: make(chan struct{}, 1), conn: c, r: bufio.NewReader(c), linkToken: cfg.Token}
 			if len(cfg.Token) == 0 {
-				if cl.linkToken, err = cl.admitClient(ctx, cfg, session); err != nil {
+				if cl.linkToken, err = cl.admitClient(ctx, cfg, session, storeLocal); err != nil {
 					c.Close()
 					return nil, fmt.Errorf("bootstrap: rendezvous %s: %w", addr, err)
 				}

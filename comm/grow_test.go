@@ -287,22 +287,7 @@ func TestGrowWithoutDeath(t *testing.T) {
 		}
 	}()
 	waitPending(1)
-	grown := make([]*comm.Communicator, 3)
-	mustEach(t, cs, func(ctx context.Context, c *comm.Communicator) error {
-		nc, err := c.Grow(ctx)
-		if err != nil {
-			return err
-		}
-		grown[c.Rank()] = nc
-		if nc.Size() != 4 || nc.Rank() != c.Rank() {
-			return fmt.Errorf("grown to rank %d of %d, want %d of 4", nc.Rank(), nc.Size(), c.Rank())
-		}
-		v := []int32{int32(nc.Rank())}
-		if err := comm.AllReduce(ctx, nc, v, comm.Sum); err != nil || v[0] != 6 {
-			return fmt.Errorf("allreduce on the grown communicator: %v, %v", v, err)
-		}
-		return nil
-	})
+	grown := growBy1(t, cs)
 	<-done
 	if joinErr != nil {
 		t.Fatalf("replacement: %v", joinErr)
@@ -342,4 +327,30 @@ func TestGrowJobEnded(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the replacement still waits 10 s after every member left")
 	}
+}
+
+// growBy1 grows every communicator of cs by the one replacement waiting
+// to join, checks that each keeps its rank in a communicator one larger,
+// and that an allreduce of the ranks over it sums them all; it returns
+// the grown communicators, by rank.
+func growBy1(t *testing.T, cs []*comm.Communicator) []*comm.Communicator {
+	t.Helper()
+	n := len(cs) + 1
+	grown := make([]*comm.Communicator, len(cs))
+	mustEach(t, cs, func(ctx context.Context, c *comm.Communicator) error {
+		nc, err := c.Grow(ctx)
+		if err != nil {
+			return err
+		}
+		grown[c.Rank()] = nc
+		if nc.Size() != n || nc.Rank() != c.Rank() {
+			return fmt.Errorf("grown to rank %d of %d, want %d of %d", nc.Rank(), nc.Size(), c.Rank(), n)
+		}
+		v := []int32{int32(nc.Rank())}
+		if err := comm.AllReduce(ctx, nc, v, comm.Sum); err != nil || v[0] != int32(n*(n-1)/2) {
+			return fmt.Errorf("allreduce on the grown communicator: %v, %v", v, err)
+		}
+		return nil
+	})
+	return grown
 }

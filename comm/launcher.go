@@ -18,8 +18,10 @@ var ErrLauncherGone = bootstrap.ErrLauncherGone
 // joined already, the store serves another job (two jobs sharing a
 // rendezvous port and no GRUN_TOKEN), or, in a job without GRUN_TOKEN,
 // the store did not admit a rank of another host (under torchrun or Open
-// MPI, or under Slurm without a valid munge credential); the error says
-// why and what to set.
+// MPI, or under Slurm without a valid munge credential), or this rank
+// did not trust the store (a process of another user holds its port on
+// this host, or under Slurm a store of another host did not prove itself
+// with munge); the error says why and what to set.
 var ErrJoinRefused = bootstrap.ErrJoinRefused
 
 // launchConfig is the job Init joins: the launcher's, or, in a process no

@@ -69,19 +69,7 @@ func TestGrowWithoutToken(t *testing.T) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
-	grown := make([]*comm.Communicator, n)
-	mustEach(t, cs, func(ctx context.Context, c *comm.Communicator) error {
-		nc, err := c.Grow(ctx)
-		if err != nil {
-			return err
-		}
-		grown[c.Rank()] = nc
-		v := []int32{int32(nc.Rank())}
-		if err := comm.AllReduce(ctx, nc, v, comm.Sum); err != nil || v[0] != 6 {
-			return fmt.Errorf("allreduce on the grown communicator: %v, %v", v, err)
-		}
-		return nil
-	})
+	grown := growBy1(t, cs)
 	<-done
 	if joinErr != nil {
 		t.Fatalf("replacement: %v", joinErr)

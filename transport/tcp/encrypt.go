@@ -41,8 +41,9 @@ const (
 
 var (
 	// ErrNoToken is wrapped by Connect's error when Options.Encrypt is
-	// set without a job token to derive keys from.
-	ErrNoToken = errors.New("encryption needs the job token, and GRUN_TOKEN is empty")
+	// set without a token to derive keys from: neither GRUN_TOKEN nor
+	// the secret a tokenless job's store hands its ranks.
+	ErrNoToken = errors.New("encryption needs a token for the links, and there is none")
 	// ErrEncryptMismatch is wrapped by the error of a link refused
 	// because one end encrypts and the other does not.
 	ErrEncryptMismatch = errors.New("ranks disagree on GOCOLL_ENCRYPT")

@@ -69,7 +69,7 @@ func Connect(ctx context.Context, store transport.Store, rank, size int, token [
 		}
 	}
 	if opts.Encrypt && len(token) == 0 {
-		return nil, fmt.Errorf("tcp: GOCOLL_ENCRYPT=1 derives its keys from the job's secret: set GRUN_TOKEN to the same secret on every rank (grun sets one): %w", ErrNoToken)
+		return nil, fmt.Errorf("tcp: GOCOLL_ENCRYPT=1 derives its keys from the links' token and this rank has none (a job without GRUN_TOKEN gets one from its rendezvous store, which a job of one rank does not run): set GRUN_TOKEN, or leave GOCOLL_ENCRYPT unset: %w", ErrNoToken)
 	}
 	t := newTransport(rank, size, opts)
 	if size == 1 && opts.Spare == 0 {
