@@ -21,7 +21,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 )
 
@@ -53,7 +52,7 @@ func Programs(name string, builds ...Build) (dir string, done func(), err error)
 	}
 	if lock != nil {
 		// Shared from now on: other runs may use the programs too.
-		if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_SH); err != nil {
+		if err := lockShared(lock); err != nil {
 			done()
 			return "", nil, fmt.Errorf("testprog: locking %s: %w", dir, err)
 		}
@@ -74,6 +73,9 @@ func Main(m *testing.M, bin *string, name string, builds ...Build) {
 	done()
 	os.Exit(code)
 }
+
+// errBusy: another run holds the kept directory.
+var errBusy = errors.New("in use by another run")
 
 // kept returns the directory for name and the test package in the
 // working directory, locked exclusively, or an error if there is none or
@@ -96,9 +98,9 @@ func kept(name string) (string, *os.File, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	if err := lockExclusive(lock); err != nil {
 		lock.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
+		if errors.Is(err, errBusy) {
 			return "", nil, fmt.Errorf("testprog: %s is in use by another run", dir)
 		}
 		return "", nil, err
