@@ -463,6 +463,11 @@ func TestKillWithSplit(t *testing.T) {
 		// and whose Close waited 2 s for ranks to compare last calls
 		// with, though one had died.
 		{"sendrecv after a sub-communicator's loss", 1795783869781372620},
+		// A job rank's death relayed, in the job's numbering, into a
+		// sub-communicator it is no member of (shm), and one first
+		// seen by a member as a failed connect (tcp).
+		{"relayed death of a non-member", 1795785075397141541},
+		{"death seen as a failed connect", 1795785270176720055},
 		{"random", seed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
