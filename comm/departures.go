@@ -18,12 +18,22 @@ import (
 // who died even when no link of ours could tell (a death hidden behind
 // data not yet read, a rank that gave up mid-frame, a rank that died
 // before it connected).
+//
+// A sub-communicator asks the job's store (its calls) for what it has
+// seen by now, without waiting: a loss it sees through the job's shared
+// links is most often a relay (a rank whose job's communicator failed
+// dropped them, quoting the job's ranks), and only the store's record
+// names the rank at the root of it as every member sees it.
 func (c *Communicator) withDepartures(err error) error {
-	if c.store == nil {
+	store, wait := c.store, departuresWait
+	if store == nil {
+		store, wait = c.calls, 0
+	}
+	if store == nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), departuresWait+time.Second)
-	ds, derr := c.store.Departures(ctx, departuresWait)
+	ds, derr := store.Departures(ctx, wait)
 	cancel()
 	switch {
 	case derr != nil && (errors.Is(derr, context.DeadlineExceeded) || errors.Is(derr, context.Canceled)):

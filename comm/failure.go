@@ -198,7 +198,15 @@ func (c *Communicator) setFault(err error) {
 	c.faultMu.Unlock()
 	c.log.Info("communicator fault; "+c.howPeersLearn(), "err", err)
 	// The peers read the one line as the reason this rank gave up.
-	c.drop(c.callError("", c.latestRunning(), err))
+	cause := err
+	if c.kill != nil {
+		// A sub-communicator's members read it in the store, the first
+		// reason only: let it name the culprit from the store's record
+		// of the departure, as their own errors would, not from the
+		// link that happened to fail here first.
+		cause = c.withLosses(err)
+	}
+	c.drop(c.callError("", c.latestRunning(), cause))
 }
 
 func (c *Communicator) faultErr() error {
@@ -260,10 +268,14 @@ func (c *Communicator) Abort(reason error) {
 // leftBecause is what a sub-communicator's rank that ends it for cause
 // tells the other members: the rank at the root of it where that is
 // another (a member lost, which the others may see only through this
-// rank), else that this rank left and why.
+// rank, or a job rank outside it, whose loss broke the links the job
+// shares), else that this rank left and why.
 func (c *Communicator) leftBecause(cause error) string {
 	var ce *CallError
 	if errors.As(cause, &ce) && ce.Culprit >= 0 && ce.Culprit != c.cfg.Rank && strings.HasPrefix(ce.Cause, c.names().WhoIs(ce.Culprit)+" ") {
+		return ce.Cause
+	}
+	if ce != nil && ce.Culprit < 0 && ce.JobCulprit >= 0 && strings.HasPrefix(ce.Cause, c.names().JobWho(ce.JobCulprit)+" ") {
 		return ce.Cause
 	}
 	return fmt.Sprintf("%s left the communicator: %v", c.names().WhoIs(c.cfg.Rank), cause)

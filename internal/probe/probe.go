@@ -190,6 +190,9 @@ func (b Board) ClosedBefore() error {
 const (
 	closeCompareWait = 2 * time.Second
 	closeVerdictWait = 500 * time.Millisecond
+	// departedLookEvery is how often Close's comparison asks the store
+	// whether a rank died meanwhile.
+	departedLookEvery = 50 * time.Millisecond
 )
 
 // CompareLast compares mine, this rank's last calls as it closes, with
@@ -215,7 +218,19 @@ func (b Board) CompareLast(mine []byte) error {
 	var level int    // ranks that closed after this rank's last call, as it does
 	var beyond []int // ranks seen in a later call, which this one never made
 	var later []byte // the first of those ranks' calls
+	var looked time.Time
 	for {
+		if time.Since(looked) >= departedLookEvery {
+			// A rank that died or left without closing (the store saw
+			// it) is the cause of whatever the others do next, as at
+			// the end below: stop waiting at once. A rank in a
+			// point-to-point call with this one publishes nothing, and
+			// learns of the death only when this rank's links end.
+			if b.othersDeparted() {
+				return nil
+			}
+			looked = time.Now()
+		}
 		m, err := b.Store.Scan(ctx, prefix)
 		if err != nil {
 			break // the store is gone (it lived in a rank that closed)
