@@ -136,8 +136,18 @@ func SendRecv[T Element](ctx context.Context, c *Communicator, send []T, dest, s
 		// receive's error is the cause.
 		return n, rerr
 	}
+	if serr != nil && rerr != nil {
+		return n, &bothFailed{serr, rerr}
+	}
 	return n, errors.Join(serr, rerr)
 }
+
+// bothFailed is a SendRecv whose send and receive both failed: one line,
+// the send's, as errors are; errors.Is and errors.As see both.
+type bothFailed struct{ send, recv error }
+
+func (e *bothFailed) Error() string   { return e.send.Error() }
+func (e *bothFailed) Unwrap() []error { return []error{e.send, e.recv} }
 
 func timedOut(err error) error {
 	if errors.Is(err, context.DeadlineExceeded) {
