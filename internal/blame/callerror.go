@@ -106,9 +106,10 @@ var (
 	blameRE = regexp.MustCompile(`^(?:job )?rank \d+(?: \(job rank \d+\))? (?:died|killed|exited|left|refused|called|gave up)`)
 	// leadRankRE matches a cause that starts with the rank it is about.
 	leadRankRE = regexp.MustCompile(`^(?:lost )?rank (\d+)`)
-	// linkRE matches the link a failure was seen on, where a cause
+	// linkRE matches the link a failure was seen on (a transport's "link
+	// to" and "connect to" number the peer in the job), where a cause
 	// starts with it.
-	linkRE = regexp.MustCompile(`^(recv from|send to|link to) rank (\d+): `)
+	linkRE = regexp.MustCompile(`^(recv from|send to|link to|connect to) rank (\d+): `)
 	// jobRankRE matches the job rank a transport names a peer by, where
 	// what is left of a cause starts with it.
 	jobRankRE = regexp.MustCompile(`^job rank \d+: `)
@@ -272,7 +273,7 @@ func blame(n Names, ce *CallError, text string, err error) {
 		// who it is, as every rank would.
 		peer, _ := strconv.Atoi(m[2])
 		r, who := peer, ""
-		if m[1] == "link to" {
+		if m[1] == "link to" || m[1] == "connect to" {
 			r = n.FromJob(peer)
 		}
 		if r >= 0 && r < n.Size {
@@ -346,7 +347,7 @@ func rootCause(text string) (cause string, culprit int) {
 		culprit, _ = strconv.Atoi(m[1])
 	} else if m := leadRankRE.FindStringSubmatch(text); m != nil {
 		culprit, _ = strconv.Atoi(m[1])
-	} else if m := regexp.MustCompile(`(?:recv from|send to|link to) rank (\d+)`).FindStringSubmatch(text); m != nil {
+	} else if m := regexp.MustCompile(`(?:recv from|send to|link to|connect to) rank (\d+)`).FindStringSubmatch(text); m != nil {
 		culprit, _ = strconv.Atoi(m[1])
 	}
 	return text, culprit

@@ -3,6 +3,7 @@ package blame
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/gocoll/gocoll/bootstrap"
@@ -153,5 +154,33 @@ func TestInitLoss(t *testing.T) {
 	plain := fmt.Errorf("%w: dial refused", transport.ErrPeerLost)
 	if got := InitLoss(n, plain); got != plain {
 		t.Errorf("InitLoss without departures: %v, want the error as it was", got)
+	}
+}
+
+// jobOrder numbers a sub-communicator's ranks in the job: rank r is job
+// rank r*2+1.
+type jobOrder int
+
+func (m jobOrder) Size() int         { return int(m) }
+func (m jobOrder) JobRank(r int) int { return 2*r + 1 }
+
+// A link that failed to connect names the peer as the transport numbers
+// it, in the job: the culprit is said as every member would say it.
+func TestConnectLoss(t *testing.T) {
+	n := Names{Comm: "split #1 color 1", Rank: 0, Size: 4, Members: jobOrder(4)}
+	for _, tc := range []struct {
+		link    string
+		culprit int
+		want    string
+	}{
+		{"connect to rank 7", 3, "(job rank 7) was lost: connection reset by peer"},
+		{"link to rank 5", 2, "(job rank 5) was lost: connection reset by peer"},
+		{"connect to rank 4", -1, "job rank 4 was lost: connection reset by peer"},
+	} {
+		err := fmt.Errorf("%s: %w: connection reset by peer", tc.link, transport.ErrPeerLost)
+		ce := P2P(n, "recv from rank 3 tag 1", err)
+		if ce.Culprit != tc.culprit || !strings.HasSuffix(ce.Error(), tc.want) {
+			t.Errorf("%s: culprit %d, %q; want culprit %d, ending %q", tc.link, ce.Culprit, ce.Error(), tc.culprit, tc.want)
+		}
 	}
 }
