@@ -70,18 +70,29 @@ func TestCallErrorOneLine(t *testing.T) {
 		})
 		t.Run(tr+"/cancel", func(t *testing.T) {
 			cs := local(t, 4, comm.WithTransport(tr), comm.WithTimeout(30*time.Second))
+			// Rank 2 cancels while it and ranks 1 and 3 wait in the call
+			// for rank 0, which comes once they have all returned.
+			done := make(chan struct{}, 3)
 			errs := each(t, cs, func(ctx context.Context, c *comm.Communicator) error {
 				if err := c.Barrier(ctx); err != nil {
 					return err
 				}
-				if c.Rank() == 2 {
+				switch c.Rank() {
+				case 0:
+					for range 3 {
+						select {
+						case <-done:
+						case <-ctx.Done():
+							return ctx.Err()
+						}
+					}
+					return comm.AllReduce(ctx, c, make([]float32, 100000), comm.Sum)
+				case 2:
 					cctx, cancel := context.WithCancel(ctx)
-					time.AfterFunc(50*time.Millisecond, cancel)
+					time.AfterFunc(300*time.Millisecond, cancel)
 					ctx = cctx
 				}
-				if c.Rank() == 0 {
-					time.Sleep(200 * time.Millisecond)
-				}
+				defer func() { done <- struct{}{} }()
 				return comm.AllReduce(ctx, c, make([]float32, 100000), comm.Sum)
 			})
 			checkOneLine(t, "rank 2", errs[2], 2, context.Canceled, "allreduce #2")

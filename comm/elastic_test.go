@@ -41,19 +41,29 @@ func TestShrinkAfterDeath(t *testing.T) {
 			var died time.Time
 			shrunk := make([]*comm.Communicator, len(cs))
 			took := make([]time.Duration, len(cs))
+			// The victim dies once the others are out of the allreduce
+			// before the death: a death seen while a survivor is still
+			// in it would fail that call too, rightly.
+			var before sync.WaitGroup
+			before.Add(len(cs) - 1)
 			errs := each(t, cs, func(ctx context.Context, c *comm.Communicator) error {
 				r := c.Rank()
 				v := []float64{float64(r)}
-				if err := comm.AllReduce(ctx, c, v, comm.Sum); err != nil || v[0] != 6 {
+				err := comm.AllReduce(ctx, c, v, comm.Sum)
+				if r != victim {
+					before.Done()
+				}
+				if err != nil || v[0] != 6 {
 					return fmt.Errorf("allreduce before the death: %v, %v", v, err)
 				}
 				if r == victim {
+					before.Wait()
 					time.Sleep(20 * time.Millisecond)
 					died = time.Now()
 					comm.Die(c)
 					return nil
 				}
-				err := comm.AllReduce(ctx, c, make([]float32, 1<<18), comm.Sum)
+				err = comm.AllReduce(ctx, c, make([]float32, 1<<18), comm.Sum)
 				if !errors.Is(err, comm.ErrPeerLost) || !strings.Contains(err.Error(), "rank 2") {
 					return fmt.Errorf("allreduce during the death = %v; want ErrPeerLost naming rank 2", err)
 				}

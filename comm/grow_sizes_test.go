@@ -116,19 +116,34 @@ func growEveryAlgorithm(t *testing.T, n, victim, death int) {
 		}
 		return c, c.Barrier(ctx)
 	}
+	// The victim dies once the others are out of the steps before the
+	// death: a death seen while a survivor is still in one would fail
+	// that call too, rightly.
+	var before sync.WaitGroup
+	before.Add(n - 1)
 	errs := each(t, cs, func(ctx context.Context, c *comm.Communicator) error {
 		r := c.Rank()
 		step := 0
-		for ; step < death; step++ {
-			if err := growStep(ctx, c, step); err != nil {
-				return err
+		err := func() error {
+			for ; step < death; step++ {
+				if err := growStep(ctx, c, step); err != nil {
+					return err
+				}
 			}
+			return nil
+		}()
+		if r != victim {
+			before.Done()
+		}
+		if err != nil {
+			return err
 		}
 		if r == victim {
+			before.Wait()
 			comm.Die(c)
 			return nil
 		}
-		err := growStep(ctx, c, step)
+		err = growStep(ctx, c, step)
 		if !errors.Is(err, comm.ErrPeerLost) && !errors.Is(err, comm.ErrBroken) {
 			return fmt.Errorf("step %d, rank %d dead: %v, want ErrPeerLost or ErrBroken", step, victim, err)
 		}

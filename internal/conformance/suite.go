@@ -531,7 +531,9 @@ func testCancel(t *testing.T, mesh Mesh, n int) {
 	start := time.Now()
 	cancel()
 	wg.Wait()
-	if d := time.Since(start); d > 2*time.Second {
+	// Without the cancel the call would wait forever; "promptly" here is
+	// a bound a loaded machine (-race, a load of 40 on 2 cores) keeps.
+	if d := time.Since(start); d > 10*time.Second {
 		t.Errorf("cancelled allreduce took %v to return", d)
 	}
 	for r, err := range errs {

@@ -89,15 +89,20 @@ func (s *Schedule) Due(d time.Duration) bool {
 // fault a rank published before dropping out (collectives.ErrMismatch or transport.ErrPeerLost,
 // see publishFault), else nil; and the number of each rank's latest
 // published call (0: none), for a timeout to say which ranks never came.
+// A rank that has made no call yet (mine empty) publishes and compares
+// nothing, but still reads the faults: a peer that refused its first call
+// dropped its links, and this rank, idle, must learn why.
 func (b Board) Probe(ctx context.Context, mine []byte) (mismatch error, at map[int]uint64) {
-	if b.Store == nil || mine == nil {
+	if b.Store == nil {
 		return nil, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer cancel()
 	prefix := b.Prefix
-	if err := b.Store.Put(ctx, prefix+strconv.Itoa(b.Names.Rank), mine); err != nil {
-		return nil, nil
+	if mine != nil {
+		if err := b.Store.Put(ctx, prefix+strconv.Itoa(b.Names.Rank), mine); err != nil {
+			return nil, nil
+		}
 	}
 	m, err := b.Store.Scan(ctx, prefix)
 	if err != nil {
@@ -110,7 +115,7 @@ func (b Board) Probe(ctx context.Context, mine []byte) (mismatch error, at map[i
 		}
 	}
 	for r := range b.Names.Size {
-		if v, ok := m[prefix+strconv.Itoa(r)]; ok && r != b.Names.Rank {
+		if v, ok := m[prefix+strconv.Itoa(r)]; ok && mine != nil && r != b.Names.Rank {
 			if err := collectives.Disagree(mine, v, r); err != nil {
 				return err, at
 			}

@@ -91,6 +91,17 @@ func TestProbe(t *testing.T) {
 	if !errors.As(mm, &told) || !strings.Contains(mm.Error(), "rank 2 gave up") || errors.Is(mm, collectives.ErrMismatch) {
 		t.Errorf("published loss: %v, want a Told naming rank 2, not a mismatch", mm)
 	}
+	// A rank that has made no call yet publishes nothing but still reads
+	// why a peer went: rank 2 refused the first call.
+	bs = boards(t, 3, jobNames(3))
+	bs[2].PublishFault(true, "rank 2 refused its allreduce: send and recv overlap")
+	mm, at = bs[1].Probe(ctx, nil)
+	if !errors.Is(mm, collectives.ErrMismatch) || !strings.Contains(mm.Error(), "rank 2 refused its allreduce") {
+		t.Errorf("refusal seen before any call: %v, want ErrMismatch saying rank 2 refused", mm)
+	}
+	if len(at) != 0 {
+		t.Errorf("calls seen before any call: %v, want none (nothing published)", at)
+	}
 	_, at = bs[0].Probe(ctx, calls(t, 4, true))
 	if got := bs[0].Absent(calls(t, 4, true), at); got != "; ranks 1, 2 never reached call #2" {
 		t.Errorf("Absent = %q, want ranks 1 and 2 (rank 2 published a fault, not a call)", got)
