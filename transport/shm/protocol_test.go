@@ -14,7 +14,9 @@ import (
 	"github.com/gocoll/gocoll/transport"
 )
 
-func pair(t *testing.T) [2]*Transport {
+// pair connects two in-process ranks through a real store, linked at
+// Connect (Eager), with o's options.
+func pair(t *testing.T, o transport.LinkOptions) [2]*Transport {
 	t.Helper()
 	token := []byte("protocol-token")
 	srv, err := bootstrap.Listen("127.0.0.1:0", token)
@@ -24,6 +26,7 @@ func pair(t *testing.T) [2]*Transport {
 	defer srv.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	o.Eager = true
 	var ts [2]*Transport
 	var errs [2]error
 	var wg sync.WaitGroup
@@ -37,7 +40,7 @@ func pair(t *testing.T) [2]*Transport {
 				return
 			}
 			defer store.Close()
-			ts[r], errs[r] = Connect(ctx, store, r, 2, token, Options{LinkOptions: transport.LinkOptions{Slots: 2, SlotSize: 4 << 10, Eager: true}})
+			ts[r], errs[r] = Connect(ctx, store, r, 2, token, Options{LinkOptions: o})
 		}()
 	}
 	wg.Wait()
@@ -49,6 +52,9 @@ func pair(t *testing.T) [2]*Transport {
 	t.Cleanup(func() { ts[0].Close(); ts[1].Close() })
 	return ts
 }
+
+// smallRings are the rings of the protocol tests: two slots of 4 KiB.
+var smallRings = transport.LinkOptions{Slots: 2, SlotSize: 4 << 10}
 
 // TestCorruptRing has a peer break the ring protocol by writing what a
 // correct sender or receiver never would: the victim must report the peer
@@ -83,7 +89,7 @@ func TestCorruptRing(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			ts := pair(t)
+			ts := pair(t, smallRings)
 			tc.corrupt(ts[1].lookup(0).out)
 			err := tc.victim(ts)
 			if !errors.Is(err, transport.ErrPeerLost) || !errors.Is(err, errProtocol) {
@@ -151,7 +157,7 @@ func TestControlMessages(t *testing.T) {
 func TestSequenceWrap(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ts := pair(t)
+	ts := pair(t, smallRings)
 	start := uint64(1)<<32 - 5
 	tx, rx := ts[1].lookup(0), ts[0].lookup(1)
 	r := tx.out
