@@ -42,7 +42,10 @@
 // its first polls a spinning call gives the CPU's spin-wait hint between
 // polls (PAUSE, YIELD: see relax): the core's other hardware thread, or a
 // hypervisor running the virtual CPU the call waits for on the same
-// physical one, gets the cycles a bare loop would burn.
+// physical one, gets the cycles a bare loop would burn. Where the process
+// has a single P (GOMAXPROCS=1, as a rank bound to one CPU has), the
+// spinning call gives the Go scheduler a turn every 128 polls, so that
+// the rank's other goroutines run while it waits.
 //
 // The Unix socket of each linked pair stays open for the life of the
 // transport, carrying nothing but a goodbye byte at Close (or an abort
