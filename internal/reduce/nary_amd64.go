@@ -1,0 +1,50 @@
+//go:build amd64 && !purego
+
+package reduce
+
+import "unsafe"
+
+// sumNF32AVX2 and sumNF64AVX2 are ReduceN's Sum over bytes lo to hi (whole
+// 32-byte blocks) of every buffer, the partial sums in registers
+// (nary_amd64.s); ins points at the k >= 2 inputs' first bytes.
+//
+//go:noescape
+func sumNF32AVX2(d *byte, ins **byte, k, lo, hi int)
+
+//go:noescape
+func sumNF64AVX2(d *byte, ins **byte, k, lo, hi int)
+
+// naryInline is how many inputs naryVec takes without allocating their
+// pointers.
+const naryInline = 32
+
+// naryVec runs ReduceN's vector kernel for dt and op at the active level
+// (AVX2 and up), if there is one, over the longest prefix of whole
+// 32-byte blocks, and returns its length in bytes (0 without a kernel).
+// Like Reduce, it bounds what one kernel call reads, here to about
+// kernelChunk bytes over all inputs, so that the goroutine can be
+// preempted between calls.
+func naryVec(dt DType, op Op, dst []byte, ins [][]byte) int {
+	done := len(dst) &^ 31
+	if activeLevel < levelAVX2 || op != Sum && op != Avg || dt != Float32 && dt != Float64 || done == 0 {
+		return 0
+	}
+	var inline [naryInline]*byte
+	ps := inline[:0]
+	if len(ins) > naryInline {
+		ps = make([]*byte, 0, len(ins))
+	}
+	for _, in := range ins {
+		ps = append(ps, unsafe.SliceData(in))
+	}
+	step := max(kernelChunk/len(ins)&^255, 256)
+	for lo := 0; lo < done; lo += step {
+		hi := min(lo+step, done)
+		if dt == Float32 {
+			sumNF32AVX2(unsafe.SliceData(dst), &ps[0], len(ps), lo, hi)
+		} else {
+			sumNF64AVX2(unsafe.SliceData(dst), &ps[0], len(ps), lo, hi)
+		}
+	}
+	return done
+}
