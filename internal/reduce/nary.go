@@ -29,7 +29,7 @@ var naryScratches = sync.Pool{New: func() any { return new([naryScratch / 8]uint
 // Float32 and Float64 Sum and Avg (reduced as Sum) have vector kernels
 // at the AVX2 level and above that keep the partial results in
 // registers. Every other pair, and the few elements past those kernels'
-// 32-byte blocks, go through the chain of Reduce calls a piece at a time,
+// 256-byte blocks, go through the chain of Reduce calls a piece at a time,
 // the partial results in a scratch buffer that stays in cache. 16-bit
 // types are reduced as Reduce reduces them, rounded to 16 bits at every
 // step: the collectives' float32 partial results of 16-bit sums and

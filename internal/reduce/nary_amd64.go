@@ -5,7 +5,7 @@ package reduce
 import "unsafe"
 
 // sumNF32AVX2 and sumNF64AVX2 are ReduceN's Sum over bytes lo to hi (whole
-// 32-byte blocks) of every buffer, the partial sums in registers
+// 256-byte blocks) of every buffer, the partial sums in registers
 // (nary_amd64.s); ins points at the k >= 2 inputs' first bytes.
 //
 //go:noescape
@@ -20,12 +20,13 @@ const naryInline = 32
 
 // naryVec runs ReduceN's vector kernel for dt and op at the active level
 // (AVX2 and up), if there is one, over the longest prefix of whole
-// 32-byte blocks, and returns its length in bytes (0 without a kernel).
+// 256-byte blocks, and returns its length in bytes (0 without a kernel):
+// the chain of Reduce calls does the rest, fewer than 256 bytes.
 // Like Reduce, it bounds what one kernel call reads, here to about
 // kernelChunk bytes over all inputs, so that the goroutine can be
 // preempted between calls.
 func naryVec(dt DType, op Op, dst []byte, ins [][]byte) int {
-	done := len(dst) &^ 31
+	done := len(dst) &^ 255
 	if activeLevel < levelAVX2 || op != Sum && op != Avg || dt != Float32 && dt != Float64 || done == 0 {
 		return 0
 	}
