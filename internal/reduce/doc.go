@@ -92,10 +92,10 @@
 // (... op (x_{k-2} op x_{k-1}))), with the bits of that chain of Reduce
 // calls: each input is read once and the result written once, where the
 // chain reads and writes every partial result. Float32 and Float64 Sum
-// (and Avg) have AVX2 kernels for it (nary_amd64.s, written by hand like
-// Exact's: one loop per type) that keep the partial sums in registers,
-// used at the AVX2 level and above; everything else goes through the
-// chain of Reduce calls a cache-sized piece at a time. The single-copy
+// (and Avg) and Prod have AVX2 kernels for it that keep the partial
+// results in registers (nary_amd64.s, written by hand like Exact's: one
+// macro, one loop), used at the AVX2 level and above; everything else
+// goes through the chain of Reduce calls a cache-sized piece at a time. The single-copy
 // allreduce uses it to reduce a block of every rank's buffer.
 //
 // Avg is reduced exactly as Sum; the caller divides once at the end with

@@ -26,8 +26,8 @@ var naryScratches = sync.Pool{New: func() any { return new([naryScratch / 8]uint
 // kernel levels), but reading each input once and writing dst once. One
 // input is copied.
 //
-// Float32 and Float64 Sum and Avg (reduced as Sum) have vector kernels
-// at the AVX2 level and above that keep the partial results in
+// Float32 and Float64 Sum, Avg (reduced as Sum) and Prod have vector
+// kernels at the AVX2 level and above that keep the partial results in
 // registers. Every other pair, and the few elements past those kernels'
 // 256-byte blocks, go through the chain of Reduce calls a piece at a time,
 // the partial results in a scratch buffer that stays in cache. 16-bit

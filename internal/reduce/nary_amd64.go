@@ -4,15 +4,22 @@ package reduce
 
 import "unsafe"
 
-// sumNF32AVX2 and sumNF64AVX2 are ReduceN's Sum over bytes lo to hi (whole
-// 256-byte blocks) of every buffer, the partial sums in registers
-// (nary_amd64.s); ins points at the k >= 2 inputs' first bytes.
+// sumNF32AVX2, sumNF64AVX2, prodNF32AVX2 and prodNF64AVX2 are ReduceN's
+// Sum and Prod over bytes lo to hi (whole 256-byte blocks) of every
+// buffer, the partial results in registers (nary_amd64.s); ins points at
+// the k >= 2 inputs' first bytes.
 //
 //go:noescape
 func sumNF32AVX2(d *byte, ins **byte, k, lo, hi int)
 
 //go:noescape
 func sumNF64AVX2(d *byte, ins **byte, k, lo, hi int)
+
+//go:noescape
+func prodNF32AVX2(d *byte, ins **byte, k, lo, hi int)
+
+//go:noescape
+func prodNF64AVX2(d *byte, ins **byte, k, lo, hi int)
 
 // naryInline is how many inputs naryVec takes without allocating their
 // pointers.
@@ -27,7 +34,7 @@ const naryInline = 32
 // preempted between calls.
 func naryVec(dt DType, op Op, dst []byte, ins [][]byte) int {
 	done := len(dst) &^ 255
-	if activeLevel < levelAVX2 || op != Sum && op != Avg || dt != Float32 && dt != Float64 || done == 0 {
+	if activeLevel < levelAVX2 || op != Sum && op != Avg && op != Prod || dt != Float32 && dt != Float64 || done == 0 {
 		return 0
 	}
 	var inline [naryInline]*byte
@@ -40,11 +47,16 @@ func naryVec(dt DType, op Op, dst []byte, ins [][]byte) int {
 	}
 	step := max(kernelChunk/len(ins)&^255, 256)
 	for lo := 0; lo < done; lo += step {
-		hi := min(lo+step, done)
-		if dt == Float32 {
-			sumNF32AVX2(unsafe.SliceData(dst), &ps[0], len(ps), lo, hi)
-		} else {
-			sumNF64AVX2(unsafe.SliceData(dst), &ps[0], len(ps), lo, hi)
+		d, hi := unsafe.SliceData(dst), min(lo+step, done)
+		switch {
+		case dt == Float32 && op == Prod:
+			prodNF32AVX2(d, &ps[0], len(ps), lo, hi)
+		case dt == Float32:
+			sumNF32AVX2(d, &ps[0], len(ps), lo, hi)
+		case op == Prod:
+			prodNF64AVX2(d, &ps[0], len(ps), lo, hi)
+		default:
+			sumNF64AVX2(d, &ps[0], len(ps), lo, hi)
 		}
 	}
 	return done

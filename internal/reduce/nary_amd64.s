@@ -4,14 +4,16 @@
 
 // func sumNF32AVX2(d *byte, ins **byte, k, lo, hi int)
 // func sumNF64AVX2(d *byte, ins **byte, k, lo, hi int)
+// func prodNF32AVX2(d *byte, ins **byte, k, lo, hi int)
+// func prodNF64AVX2(d *byte, ins **byte, k, lo, hi int)
 //
-// d = ins[0] + (ins[1] + (... + (ins[k-2] + ins[k-1]))) over bytes lo to
-// hi (multiples of 256) of every buffer, k >= 2, 256 bytes at a time, the
-// partial sums in eight vector registers. Each addition
-// has the input as its first source, as sumF32AVX2 and sumF64AVX2 have a,
-// so that a NaN operand gives the NaN the two-operand chain gives. d may
-// be one of ins: a block's inputs are all loaded before its result is
-// stored. NARY_SUM writes one, NAME, adding with ADD (VADDPS, VADDPD).
+// d = ins[0] op (ins[1] op (... op (ins[k-2] op ins[k-1]))) over bytes lo
+// to hi (multiples of 256) of every buffer, k >= 2, 256 bytes at a time,
+// the partial results in eight vector registers. Each step has the input
+// as its first source, as the two-operand kernels (sumF32AVX2, ...) have
+// a, so that a NaN operand gives the NaN the two-operand chain gives. d
+// may be one of ins: a block's inputs are all loaded before its result
+// is stored. NARY writes one, NAME, whose op is the instruction OP.
 // LOAD8 loads the 256 bytes at R12 of the buffer at R11 into eight
 // vector registers.
 #define LOAD8(V0, V1, V2, V3, V4, V5, V6, V7) \
@@ -24,7 +26,7 @@
 	VMOVUPS 192(R11)(R12*1), V6; \
 	VMOVUPS 224(R11)(R12*1), V7
 
-#define NARY_SUM(NAME, ADD) \
+#define NARY(NAME, OP) \
 TEXT NAME(SB), NOSPLIT, $0-40; \
 	MOVQ d+0(FP), DI; \
 	MOVQ ins+8(FP), R9; \
@@ -44,14 +46,14 @@ TEXT NAME(SB), NOSPLIT, $0-40; \
 	JS store8; \
 	MOVQ (R9)(R13*8), R11; \
 	LOAD8(Y8, Y9, Y10, Y11, Y12, Y13, Y14, Y15); \
-	ADD Y0, Y8, Y0; \
-	ADD Y1, Y9, Y1; \
-	ADD Y2, Y10, Y2; \
-	ADD Y3, Y11, Y3; \
-	ADD Y4, Y12, Y4; \
-	ADD Y5, Y13, Y5; \
-	ADD Y6, Y14, Y6; \
-	ADD Y7, Y15, Y7; \
+	OP Y0, Y8, Y0; \
+	OP Y1, Y9, Y1; \
+	OP Y2, Y10, Y2; \
+	OP Y3, Y11, Y3; \
+	OP Y4, Y12, Y4; \
+	OP Y5, Y13, Y5; \
+	OP Y6, Y14, Y6; \
+	OP Y7, Y15, Y7; \
 	JMP next8; \
 	store8:; \
 	VMOVUPS Y0, (DI)(R12*1); \
@@ -68,6 +70,10 @@ TEXT NAME(SB), NOSPLIT, $0-40; \
 	VZEROUPPER; \
 	RET
 
-NARY_SUM(·sumNF32AVX2, VADDPS)
+NARY(·sumNF32AVX2, VADDPS)
 
-NARY_SUM(·sumNF64AVX2, VADDPD)
+NARY(·sumNF64AVX2, VADDPD)
+
+NARY(·prodNF32AVX2, VMULPS)
+
+NARY(·prodNF64AVX2, VMULPD)
