@@ -352,8 +352,9 @@ func TestAllocMatchesRing(t *testing.T) {
 
 func matchRing[T comm.Element](t *testing.T, n int) {
 	t.Helper()
-	// Just past the floor: blocks longer than a piece of the reduction
-	// chain on 2 ranks; and a recursive-doubling size below it.
+	// Just past the floor: blocks of uneven length, so that ReduceN's
+	// vector kernels leave a tail to the chain of two-operand steps; and
+	// a recursive-doubling size below it.
 	for _, count := range []int{plan.SingleCopyMin/int(unsafe.Sizeof(*new(T))) + 1, 1001} {
 		matchCount[T](t, n, count)
 	}
