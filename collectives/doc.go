@@ -10,10 +10,11 @@
 //
 // One allreduce reads memory rather than messages: SingleCopyAllReduce,
 // for buffers every rank of one host maps (comm.Alloc), reduces each
-// rank's block straight from its peers' buffers and copies the others
-// from their owners, with the ring's bits; the transport carries only
-// its header and three empty messages per peer (window.go). Below
-// Options.SingleCopyMin bytes the table's other rows choose (choose.go).
+// rank's block straight from its peers' buffers, in one pass over them
+// (reduce.ReduceN), and copies the others from their owners, with the
+// ring's bits; the transport carries only its header and three empty
+// messages per peer (window.go). Below Options.SingleCopyMin bytes the
+// table's other rows choose (choose.go).
 //
 // A Mux shares one transport between several communicators and
 // point-to-point lanes (see Mux and Channel): sub-communicators are Groups

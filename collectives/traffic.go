@@ -26,7 +26,7 @@ type TrafficCounts struct {
 	// those copies, one on each side.)
 	Sent int64
 	// ReduceRead and ReduceWritten are the bytes the reductions read
-	// (both operands) and wrote; with 16-bit data summed in float32,
+	// (every operand: two, or the single copy's n) and wrote; with 16-bit data summed in float32,
 	// the float32 partials count at their size.
 	ReduceRead, ReduceWritten int64
 	// Copied is the bytes the calls copied (each read once and written
@@ -73,6 +73,13 @@ func (t *Traffic) copying(n int) {
 func (c *call) reduce(dt reduce.DType, op reduce.Op, dst, a, b []byte) {
 	reduce.Reduce(dt, op, dst, a, b)
 	c.tally.reduced(len(a)+len(b), len(dst))
+}
+
+// reduceN is reduce.ReduceN, counted: every input read once, dst
+// written once.
+func (c *call) reduceN(dt reduce.DType, op reduce.Op, dst []byte, ins [][]byte) {
+	reduce.ReduceN(dt, op, dst, ins)
+	c.tally.reduced(len(ins)*len(dst), len(dst))
 }
 
 // copy is the built-in copy, counted.

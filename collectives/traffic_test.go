@@ -67,6 +67,9 @@ func (p *pipes) Release(transport.Message) {}
 // copy (n-1)S, 9(n-1)S moved against the bound's (3n-1)S; recursive
 // doubling sends, and reduces, the whole buffer log2(n) times on every
 // rank. The tree also pins its root's share, the most any rank moves.
+// The single copy (buffers every rank reads in place) sends nothing,
+// reads every rank's input once to reduce it (nS, S written) and copies
+// (n-1)S: the bound itself.
 func TestTrafficModel(t *testing.T) {
 	const S = 1 << 20 // float32, divisible into 16 equal chunks
 	ring := func(n int64) collectives.TrafficCounts {
@@ -83,6 +86,9 @@ func TestTrafficModel(t *testing.T) {
 		k := n * log2(n)
 		return collectives.TrafficCounts{Sent: k * S, ReduceRead: 2 * k * S, ReduceWritten: k * S}
 	}
+	single := func(n int64) collectives.TrafficCounts {
+		return collectives.TrafficCounts{ReduceRead: n * S, ReduceWritten: S, Copied: (n - 1) * S}
+	}
 	type tc struct {
 		algo  collectives.Algo
 		n     int
@@ -96,7 +102,8 @@ func TestTrafficModel(t *testing.T) {
 			tc{collectives.Rabenseifner, n, 0, ring},
 			tc{collectives.Tree, n, 0, ring},
 			tc{collectives.Pairwise, n, 0, ring},
-			tc{collectives.RecursiveDoubling, n, 0, rd})
+			tc{collectives.RecursiveDoubling, n, 0, rd},
+			tc{collectives.SingleCopy, n, 0, single})
 		if n > 2 {
 			// Hier needs a host with several ranks and more than one
 			// host: two of n/2.
@@ -120,6 +127,9 @@ func TestTrafficModel(t *testing.T) {
 			if sum.Moved() < bound {
 				t.Errorf("moved %d bytes, below the bound's %d: the counts miss something", sum.Moved(), bound)
 			}
+			if c.algo == collectives.SingleCopy && sum.Moved() != bound {
+				t.Errorf("the single copy moved %d bytes, not the bound's %d", sum.Moved(), bound)
+			}
 			if c.algo == collectives.Tree {
 				// Rank 0 reduces what each of its log2(n) children sends
 				// and sends each the result.
@@ -138,7 +148,8 @@ func TestTrafficModel(t *testing.T) {
 
 // runCounted runs one float32 sum allreduce of size bytes on n goroutine
 // ranks with algo forced, checks every rank's result, and returns what
-// each rank's Traffic counted.
+// each rank's Traffic counted. SingleCopy is not forced but taken: the
+// ranks' buffers are one another's views, as comm.Alloc's would be.
 func runCounted(t *testing.T, algo collectives.Algo, n, hosts, size int) []collectives.TrafficCounts {
 	t.Helper()
 	var hostOf []int
@@ -151,17 +162,31 @@ func runCounted(t *testing.T, algo collectives.Algo, n, hosts, size int) []colle
 	tallies := make([]collectives.Traffic, n)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	views := make([][]byte, n)
+	for r := range views {
+		views[r] = make([]byte, size)
+	}
 	errs := onRanks(n, func(r int) error {
+		algos := map[collectives.Kind]collectives.Algo{collectives.AllReduce: algo}
+		if algo == collectives.SingleCopy {
+			algos = nil
+		}
 		g := collectives.NewGroup(mesh[r], collectives.Options{
-			Algos: map[collectives.Kind]collectives.Algo{collectives.AllReduce: algo}, Hosts: hostOf, Traffic: &tallies[r],
+			Algos: algos, Hosts: hostOf, Traffic: &tallies[r],
 			// HierPipe in stages of 64 KiB: 16 of them, the same
 			// bytes moved as by Hier.
 			HierSegment: 64 << 10})
-		buf := make([]byte, size)
+		buf := views[r]
 		for i := 0; i < size/4; i++ {
 			binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(float32(r+i%7)))
 		}
-		if err := g.AllReduce(ctx, buf, reduce.Float32, reduce.Sum); err != nil {
+		var err error
+		if algo == collectives.SingleCopy {
+			err = g.SingleCopyAllReduce(ctx, views, reduce.Float32, reduce.Sum, 0)
+		} else {
+			err = g.AllReduce(ctx, buf, reduce.Float32, reduce.Sum)
+		}
+		if err != nil {
 			return err
 		}
 		for i := 0; i < size/4; i++ {

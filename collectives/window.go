@@ -24,13 +24,10 @@ import (
 // x_k op (x_{k-1} op (... op (x_{k+2} op x_{k+1})))), with the same
 // operands on each side and Avg divided by the owner, so that the result
 // has the ring's bits, to the last one, for every type and op this path
-// takes. The partial results live in a scratch piece small enough to
-// stay in cache; only the last step writes the rank's own buffer.
-
-// singleCopyPiece is how much of a block is reduced through the chain
-// at a time: the scratch of partial results, which stays in cache. A
-// multiple of every element size.
-const singleCopyPiece = 64 << 10
+// takes. reduce.ReduceN does it in one pass over the n inputs, the
+// partial results kept in registers (or in a piece of scratch that
+// stays in cache): each input is read once and only the rank's own
+// buffer is written.
 
 // SingleCopyFits says whether an allreduce of dt and op can take the
 // single-copy path: a valid pair on several ranks of one host, not an
@@ -135,28 +132,18 @@ func (c *call) heard(peer int) error {
 }
 
 // reduceBlock reduces this rank's block of every rank's buffer into its
-// own, in the ring's order: the partial results go through scratch, a
-// piece at a time, and the last step, x_r op partial, writes the buffer.
+// own, in the ring's order: ins[j] is rank r-j's block, so that ReduceN's
+// x_r op (x_{r-1} op (... op x_{r+1})) is the ring's.
 func (c *call) reduceBlock(views [][]byte, count int, dt reduce.DType, op reduce.Op) {
-	n, k, es := c.g.n, c.g.rank, dt.Size()
-	dst := chunk(views[k], count, n, k, es)
+	n, r, es := c.g.n, c.g.rank, dt.Size()
+	dst := chunk(views[r], count, n, r, es)
 	if len(dst) == 0 {
 		return
 	}
-	in := func(j int) []byte { return chunk(views[mod(k+j, n)], count, n, k, es) }
-	if n == 2 {
-		c.reduce(dt, op, dst, dst, in(1))
-		return
+	var inline [16][]byte
+	ins := inline[:0]
+	for j := range n {
+		ins = append(ins, chunk(views[mod(r-j, n)], count, n, r, es))
 	}
-	scratch, h := getScratch(min(singleCopyPiece, len(dst)))
-	defer putScratch(h)
-	for at := 0; at < len(dst); at += singleCopyPiece {
-		end := min(at+singleCopyPiece, len(dst))
-		acc := scratch[:end-at]
-		c.reduce(dt, op, acc, in(2)[at:end], in(1)[at:end])
-		for j := 3; j < n; j++ {
-			c.reduce(dt, op, acc, in(j)[at:end], acc)
-		}
-		c.reduce(dt, op, dst[at:end], dst[at:end], acc)
-	}
+	c.reduceN(dt, op, dst, ins)
 }

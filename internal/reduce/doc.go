@@ -88,6 +88,16 @@
 // for float16; the AVX-512 level uses them), from the same _gen, with the
 // Go loops for tails and other CPUs; both give the same bits.
 //
+// [ReduceN] reduces k inputs into one in a single pass, x_0 op (x_1 op
+// (... op (x_{k-2} op x_{k-1}))), with the bits of that chain of Reduce
+// calls: each input is read once and the result written once, where the
+// chain reads and writes every partial result. Float32 and Float64 Sum
+// (and Avg) and Prod have AVX2 kernels for it that keep the partial
+// results in registers (nary_amd64.s, written by hand like Exact's: one
+// macro, one loop), used at the AVX2 level and above; everything else
+// goes through the chain of Reduce calls a cache-sized piece at a time. The single-copy
+// allreduce uses it to reduce a block of every rank's buffer.
+//
 // Avg is reduced exactly as Sum; the caller divides once at the end with
 // [Scale].
 //
