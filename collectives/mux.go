@@ -12,13 +12,12 @@ import (
 
 // A Mux shares one transport between several communicators (a job and the
 // sub-communicators split from it) and the point-to-point messages of
-// each. Every message carries a 16-byte lane header: the communicator's
-// id and a lane within it (0 for collectives, 1+tag for point-to-point);
-// but for the commonest, a collective's first message to a peer on the
-// job's communicator (id 0): its call header, which starts with bytes no
-// lane header does, says whose it is, and the message goes without, so
-// that a 16-byte allreduce over shared memory fits the cache line the
-// receiver polls.
+// each. A message carries a 16-byte lane header: the communicator's id
+// and a lane within it (0 for collectives, 1+tag for point-to-point).
+// One kind goes without, the commonest: a collective's first message to
+// a peer on the job's communicator (id 0), whose call header, starting
+// with bytes no lane header does, says whose it is; so a 16-byte
+// allreduce over shared memory fits the cache line the receiver polls.
 //
 // Receiving: one goroutine at a time pulls from a peer's stream (the
 // transport's contract). A message for the lane being waited for is
@@ -49,8 +48,9 @@ type Mux struct {
 	rank, maxMessage int
 }
 
-// MuxHeader is the bytes the mux adds to every message; a multiple of 8 so
-// that payloads keep their alignment in the slot.
+// MuxHeader is the bytes the mux adds to a message (to all but a job
+// collective's first to a peer: see Mux); a multiple of 8 so that
+// payloads keep their alignment in the slot.
 const MuxHeader = 16
 
 const muxMagic = 0x584d4347 // "GCMX"
