@@ -18,15 +18,15 @@ import (
 // and length. The sender publishes a message by storing the sequence
 // number last; the receiver polls that word, which is also its futex word.
 // A small message travels inline, right behind the 8-byte sequence and
-// length words, so that up to 56 bytes (the 8-byte allreduce's payload
-// with the collective's and the mux's headers) share one cache line with
+// length words, so that up to 56 bytes (a 24-byte allreduce's payload
+// behind its call header, on the job's communicator) share one line with
 // the word the receiver polls: the line that brings the news brings the
 // data. With a 64-bit sequence word in front of the length, the payload
 // started at byte 16 and the 8 bytes of data fell into the next line,
 // which the receiver then waited for on its first load of them. A
 // message of up to inlineMax bytes starts there too and runs on from the
 // header into the slot's body, so that it spans as few lines as its size
-// allows: started at the body, a 304-byte one (a 256-byte allreduce's)
+// allows: started at the body, a 300-byte one (about a 256-byte allreduce's)
 // took six lines where five hold it, and each line is a transfer between
 // the two cores. Larger messages start at the body, a line pair's start.
 const (
