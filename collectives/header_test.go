@@ -2,6 +2,7 @@ package collectives
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -144,6 +145,45 @@ func TestHeaderSharesMessage(t *testing.T) {
 			if want := float32(2 * (i % 1000)); v[i] != want {
 				t.Fatalf("%d bytes (channel %v): element %d is %v, want %v", tc.bytes, tc.channel, i, v[i], want)
 			}
+		}
+	}
+}
+
+// TestJobLaneWithoutMuxHeader: a call's first message to a peer on the
+// job's communicator (id 0) is its call header and payload alone, 16
+// bytes fewer than on any other communicator, whose messages keep the
+// lane header; either way the sum is right. A message with neither in
+// front is refused as not the mux's.
+func TestJobLaneWithoutMuxHeader(t *testing.T) {
+	for _, tc := range []struct {
+		id   uint64
+		want int
+	}{
+		{0, hdrLen + 16},
+		{5, MuxHeader + hdrLen + 16},
+	} {
+		m := &mirror{}
+		ch, err := NewMux(m, 0).Channel(tc.id, []int{0, 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := NewGroup(ch, Options{})
+		buf := make([]byte, 16)
+		v := unsafe.Slice((*float32)(unsafe.Pointer(&buf[0])), 4)
+		copy(v, []float32{1, 2, 3, 4})
+		if err := g.AllReduce(context.Background(), buf, reduce.Float32, reduce.Sum); err != nil {
+			t.Fatalf("communicator %d: %v", tc.id, err)
+		}
+		if m.n != tc.want {
+			t.Errorf("communicator %d: a 16-byte allreduce sent %d bytes, want %d", tc.id, m.n, tc.want)
+		}
+		if want := []float32{2, 4, 6, 8}; !slices.Equal(v, want) {
+			t.Errorf("communicator %d: sum %v, want %v", tc.id, v, want)
+		}
+	}
+	for _, b := range [][]byte{make([]byte, 64), []byte("GCMX")} {
+		if l, _, ok := laneOf(b); ok {
+			t.Errorf("% x taken for a message of lane %+v", b, l)
 		}
 	}
 }

@@ -12,8 +12,12 @@ import (
 
 // A Mux shares one transport between several communicators (a job and the
 // sub-communicators split from it) and the point-to-point messages of
-// each. Every message carries a 16-byte lane header: the communicator's
-// id and a lane within it (0 for collectives, 1+tag for point-to-point).
+// each. A message carries a 16-byte lane header: the communicator's id
+// and a lane within it (0 for collectives, 1+tag for point-to-point).
+// One kind goes without, the commonest: a collective's first message to
+// a peer on the job's communicator (id 0), whose call header, starting
+// with bytes no lane header does, says whose it is; so a 16-byte
+// allreduce over shared memory fits the cache line the receiver polls.
 //
 // Receiving: one goroutine at a time pulls from a peer's stream (the
 // transport's contract). A message for the lane being waited for is
@@ -44,8 +48,9 @@ type Mux struct {
 	rank, maxMessage int
 }
 
-// MuxHeader is the bytes the mux adds to every message; a multiple of 8 so
-// that payloads keep their alignment in the slot.
+// MuxHeader is the bytes the mux adds to a message (to all but a job
+// collective's first to a peer: see Mux); a multiple of 8 so that
+// payloads keep their alignment in the slot.
 const MuxHeader = 16
 
 const muxMagic = 0x584d4347 // "GCMX"
@@ -170,16 +175,24 @@ func (m *Mux) sendLocked(ctx context.Context, ps *muxPeer, peer int, l lane, hdr
 	if ps.sendBuf == nil {
 		ps.sendBuf = make([]byte, m.maxMessage)
 	}
+	var b []byte
 	h := MuxHeader
-	if hdr != nil {
-		h += hdrLen
-	}
-	b := ps.sendBuf[:h+len(p)]
-	binary.LittleEndian.PutUint32(b[0:], muxMagic)
-	binary.LittleEndian.PutUint32(b[4:], l.lane)
-	binary.LittleEndian.PutUint64(b[8:], l.comm)
-	if hdr != nil {
-		hdr.put(b[MuxHeader:])
+	if hdr != nil && l == (lane{}) {
+		// The job's collective lane: the call header alone (see Mux).
+		h = hdrLen
+		b = ps.sendBuf[:h+len(p)]
+		hdr.put(b)
+	} else {
+		if hdr != nil {
+			h += hdrLen
+		}
+		b = ps.sendBuf[:h+len(p)]
+		binary.LittleEndian.PutUint32(b[0:], muxMagic)
+		binary.LittleEndian.PutUint32(b[4:], l.lane)
+		binary.LittleEndian.PutUint64(b[8:], l.comm)
+		if hdr != nil {
+			hdr.put(b[MuxHeader:])
+		}
 	}
 	if m.parts != nil {
 		// Straight from p into the peer's slot, if one is free.
@@ -323,14 +336,13 @@ func (m *Mux) drain(ctx context.Context, peer int) error {
 // queue copies msg out of its slot into its lane's queue and releases
 // the slot.
 func (m *Mux) queue(peer int, msg transport.Message) error {
-	b := msg.Data
-	if len(b) < MuxHeader || binary.LittleEndian.Uint32(b) != muxMagic {
+	got, data, ok := laneOf(msg.Data)
+	if !ok {
 		m.t.Release(msg)
 		return &transport.PeerError{Peer: peer, Op: "recv from",
-			Err: fmt.Errorf("%d bytes without a communicator header (a peer not sharing its connections the same way): %w", len(b), ErrMismatch)}
+			Err: fmt.Errorf("%d bytes without a communicator header (a peer not sharing its connections the same way): %w", len(msg.Data), ErrMismatch)}
 	}
-	got := lane{comm: binary.LittleEndian.Uint64(b[8:]), lane: binary.LittleEndian.Uint32(b[4:])}
-	d := append([]byte(nil), b[MuxHeader:]...)
+	d := append([]byte(nil), data...)
 	m.t.Release(msg)
 	p := m.peers[peer]
 	p.mu.Lock()
@@ -424,10 +436,8 @@ func (m *Mux) recvStream(ctx context.Context, p *muxPeer, peer int, l lane, out 
 			p.giveBack(&p.busy)
 			return err
 		}
-		b := msg.Data
-		if len(b) >= MuxHeader && binary.LittleEndian.Uint32(b) == muxMagic &&
-			(lane{comm: binary.LittleEndian.Uint64(b[8:]), lane: binary.LittleEndian.Uint32(b[4:])}) == l {
-			out.Data, out.Peer, out.Slot = b[MuxHeader:], msg.Peer, msg.Slot
+		if got, data, ok := laneOf(msg.Data); ok && got == l {
+			out.Data, out.Peer, out.Slot = data, msg.Peer, msg.Slot
 			return nil // busy until Release
 		}
 		if err := m.queue(peer, msg); err != nil {
@@ -435,6 +445,19 @@ func (m *Mux) recvStream(ctx context.Context, p *muxPeer, peer int, l lane, out 
 			return err
 		}
 	}
+}
+
+// laneOf is the lane of message b and what it carries for that lane, or
+// false if b is not a mux's message: behind a lane header, or, for the
+// job's collectives, the whole message, a call header first (see Mux).
+func laneOf(b []byte) (lane, []byte, bool) {
+	if len(b) >= MuxHeader && binary.LittleEndian.Uint32(b) == muxMagic {
+		return lane{comm: binary.LittleEndian.Uint64(b[8:]), lane: binary.LittleEndian.Uint32(b[4:])}, b[MuxHeader:], true
+	}
+	if len(b) >= hdrLen && binary.LittleEndian.Uint16(b) == hdrMagic && b[2] == hdrVer {
+		return lane{}, b, true
+	}
+	return lane{}, nil, false
 }
 
 func (m *Mux) release(msg transport.Message) {

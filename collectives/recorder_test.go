@@ -13,9 +13,16 @@ import (
 // TestRecorder: the flight recorder keeps the last calls, oldest first,
 // as they were called; its counts stay exact across laps of the ring,
 // read while calls run; a Timed one has each call's times and outcome.
+// The calls' sizes repeat with a period that does not divide the ring's
+// 16 slots (each lap rewrites a slot with another call) or does (each lap
+// finds its slot holding the same call but for the number).
 func TestRecorder(t *testing.T) {
 	ctx := context.Background()
-	for _, timed := range []bool{false, true} {
+	for _, tc := range []struct {
+		timed  bool
+		period int
+	}{{false, 3}, {true, 3}, {false, 2}, {true, 2}} {
+		timed := tc.timed
 		g := NewGroup(&mirror{}, Options{Recorded: 16, Timed: timed})
 		if got := g.Records(nil); len(got) != 0 {
 			t.Fatalf("records before any call: %v", got)
@@ -38,7 +45,7 @@ func TestRecorder(t *testing.T) {
 		before := time.Now()
 		const n = 1000
 		for i := range n {
-			buf := make([]byte, 4*(1+i%3))
+			buf := make([]byte, 4*(1+i%tc.period))
 			if err := g.AllReduce(ctx, buf, reduce.Float32, reduce.Max); err != nil {
 				t.Fatal(err)
 			}
@@ -54,9 +61,12 @@ func TestRecorder(t *testing.T) {
 		if len(recs) != 16 {
 			t.Fatalf("timed %v: %d records, want 16", timed, len(recs))
 		}
-		for i, r := range recs {
+		for i, r := range recs[:15] {
 			if want := uint64(n + 1 - 15 + i); r.Seq != want {
 				t.Errorf("record %d: call #%d, want #%d", i, r.Seq, want)
+			}
+			if want := 1 + int(r.Seq-1)%tc.period; r.Count != want {
+				t.Errorf("period %d: call #%d has %d elements, want %d", tc.period, r.Seq, r.Count, want)
 			}
 		}
 		last := recs[len(recs)-1]
@@ -90,8 +100,12 @@ func TestRecorder(t *testing.T) {
 		if calls[AllReduce] != n+1 || calls[Broadcast] != 0 {
 			t.Errorf("counts: %d allreduces, %d broadcasts; want %d, 0", calls[AllReduce], calls[Broadcast], n+1)
 		}
-		// 4, 8, 12 bytes in turn, then 40.
-		if want := uint64(4*(n/3)*(1+2+3) + 4 + 40); bytes[AllReduce] != want {
+		// 4, 8, ... bytes in turn, then 40.
+		want := uint64(40)
+		for i := range n {
+			want += uint64(4 * (1 + i%tc.period))
+		}
+		if bytes[AllReduce] != want {
 			t.Errorf("bytes: %d, want %d", bytes[AllReduce], want)
 		}
 	}

@@ -14,8 +14,9 @@ import (
 )
 
 // testMux shares each rank's transport between communicators: the whole
-// job (id 1), the even and the odd ranks (ids 2 and 3), and point-to-point
-// lanes. The two halves run allreduces concurrently with the whole job's
+// job (id 0, whose collectives' first messages go without a lane header:
+// see collectives.Mux), the even and the odd ranks (ids 2 and 3), and
+// point-to-point lanes. The two halves run allreduces concurrently with the whole job's
 // allreduces and with tagged messages, each from its own goroutine, and
 // every result is checked; a lane nobody is receiving from (tag 9, read
 // only at the end) must neither lose its messages nor block the others.
@@ -40,7 +41,7 @@ func testMux(t *testing.T, mesh Mesh, n int) {
 	var wg sync.WaitGroup
 	errs := make(chan error, 4*n)
 	for r := 0; r < n; r++ {
-		world, err := muxes[r].Channel(1, all)
+		world, err := muxes[r].Channel(0, all)
 		if err != nil {
 			t.Fatal(err)
 		}

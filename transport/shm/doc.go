@@ -29,9 +29,10 @@
 // head only when the credits it last saw run out); it copies the payload
 // into slot sent%Slots and publishes it by storing the slot's sequence
 // number; the receiver polls that word, hands out a view of the slot, and
-// advances head on Release. Messages of up to 56 bytes sit right after the
-// 32-bit sequence number and length, so the cache line the receiver polls
-// carries them. Single producer, single consumer, no locks and no system
+// advances head on Release. Messages of up to 504 bytes start right after
+// the 32-bit sequence number and length, so the cache line the receiver
+// polls carries the first 56 bytes of them (all of a small one), and the
+// rest follows in as few lines as it fills. Single producer, single consumer, no locks and no system
 // calls while both sides are busy.
 //
 // A waiting call spins on its word for Options.Spin and then parks in a

@@ -18,12 +18,17 @@ import (
 // and length. The sender publishes a message by storing the sequence
 // number last; the receiver polls that word, which is also its futex word.
 // A small message travels inline, right behind the 8-byte sequence and
-// length words, so that up to 56 bytes (the 8-byte allreduce's payload
-// with the collective's and the mux's headers) share one cache line with
+// length words, so that up to 56 bytes (a 24-byte allreduce's payload
+// behind its call header, on the job's communicator) share one line with
 // the word the receiver polls: the line that brings the news brings the
 // data. With a 64-bit sequence word in front of the length, the payload
 // started at byte 16 and the 8 bytes of data fell into the next line,
-// which the receiver then waited for on its first load of them.
+// which the receiver then waited for on its first load of them. A
+// message of up to inlineMax bytes starts there too and runs on from the
+// header into the slot's body, so that it spans as few lines as its size
+// allows: started at the body, a 300-byte one (about a 256-byte allreduce's)
+// took six lines where five hold it, and each line is a transfer between
+// the two cores. Larger messages start at the body, a line pair's start.
 const (
 	offHead    = 0   // uint64, messages released; written by the receiver
 	offRxSleep = 128 // uint32, the receiver is (about to be) parked on a slot
@@ -36,7 +41,7 @@ const (
 	offSeq     = 0   // uint32 in the slot header: message number + 1, mod 2^32
 	offLen     = 4   // uint32 in the slot header: payload length
 	offInline  = 8   // payloads of up to inlineMax bytes start here
-	inlineMax  = slotHdr - offInline
+	inlineMax  = 512 - offInline
 	slotsStart = pageSize
 )
 

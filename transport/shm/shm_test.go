@@ -90,9 +90,10 @@ func TestConformanceSmallSlots(t *testing.T) {
 	})
 }
 
-// TestMessageLengths sends every length from 0 to past the slot header
-// twice over, and one byte short of and at a full slot: short messages
-// travel inside the slot header, longer ones after it, and each must come
+// TestMessageLengths sends every length from 0 to past inlineMax, and one
+// byte short of and at a full slot: short messages start inside the slot
+// header (the longer of them running on into the body), longer ones at
+// the body, and each must come
 // out with its own length and bytes, whichever slot of the ring it used.
 // A slot size that is not a whole number of 128-byte line pairs must work
 // too.
@@ -108,7 +109,7 @@ func testMessageLengths(t *testing.T, ts []*shm.Transport) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	lengths := []int{ts[0].MaxMessage() - 1, ts[0].MaxMessage()}
-	for n := 0; n <= 300; n++ {
+	for n := 0; n <= 600; n++ { // across both places a message may start
 		lengths = append(lengths, n)
 	}
 	pattern := func(n int) []byte {
