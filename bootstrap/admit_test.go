@@ -349,11 +349,7 @@ func TestLocalRankNoMunge(t *testing.T) {
 	defer srv.Close()
 	ctx := testCtx(t)
 	cred := func(session [auth.KeyLen]byte) []byte {
-		c, err := mungeEncode(ctx, socket, mungeBinding(byRank, session, job))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return []byte(c)
+		return mungeCred(ctx, t, socket, mungeBinding(byRank, session, job))
 	}
 
 	c, err := DialJob(ctx, Config{Addr: srv.Addr(), Source: "slurm", Job: job, Munge: true, MungeSocket: socket})

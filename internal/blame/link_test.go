@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gocoll/gocoll/bootstrap"
 	"github.com/gocoll/gocoll/collectives"
+	"github.com/gocoll/gocoll/internal/conformance"
 	"github.com/gocoll/gocoll/internal/reduce"
 	"github.com/gocoll/gocoll/transport"
 	"github.com/gocoll/gocoll/transport/shm"
@@ -25,38 +25,11 @@ type connector func(ctx context.Context, store *bootstrap.Client, r, n int, toke
 func job(t *testing.T, n int, connect connector) ([]transport.Transport, []*collectives.Mux) {
 	t.Helper()
 	token := []byte("blame-link-token")
-	srv, err := bootstrap.Listen("127.0.0.1:0", token)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	ts := make([]transport.Transport, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			store, err := bootstrap.Dial(ctx, srv.Addr(), token)
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			t.Cleanup(func() { store.Close() })
-			ts[r], errs[r] = connect(ctx, store, r, n, token)
-		}()
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: connect: %v", r, err)
-		}
-	}
+	ts := conformance.Job(t, n, token, func(ctx context.Context, store *bootstrap.Client, r int) (transport.Transport, error) {
+		return connect(ctx, store, r, n, token)
+	})
 	ms := make([]*collectives.Mux, n)
 	for r, tr := range ts {
-		t.Cleanup(func() { tr.Close() })
 		ms[r] = collectives.NewMux(tr, 0)
 	}
 	return ts, ms
@@ -76,10 +49,18 @@ func TestLinkFromTransports(t *testing.T) {
 		connect connector
 	}{
 		{"tcp", func(ctx context.Context, s *bootstrap.Client, r, n int, token []byte) (transport.Transport, error) {
-			return tcp.Connect(ctx, s, r, n, token, tcp.Options{LinkOptions: transport.LinkOptions{Crowded: true}})
+			tr, err := tcp.Connect(ctx, s, r, n, token, tcp.Options{LinkOptions: transport.LinkOptions{Crowded: true}})
+			if err != nil {
+				return nil, err
+			}
+			return tr, nil
 		}},
 		{"shm", func(ctx context.Context, s *bootstrap.Client, r, n int, token []byte) (transport.Transport, error) {
-			return shm.Connect(ctx, s, r, n, token, shm.Options{LinkOptions: transport.LinkOptions{Crowded: true}})
+			tr, err := shm.Connect(ctx, s, r, n, token, shm.Options{LinkOptions: transport.LinkOptions{Crowded: true}})
+			if err != nil {
+				return nil, err
+			}
+			return tr, nil
 		}},
 	}
 	split := []int{0, 2}
