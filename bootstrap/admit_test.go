@@ -166,6 +166,21 @@ func dialFrom(t *testing.T, ns, addr string) net.Conn {
 	return d.c
 }
 
+// slurmStore serves the store of job, a tokenless Slurm job of two ranks,
+// with a munged of the test's own (at socket), on this end of a netnsPair
+// whose other end, ns, plays another host. The test's end closes it.
+func slurmStore(t *testing.T, job string) (srv *Server, socket, ns string) {
+	t.Helper()
+	ns, local, _ := netnsPair(t)
+	socket, _ = startMunged(t)
+	srv, err := ServeFor(Config{Rank: 0, Size: 2, Addr: local + ":0", Source: "slurm", Job: job, Munge: true, MungeSocket: socket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	return srv, socket, ns
+}
+
 // TestMungeCredentialBound: under Slurm, a store without a token admits a
 // connection from another host whose munge credential is of its uid and
 // bound to that connection, and hands it the job's secret with a
@@ -175,14 +190,8 @@ func dialFrom(t *testing.T, ns, addr string) net.Conn {
 // connection (relayed) or to another job: each refusal matches
 // auth.ErrDenied and ErrJoinRefused.
 func TestMungeCredentialBound(t *testing.T) {
-	ns, local, _ := netnsPair(t)
-	socket, _ := startMunged(t)
 	const job = "slurm 4242.0"
-	srv, err := ServeFor(Config{Rank: 0, Size: 2, Addr: local + ":0", Source: "slurm", Job: job, Munge: true, MungeSocket: socket})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	srv, socket, ns := slurmStore(t, job)
 	ctx := testCtx(t)
 	cred := func(session [auth.KeyLen]byte, job string) []byte {
 		c, err := mungeEncode(ctx, socket, mungeBinding(byRank, session, job))
@@ -338,15 +347,9 @@ func countRuns(t *testing.T, names ...string) (runs func(name string) int) {
 // A rank of another host costs the store one unmunge and one munge, which
 // the counts see.
 func TestLocalRankNoMunge(t *testing.T) {
-	ns, local, _ := netnsPair(t)
-	socket, _ := startMunged(t)
-	runs := countRuns(t, "munge", "unmunge")
 	const job = "slurm 4343.0"
-	srv, err := ServeFor(Config{Rank: 0, Size: 2, Addr: local + ":0", Source: "slurm", Job: job, Munge: true, MungeSocket: socket})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	srv, socket, ns := slurmStore(t, job)
+	runs := countRuns(t, "munge", "unmunge")
 	ctx := testCtx(t)
 	cred := func(session [auth.KeyLen]byte) []byte {
 		return mungeCred(ctx, t, socket, mungeBinding(byRank, session, job))
