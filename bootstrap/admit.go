@@ -23,10 +23,12 @@ import (
 // Slurm (see munge.go) and nothing elsewhere. The store admits
 //
 //   - a process of its own user on its own host (the uid of the caller's
-//     socket, checked before the handshake; see internal/peercred);
+//     socket, checked before the handshake; see internal/peercred),
+//     whatever it sent: a credential from this host is read with the
+//     admit and not decoded, since the uid has said more than it could,
+//     and each unmunge is a process of its own;
 //   - under Slurm, a rank of another host that sent a munge credential of
-//     the store's uid bound to this connection (any credential sent is
-//     checked, on this host too);
+//     the store's uid bound to this connection;
 //   - with GOCOLL_INSECURE=1 (or a store a program serves itself with
 //     Serve), anyone;
 //
@@ -39,10 +41,12 @@ import (
 // The rank, in turn, takes the secret only from a store it can place
 // (untrustedStore otherwise): before a byte, one on its own host must
 // listen as its own user (the owner of the store's end of the
-// connection); under Slurm, one of another host must send, with the
+// connection), and then the rank sends no credential, as the store admits
+// it by uid; under Slurm, one of another host must send, with the
 // secret, a munge credential of the rank's uid bound to this connection
 // and labelled as the store's (byStore), so that neither a credential of
-// another connection nor the rank's own reflected back will do. A store of
+// another connection nor the rank's own reflected back will do. The
+// store sends its credential to a rank of another host that sent one. A store of
 // another host without munge (torchrun's, Open MPI's with
 // GOCOLL_INSECURE=1), and any store with GOCOLL_INSECURE=1, is taken on
 // trust.
@@ -75,10 +79,11 @@ func (e *notAdmitted) Is(target error) bool {
 
 // admit reads a connection's first request, which must be an admit, and
 // decides; it answers the admitted with the sealed job secret and, to a
-// rank that proved itself with munge, a munge credential of the store's
-// own bound to the connection (byStore), by which the rank knows that the
-// store is of its job's user. The connection is c, its session key
-// session.
+// rank of another host that sent a munge credential, a munge credential
+// of the store's own bound to the connection (byStore), by which the
+// rank knows that the store is of its job's user (a rank of this host
+// knows it by the uid of the store's socket). The connection is c, its
+// session key session.
 func (s *Server) admit(c net.Conn, r *bufio.Reader, session [auth.KeyLen]byte) error {
 	op, _, cred, err := readRequest(r)
 	if err != nil {
@@ -99,7 +104,7 @@ func (s *Server) admit(c net.Conn, r *bufio.Reader, session [auth.KeyLen]byte) e
 	}
 	s.sayAdmitted(c, by)
 	answer := sealSecret(session, s.secret[:])
-	if len(cred) > 0 {
+	if len(cred) > 0 && by != byUID {
 		// Without munged here the answer has no credential, and a rank
 		// of another host says so as it refuses this store.
 		if own, err := mungeEncode(ctx, socket, mungeBinding(byStore, session, job)); err == nil {
@@ -111,21 +116,25 @@ func (s *Server) admit(c net.Conn, r *bufio.Reader, session [auth.KeyLen]byte) e
 	return writeFrame(c, statusOK, answer, nil)
 }
 
-// admission says how c is admitted ("uid", "munge", "GOCOLL_INSECURE"),
-// or why not.
+// byUID is how admission says it admitted a process of this host.
+const byUID = "uid"
+
+// admission says how c is admitted (byUID, "munge", "GOCOLL_INSECURE"),
+// or why not. A connection from this host is admitted by its uid before
+// any credential it sent is looked at.
 func (s *Server) admission(ctx context.Context, c net.Conn, mode admitMode, socket string, session [auth.KeyLen]byte, job, cred string) (by, why string) {
-	if mode == admitMunge && cred != "" {
-		if why := mungeCheck(ctx, socket, cred, mungeBinding(byRank, session, job)); why != "" {
-			return "", why
-		}
-		return "munge", ""
-	}
 	uid, err := peercred.Lookup(c)
 	if err != nil {
 		return "", "cannot tell where it connects from: " + err.Error()
 	}
 	if uid != peercred.Remote {
-		return "uid", "" // its uid was checked before the handshake
+		return byUID, "" // its uid was checked before the handshake
+	}
+	if mode == admitMunge && cred != "" {
+		if why := mungeCheck(ctx, socket, cred, mungeBinding(byRank, session, job)); why != "" {
+			return "", why
+		}
+		return "munge", ""
 	}
 	host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
 	switch mode {
@@ -155,15 +164,16 @@ func (s *Server) sayAdmitted(c net.Conn, by string) {
 }
 
 // admitClient asks the store of a job without a token to admit this
-// connection, with a munge credential bound to it if cfg.Munge, and
-// returns the job's secret the store sends back. A store of another host
-// (storeLocal false) proves itself the same way under munge: a rank that
-// sent a credential takes the secret only from a store whose own
-// credential, of this uid, names this connection.
+// connection, with a munge credential bound to it if cfg.Munge and the
+// store is not one of this host that admits it by uid (storeLocal, which
+// with cfg.Insecure was not looked at), and returns the job's secret the
+// store sends back. A store of another host proves itself the same way
+// under munge: a rank that sent a credential takes the secret only from a
+// store whose own credential, of this uid, names this connection.
 func (c *Client) admitClient(ctx context.Context, cfg Config, session [auth.KeyLen]byte, storeLocal bool) ([]byte, error) {
 	var cred string
 	var mungeErr error
-	if cfg.Munge {
+	if cfg.Munge && (cfg.Insecure || !storeLocal) {
 		cred, mungeErr = mungeEncode(ctx, cfg.MungeSocket, mungeBinding(byRank, session, cfg.Job))
 	}
 	answer, err := c.do(ctx, opAdmit, "", []byte(cred))

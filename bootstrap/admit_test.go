@@ -7,16 +7,20 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gocoll/gocoll/internal/auth"
 )
@@ -94,6 +98,20 @@ func rawAdmit(t *testing.T, s *Server) (*Client, [auth.KeyLen]byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return rawAdmitOn(t, c)
+}
+
+// rawAdmitFrom is rawAdmit from network namespace ns (see netnsPair): a
+// connection from another host.
+func rawAdmitFrom(t *testing.T, ns string, s *Server) (*Client, [auth.KeyLen]byte) {
+	t.Helper()
+	return rawAdmitOn(t, dialFrom(t, ns, s.Addr()))
+}
+
+// rawAdmitOn is rawAdmit on connection c, which it closes when the test
+// ends.
+func rawAdmitOn(t *testing.T, c net.Conn) (*Client, [auth.KeyLen]byte) {
+	t.Helper()
 	t.Cleanup(func() { c.Close() })
 	session, err := auth.HandshakeKey(c, nil, auth.Store, true, time.Now().Add(5*time.Second))
 	if err != nil {
@@ -102,21 +120,78 @@ func rawAdmit(t *testing.T, s *Server) (*Client, [auth.KeyLen]byte) {
 	return &Client{turn: make(chan struct{}, 1), conn: c, r: bufio.NewReader(c)}, session
 }
 
-// TestMungeCredentialBound: under Slurm, a store without a token admits a
-// connection whose munge credential is of its uid and bound to that
-// connection, and hands it the job's secret with a credential of its own
-// bound to the same connection. A credential presented a
-// second time, on another connection, is refused (munged's replay check),
-// and so is a fresh credential bound to another connection (relayed) or
-// to another job: each refusal matches auth.ErrDenied and ErrJoinRefused.
-func TestMungeCredentialBound(t *testing.T) {
-	socket, _ := startMunged(t)
-	const job = "slurm 4242.0"
-	srv, err := ServeFor(Config{Rank: 0, Size: 2, Addr: "127.0.0.1:0", Source: "slurm", Job: job, Munge: true, MungeSocket: socket})
+// dialFrom connects to addr from network namespace ns: the socket is
+// made by a thread that entered ns for the moment, so the connection
+// comes from the other end of netnsPair's link, as from another host.
+func dialFrom(t *testing.T, ns, addr string) net.Conn {
+	t.Helper()
+	type dialed struct {
+		c   net.Conn
+		err error
+	}
+	done := make(chan dialed, 1)
+	go func() {
+		runtime.LockOSThread()
+		home, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			runtime.UnlockOSThread()
+			done <- dialed{nil, err}
+			return
+		}
+		defer home.Close()
+		there, err := os.Open("/run/netns/" + ns)
+		if err != nil {
+			runtime.UnlockOSThread()
+			done <- dialed{nil, err}
+			return
+		}
+		defer there.Close()
+		if err := unix.Setns(int(there.Fd()), unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
+			done <- dialed{nil, fmt.Errorf("setns %s: %w", ns, err)}
+			return
+		}
+		c, err := net.Dial("tcp", addr)
+		// A thread that cannot go home stays locked, and ends with this
+		// goroutine.
+		if unix.Setns(int(home.Fd()), unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		}
+		done <- dialed{c, err}
+	}()
+	d := <-done
+	if d.err != nil {
+		t.Fatalf("dial %s from %s: %v", addr, ns, d.err)
+	}
+	return d.c
+}
+
+// slurmStore serves the store of job, a tokenless Slurm job of two ranks,
+// with a munged of the test's own (at socket), on this end of a netnsPair
+// whose other end, ns, plays another host. The test's end closes it.
+func slurmStore(t *testing.T, job string) (srv *Server, socket, ns string) {
+	t.Helper()
+	ns, local, _ := netnsPair(t)
+	socket, _ = startMunged(t)
+	srv, err := ServeFor(Config{Rank: 0, Size: 2, Addr: local + ":0", Source: "slurm", Job: job, Munge: true, MungeSocket: socket})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer srv.Close()
+	t.Cleanup(func() { srv.Close() })
+	return srv, socket, ns
+}
+
+// TestMungeCredentialBound: under Slurm, a store without a token admits a
+// connection from another host whose munge credential is of its uid and
+// bound to that connection, and hands it the job's secret with a
+// credential of its own bound to the same connection. A credential
+// presented a second time, on another connection, is refused (munged's
+// replay check), and so is a fresh credential bound to another
+// connection (relayed) or to another job: each refusal matches
+// auth.ErrDenied and ErrJoinRefused.
+func TestMungeCredentialBound(t *testing.T) {
+	const job = "slurm 4242.0"
+	srv, socket, ns := slurmStore(t, job)
 	ctx := testCtx(t)
 	cred := func(session [auth.KeyLen]byte, job string) []byte {
 		c, err := mungeEncode(ctx, socket, mungeBinding(byRank, session, job))
@@ -127,7 +202,7 @@ func TestMungeCredentialBound(t *testing.T) {
 	}
 
 	// Its own credential, on its own connection: admitted.
-	a, sa := rawAdmit(t, srv)
+	a, sa := rawAdmitFrom(t, ns, srv)
 	used := cred(sa, job)
 	answer, err := a.do(ctx, opAdmit, "", used)
 	if err != nil {
@@ -147,7 +222,7 @@ func TestMungeCredentialBound(t *testing.T) {
 	}
 
 	// Another connection's session key, for credentials made for it.
-	_, elsewhere := rawAdmit(t, srv)
+	_, elsewhere := rawAdmitFrom(t, ns, srv)
 	refusals := []struct {
 		name string
 		cred []byte
@@ -160,7 +235,7 @@ func TestMungeCredentialBound(t *testing.T) {
 	}
 	for _, r := range refusals {
 		t.Run(r.name, func(t *testing.T) {
-			c, _ := rawAdmit(t, srv)
+			c, _ := rawAdmitFrom(t, ns, srv)
 			_, err := c.do(ctx, opAdmit, "", r.cred)
 			if !errors.Is(err, auth.ErrDenied) || !errors.Is(err, ErrJoinRefused) || !strings.Contains(err.Error(), r.want) {
 				t.Fatalf("admit: %v; want auth.ErrDenied and ErrJoinRefused saying %q", err, r.want)
@@ -169,7 +244,8 @@ func TestMungeCredentialBound(t *testing.T) {
 	}
 	eventually(t, "the store counts each refusal", func() bool { return srv.Refused() == len(refusals) })
 
-	// Through DialJob, as a rank does: the same secret.
+	// Through DialJob, as a rank of the store's host does: the same
+	// secret.
 	c, err := DialJob(ctx, Config{Addr: srv.Addr(), Job: job, Munge: true, MungeSocket: socket})
 	if err != nil {
 		t.Fatal(err)
@@ -237,4 +313,111 @@ func TestAdmitFirst(t *testing.T) {
 		t.Fatal("a get before admission was answered")
 	}
 	eventually(t, "the store counts the refusal", func() bool { return srv.Refused() == 1 })
+}
+
+// countRuns puts commands named names ahead of the real ones on PATH for
+// the rest of the test: each logs its run and then is the real command.
+// It returns how many times each has run so far.
+func countRuns(t *testing.T, names ...string) (runs func(name string) int) {
+	t.Helper()
+	dir := t.TempDir()
+	for _, name := range names {
+		real, err := exec.LookPath(name)
+		if err != nil {
+			t.Fatalf("%s not found: this test runs the real one (apt-get install munge)", name)
+		}
+		script := "#!/bin/sh\necho run >> " + filepath.Join(dir, name+".runs") + "\nexec " + real + ` "$@"` + "\n"
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	return func(name string) int {
+		b, _ := os.ReadFile(filepath.Join(dir, name+".runs"))
+		return strings.Count(string(b), "run\n")
+	}
+}
+
+// TestLocalRankNoMunge: under Slurm, a store without a token admits a rank
+// of its own host by uid and runs no unmunge for it, nor a munge to prove
+// itself; the rank, which found the store its own user's, runs no munge
+// either. A connection of this host that sends a credential all the same
+// (a real one, or garbage) is admitted the same way, the credential read
+// with the request and left undecoded, and gets the job's secret alone.
+// A rank of another host costs the store one unmunge and one munge, which
+// the counts see.
+func TestLocalRankNoMunge(t *testing.T) {
+	const job = "slurm 4343.0"
+	srv, socket, ns := slurmStore(t, job)
+	runs := countRuns(t, "munge", "unmunge")
+	ctx := testCtx(t)
+	cred := func(session [auth.KeyLen]byte) []byte {
+		return mungeCred(ctx, t, socket, mungeBinding(byRank, session, job))
+	}
+
+	c, err := DialJob(ctx, Config{Addr: srv.Addr(), Source: "slurm", Job: job, Munge: true, MungeSocket: socket})
+	if err != nil {
+		t.Fatalf("a rank of the store's host: %v", err)
+	}
+	defer c.Close()
+	if err := c.Join(ctx, 0, 2, job); err != nil {
+		t.Fatalf("a rank of the store's host: %v", err)
+	}
+	if m, u := runs("munge"), runs("unmunge"); m != 0 || u != 0 {
+		t.Errorf("admitting a rank of the store's host ran munge %d times, unmunge %d times; want neither", m, u)
+	}
+	secret := c.LinkToken()
+	if len(secret) != secretLen {
+		t.Fatalf("the rank's link token: %d bytes, want the job's secret", len(secret))
+	}
+
+	for _, tc := range []struct {
+		name string
+		cred func(session [auth.KeyLen]byte) []byte
+	}{
+		{"its own credential", cred},
+		{"garbage", func([auth.KeyLen]byte) []byte { return []byte("MUNGE:garbage:") }},
+	} {
+		t.Run("this host, "+tc.name, func(t *testing.T) {
+			a, sa := rawAdmit(t, srv)
+			sent := tc.cred(sa)
+			m, u := runs("munge"), runs("unmunge")
+			answer, err := a.do(ctx, opAdmit, "", sent)
+			if err != nil {
+				t.Fatalf("admit: %v", err)
+			}
+			if len(answer) != sealedLen {
+				t.Errorf("the answer: %d bytes, want the sealed secret alone (%d): no store credential for a rank of its host", len(answer), sealedLen)
+			}
+			if got, err := openSecret(sa, answer[:min(len(answer), sealedLen)]); err != nil || !bytes.Equal(got, secret) {
+				t.Errorf("the secret: %x, %v; want the job's, %x", got, err, secret)
+			}
+			if dm, du := runs("munge")-m, runs("unmunge")-u; dm != 0 || du != 0 {
+				t.Errorf("the store ran munge %d times, unmunge %d times for it; want neither", dm, du)
+			}
+			// The protocol goes on: the credential was all of the admit.
+			if _, err := a.do(ctx, opPut, "after-admit", []byte("x")); err != nil {
+				t.Errorf("a put after the admit: %v", err)
+			}
+		})
+	}
+
+	t.Run("another host", func(t *testing.T) {
+		a, sa := rawAdmitFrom(t, ns, srv)
+		sent := cred(sa)
+		m, u := runs("munge"), runs("unmunge")
+		answer, err := a.do(ctx, opAdmit, "", sent)
+		if err != nil {
+			t.Fatalf("admit: %v", err)
+		}
+		if dm, du := runs("munge")-m, runs("unmunge")-u; dm != 1 || du != 1 {
+			t.Errorf("the store ran munge %d times, unmunge %d times; want once each (its check, its proof)", dm, du)
+		}
+		if len(answer) <= sealedLen {
+			t.Fatalf("the answer: %d bytes, want the store's credential after the secret", len(answer))
+		}
+		if why := mungeCheck(ctx, socket, string(answer[sealedLen:]), mungeBinding(byStore, sa, job)); why != "" {
+			t.Errorf("the store's credential: %s", why)
+		}
+	})
 }

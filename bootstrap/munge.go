@@ -17,8 +17,9 @@ import (
 	"github.com/gocoll/gocoll/internal/safetext"
 )
 
-// Under Slurm a job without a token proves its ranks to the store with
-// munge, the credential service Slurm itself authenticates with (munged
+// Under Slurm a job without a token proves its ranks of other hosts to
+// the store with munge (the store's own host's it admits by uid, see
+// admit.go), the credential service Slurm itself authenticates with (munged
 // runs on every node of a cluster whose AuthType is auth/munge, all
 // sharing one key). A rank asks its munged (the munge command) for a
 // credential whose payload binds it to one store connection: a hash of

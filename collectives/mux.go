@@ -594,14 +594,37 @@ func (c *Channel) send(ctx context.Context, peer int, ln uint32, hdr *header, p 
 
 // renumber gives a peer's error from the mux, which numbers ranks as the
 // job does, this communicator's numbering, as every other rank in its
-// errors has: "recv from rank 1: job rank 5: peer lost ...".
+// errors has ("recv from rank 1: job rank 5: peer lost ..."), with the
+// job rank in a JobRankError.
 func (c *Channel) renumber(err error, peer int) error {
 	pe, ok := err.(*transport.PeerError)
-	if !ok || pe.Peer == peer {
+	if !ok {
 		return err
 	}
-	return &transport.PeerError{Peer: peer, Op: pe.Op, Err: fmt.Errorf("job rank %d: %w", pe.Peer, pe.Err)}
+	return &transport.PeerError{Peer: peer, Op: pe.Op, Err: &JobRankError{Rank: pe.Peer, Renumbered: pe.Peer != peer, Err: pe.Err}}
 }
+
+// JobRankError is the cause inside the *transport.PeerError a Channel
+// returns: that PeerError numbers the peer as the communicator does, and
+// Rank is the same peer's rank in the job, as the shared transport
+// numbers it, so that what reads the error (internal/blame) reads both
+// numbers from fields. A PeerError without one numbers its peer as the
+// transport that made it does, in the job. Where the two numbers differ
+// (Renumbered) it reads "job rank 5: " before Err; else as Err.
+type JobRankError struct {
+	Rank       int
+	Renumbered bool
+	Err        error
+}
+
+func (e *JobRankError) Error() string {
+	if !e.Renumbered {
+		return e.Err.Error()
+	}
+	return fmt.Sprintf("job rank %d: %v", e.Rank, e.Err)
+}
+
+func (e *JobRankError) Unwrap() error { return e.Err }
 
 // Recv implements transport.Transport. The Message's Peer is the member
 // rank.

@@ -10,7 +10,7 @@ import (
 	"github.com/gocoll/gocoll/bootstrap"
 	"github.com/gocoll/gocoll/collectives"
 	"github.com/gocoll/gocoll/internal/elastic"
-	"github.com/gocoll/gocoll/transport/tcp"
+	"github.com/gocoll/gocoll/internal/wiring"
 )
 
 // Pending is how many replacement processes this rank last saw waiting
@@ -229,15 +229,10 @@ func join(ctx context.Context, cfg Config, s settings, store *bootstrap.Client) 
 	if err := store.Join(ctx, k, cfg.Size, cfg.Job); err != nil {
 		return fail("", err)
 	}
-	links, err := bootstrap.DialJob(ctx, cfg)
-	if err != nil {
-		return fail("", err)
-	}
 	o := s.TCP
 	o.Spare, o.Eager, o.Warm = spare, false, nil
-	t, err := tcp.Connect(ctx, links, k, cfg.Size, links.LinkToken(), o)
+	t, links, err := wiring.ConnectJoiner(ctx, cfg, k, o)
 	if err != nil {
-		links.Close()
 		return fail("", err)
 	}
 	abandon := func() {

@@ -2,8 +2,12 @@
 // failed here, the goodbyes of the ranks that gave up, what the
 // rendezvous store saw leave) into one line naming the rank at the root
 // of it: the CallError that package comm returns (comm.CallError is
-// this type). It reads errors and text only; how a communicator numbers
-// and names its ranks comes in a Names.
+// this type). How a communicator numbers and names its ranks comes in a
+// Names. The link a failure was seen on, and its peer's job rank, it reads
+// from the errors' fields (a *transport.PeerError, and in a channel's a
+// *collectives.JobRankError), never from their words; what other ranks
+// said (their goodbyes, the mismatches they published, the departures
+// the store saw) reaches this rank as text, and is read as text.
 package blame
 
 import (
@@ -106,15 +110,6 @@ var (
 	blameRE = regexp.MustCompile(`^(?:job )?rank \d+(?: \(job rank \d+\))? (?:died|killed|exited|left|refused|called|gave up)`)
 	// leadRankRE matches a cause that starts with the rank it is about.
 	leadRankRE = regexp.MustCompile(`^(?:lost )?rank (\d+)`)
-	// linkRE matches the link a failure was seen on (a transport's "link
-	// to" and "connect to" number the peer in the job), where a cause
-	// starts with it.
-	linkRE = regexp.MustCompile(`^(recv from|send to|link to|connect to) rank (\d+): `)
-	// jobRankRE matches the job rank a transport names a peer by, where
-	// what is left of a cause starts with it.
-	jobRankRE = regexp.MustCompile(`^job rank \d+: `)
-	// leadP2PRE matches the link a point-to-point failure starts with.
-	leadP2PRE = regexp.MustCompile(`^(?:recv from|send to) rank \d+: `)
 	// mismatchByeRE matches the goodbye of a rank that found its call
 	// mismatched: its rank, its own call, and what the other rank called.
 	// toldRE matches a mismatch as its finder published it for the
@@ -206,12 +201,55 @@ func Call(n Names, what string, ran bool, recent func() []byte, err error) error
 func P2P(n Names, what string, err error) *CallError {
 	ce := &CallError{Comm: n.Comm, Rank: n.Rank, JobRank: n.JobRank(n.Rank), Call: what, Culprit: -1, JobCulprit: -1, Err: err}
 	text := err.Error()
-	if m := leadP2PRE.FindStringIndex(text); m != nil {
-		// The transport's link says the peer again: the call said it.
-		text = text[m[1]:]
+	if l, ok := linkOf(err); ok && l.own {
+		// The communicator's link says the peer again: the call said it.
+		text = strings.TrimPrefix(text, l.head)
 	}
 	blame(n, ce, text, err)
 	return ce
+}
+
+// link is the link a failure was seen on: the first *transport.PeerError
+// in its chain.
+type link struct {
+	// job is the peer's job rank: the PeerError's own number, or, in a
+	// Channel's (a collectives.JobRankError inside), the one it carries.
+	job int
+	// own says the link is the communicator's (a Channel's, whose call
+	// names the peer); else it is the transport's, which numbers peers
+	// as the job does (a link lost or never connected).
+	own bool
+	// head is what the PeerError puts before its cause ("recv from rank
+	// 1: "), jobHead what the JobRankError puts after that ("job rank 5:
+	// "; "" if none).
+	head, jobHead string
+}
+
+// linkOf is the link in err's chain, read from the errors' fields; the
+// heads are what the errors themselves print before their causes, so
+// that a cause is known to start with the link whatever its words.
+func linkOf(err error) (link, bool) {
+	var pe *transport.PeerError
+	if !errors.As(err, &pe) || pe.Err == nil {
+		return link{}, false
+	}
+	l := link{job: pe.Peer, head: strings.TrimSuffix(pe.Error(), pe.Err.Error())}
+	if jr, ok := pe.Err.(*collectives.JobRankError); ok {
+		l.job, l.own = jr.Rank, true
+		if jr.Err != nil {
+			l.jobHead = strings.TrimSuffix(jr.Error(), jr.Err.Error())
+		}
+	}
+	return l, true
+}
+
+// rank is the link's peer in n's numbering, -1 if not a rank of it.
+func (l link) rank(n Names) int {
+	r := n.FromJob(l.job)
+	if r >= n.Size {
+		return -1
+	}
+	return r
 }
 
 // blame fills in ce's Cause and Culprit from text, the failure's chain as
@@ -231,6 +269,11 @@ func blame(n Names, ce *CallError, text string, err error) {
 	}
 	cause, culprit := rootCause(text)
 	ce.Cause = cause
+	l, linked := linkOf(err)
+	if culprit < 0 && linked && strings.Contains(cause, l.head) {
+		// Nothing but the link the failure was seen on names a rank.
+		culprit = l.rank(n)
+	}
 	outside := -1 // the culprit's job rank, where it is no rank of this communicator
 	if d, ok := firstDeparture(err); ok && errors.Is(err, transport.ErrPeerLost) && !errors.Is(err, collectives.ErrMismatch) {
 		// The rendezvous (or grun) saw which rank left the job first,
@@ -265,23 +308,18 @@ func blame(n Names, ce *CallError, text string, err error) {
 			culprit = odd
 		}
 	}
-	if m := linkRE.FindStringSubmatch(ce.Cause); m != nil && errors.Is(err, transport.ErrPeerLost) &&
+	if rest, ok := strings.CutPrefix(ce.Cause, l.head); linked && ok && errors.Is(err, transport.ErrPeerLost) &&
 		!errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 		// All that is known is the link it was seen on, which names the
-		// peer as that link numbers it (a channel's receive by this
-		// communicator's ranks, a transport's link by the job's): say
-		// who it is, as every rank would.
-		peer, _ := strconv.Atoi(m[2])
-		r, who := peer, ""
-		if m[1] == "link to" || m[1] == "connect to" {
-			r = n.FromJob(peer)
-		}
-		if r >= 0 && r < n.Size {
+		// peer (by its job rank, read from the errors): say who it is,
+		// as every rank would.
+		r, who := l.rank(n), ""
+		if r >= 0 {
 			who = n.WhoIs(r)
 		} else {
-			r, who, outside = -1, "job rank "+m[2], peer
+			who, outside = "job rank "+strconv.Itoa(l.job), l.job
 		}
-		rest := jobRankRE.ReplaceAllString(ce.Cause[len(m[0]):], "")
+		rest = strings.TrimPrefix(rest, l.jobHead)
 		ce.Cause = who + " was lost: " + strings.TrimPrefix(rest, transport.ErrPeerLost.Error()+": ")
 		culprit = r
 	}
@@ -315,7 +353,8 @@ func ChainOf(err error) error {
 // deepest goodbye in it (a rank that gave up, quoting what made it give
 // up, which may be another rank's goodbye), without the call headers and
 // rank prefixes each rank adds on the way and the notes on what else was
-// seen. culprit is the rank it names first, -1 if none.
+// seen. culprit is the rank a goodbye or record in it names first, -1 if
+// none (the link a failure was seen on is read from the chain: linkOf).
 func rootCause(text string) (cause string, culprit int) {
 	for _, note := range []string{" (the rendezvous saw ", " (also lost: ", " (the other ranks were told", " (rendezvous unreachable too: "} {
 		if i := strings.Index(text, note); i > 0 {
@@ -346,8 +385,6 @@ func rootCause(text string) (cause string, culprit int) {
 	if m := neverRE.FindStringSubmatch(text); m != nil {
 		culprit, _ = strconv.Atoi(m[1])
 	} else if m := leadRankRE.FindStringSubmatch(text); m != nil {
-		culprit, _ = strconv.Atoi(m[1])
-	} else if m := regexp.MustCompile(`(?:recv from|send to|link to|connect to) rank (\d+)`).FindStringSubmatch(text); m != nil {
 		culprit, _ = strconv.Atoi(m[1])
 	}
 	return text, culprit

@@ -6,7 +6,8 @@
 // inside a host, RDMA or TCP between hosts, both at once as a
 // shm.Hybrid) and builds it. Package comm calls Connect once, at Init;
 // everything it needs comes in Options and bootstrap.Config, and what it
-// builds comes back in a Wired.
+// builds comes back in a Wired. A process joining a running elastic job
+// links over TCP alone, built by ConnectJoiner with the same token.
 package wiring
 
 import (
@@ -69,10 +70,7 @@ func GrowSpare(size int) int { return size + 64 }
 // builder carries one Connect's state.
 type builder struct {
 	cfg bootstrap.Config
-	// token is what every link authenticates with: the job's token, or
-	// without one the job's secret the store handed each rank
-	// (bootstrap.Client.LinkToken), so that links across hosts of a
-	// tokenless job are authenticated too.
+	// token is what every link authenticates with (linkToken).
 	token []byte
 	log   *slog.Logger
 	links *bootstrap.Client
@@ -85,7 +83,7 @@ type builder struct {
 // rank's connection to the rendezvous store; log says what was chosen
 // and why. On error nothing Connect opened is left open.
 func Connect(ctx context.Context, store *bootstrap.Client, cfg bootstrap.Config, s Options, log *slog.Logger) (Wired, error) {
-	w := &builder{cfg: cfg, token: store.LinkToken(), log: log}
+	w := &builder{cfg: cfg, token: linkToken(store), log: log}
 	t, hosts, name, err := w.connect(ctx, store, s)
 	if err != nil {
 		if w.links != nil {

@@ -21,9 +21,16 @@ import (
 // closes the transports.
 func connectAll(t *testing.T, n int, o Options) ([]Wired, []error) {
 	t.Helper()
+	ws, errs, _ := connectJob(t, n, o, []byte("wiring-test"))
+	return ws, errs
+}
+
+// connectJob is connectAll for a job with token (none: nil), and says
+// where its store is.
+func connectJob(t *testing.T, n int, o Options, token []byte) ([]Wired, []error, string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
-	token := []byte("wiring-test")
 	srv, err := bootstrap.Listen("127.0.0.1:0", token)
 	if err != nil {
 		t.Fatal(err)
@@ -68,7 +75,7 @@ func connectAll(t *testing.T, n int, o Options) ([]Wired, []error) {
 		}
 		wg.Wait()
 	})
-	return ws, errs
+	return ws, errs, srv.Addr()
 }
 
 // TestConnect: the transport each layout of ranks gets, the hosts every

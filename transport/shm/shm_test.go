@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"runtime"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,48 +24,9 @@ func mesh(t testing.TB, n int, opts shm.Options) []*shm.Transport {
 		opts.Crowded = opts.Crowded || n > runtime.NumCPU() // all n ranks share this process's cores
 	}
 	token := []byte("conformance-token")
-	srv, err := bootstrap.Listen("127.0.0.1:0", token)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	ts := make([]*shm.Transport, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := 0; r < n; r++ {
-		wg.Add(1)
-		go func(r int) {
-			defer wg.Done()
-			store, err := bootstrap.Dial(ctx, srv.Addr(), token)
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			// Links are made on demand, through the store: it lives as
-			// long as the transports.
-			t.Cleanup(func() { store.Close() })
-			ts[r], errs[r] = shm.Connect(ctx, store, r, n, token, opts)
-		}(r)
-	}
-	wg.Wait()
-	t.Cleanup(func() {
-		var wg sync.WaitGroup
-		for _, tr := range ts {
-			if tr != nil {
-				wg.Add(1)
-				go func(tr *shm.Transport) { defer wg.Done(); tr.Close() }(tr)
-			}
-		}
-		wg.Wait()
+	return conformance.Job(t, n, token, func(ctx context.Context, store *bootstrap.Client, r int) (*shm.Transport, error) {
+		return shm.Connect(ctx, store, r, n, token, opts)
 	})
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: connect: %v", r, err)
-		}
-	}
-	return ts
 }
 
 func asTransports(ts []*shm.Transport) []transport.Transport {

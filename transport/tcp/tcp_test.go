@@ -3,9 +3,7 @@ package tcp_test
 import (
 	"context"
 	"runtime"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/gocoll/gocoll/bootstrap"
 	"github.com/gocoll/gocoll/internal/conformance"
@@ -21,59 +19,13 @@ func mesh(t testing.TB, n int, opts tcp.Options) []transport.Transport {
 		opts.Crowded = opts.Crowded || n > runtime.NumCPU() // all n ranks share this process's cores
 	}
 	token := []byte("conformance-token")
-	srv, err := bootstrap.Listen("127.0.0.1:0", token)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	ts := make([]transport.Transport, n)
-	stores := make([]*bootstrap.Client, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := 0; r < n; r++ {
-		wg.Add(1)
-		go func(r int) {
-			defer wg.Done()
-			store, err := bootstrap.Dial(ctx, srv.Addr(), token)
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			// Links are made on demand, through the store: it stays open
-			// as long as the transport.
-			stores[r] = store
-			tr, err := tcp.Connect(ctx, store, r, n, token, opts)
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			ts[r] = tr
-		}(r)
-	}
-	wg.Wait()
-	t.Cleanup(func() {
-		var wg sync.WaitGroup
-		for _, tr := range ts {
-			if tr != nil {
-				wg.Add(1)
-				go func(tr transport.Transport) { defer wg.Done(); tr.Close() }(tr)
-			}
-		}
-		wg.Wait()
-		for _, s := range stores {
-			if s != nil {
-				s.Close()
-			}
-		}
-	})
-	for r, err := range errs {
+	return conformance.Job(t, n, token, func(ctx context.Context, store *bootstrap.Client, r int) (transport.Transport, error) {
+		tr, err := tcp.Connect(ctx, store, r, n, token, opts)
 		if err != nil {
-			t.Fatalf("rank %d: connect: %v", r, err)
+			return nil, err
 		}
-	}
-	return ts
+		return tr, nil
+	})
 }
 
 func TestConformance(t *testing.T) {
