@@ -32,31 +32,19 @@ import (
 // multiple of every element size.
 const singleCopyPiece = 64 << 10
 
-// SingleCopyFits says whether an allreduce of dt and op can take the
-// single-copy path: a valid pair on several ranks of one host, not an
-// ExactSum of floats (which has an algorithm of its own) nor a 16-bit
-// reduction with float32 partial results (wide.go), and no allreduce
-// algorithm forced (GOCOLL_ALGO: the forced one runs instead).
-func (g *Group) SingleCopyFits(dt reduce.DType, op reduce.Op) bool {
-	if reduce.Check(dt, op) != nil || g.n < 2 || g.hier || g.forced[AllReduce] != Auto || exactFloat(dt, op) {
-		return false
-	}
-	return !g.wideFor(dt, exactOp(op))
-}
-
 // SingleCopyAllReduce reduces views[g.Rank()] across the ranks in place,
 // reading views[q], rank q's buffer as this rank maps it, straight from
 // memory: every view has the same length, on every rank. where tells
 // apart buffers at different places of the ranks' shared memory: ranks
-// that pass different values fail with ErrMismatch. The caller checks
-// SingleCopyFits first; the result has the bits the ring's would.
-// Below Options.SingleCopyMin bytes the table's other rows choose
-// (rules, choose.go), and views[g.Rank()] is reduced as AllReduce
-// would reduce it, with that algorithm's bits.
+// that pass different values fail with ErrMismatch. Whether the single
+// copy runs is a row of the algorithm table (rules, choose.go), whose
+// reason GOCOLL_DEBUG=info logs: from Options.SingleCopyMin bytes, on
+// several ranks of one host, with no allreduce algorithm forced
+// (GOCOLL_ALGO), neither an ExactSum of floats nor a 16-bit reduction
+// with float32 partial results; it then has the bits the ring's would.
+// Otherwise views[g.Rank()] is reduced as AllReduce would reduce it,
+// with the bits of the algorithm the table chose.
 func (g *Group) SingleCopyAllReduce(ctx context.Context, views [][]byte, dt reduce.DType, op reduce.Op, where uint32) error {
-	if !g.SingleCopyFits(dt, op) {
-		return fmt.Errorf("allreduce: no single-copy path for %v %v on %d ranks: %w", dt, op, g.n, ErrBadAlgo)
-	}
 	if len(views) != g.n {
 		return fmt.Errorf("allreduce: %d buffers for %d ranks: %w", len(views), g.n, ErrBadAlgo)
 	}
@@ -66,16 +54,38 @@ func (g *Group) SingleCopyAllReduce(ctx context.Context, views [][]byte, dt redu
 			return fmt.Errorf("allreduce: rank %d's buffer has %d bytes, this rank's %d: %w", q, len(v), len(buf), ErrBadAlgo)
 		}
 	}
-	count, whole := dt.Count(len(buf))
-	if !whole {
-		return lenError("allreduce", buf, dt)
-	}
-	op = exactOp(op)
-	if algo := g.decide(shape{kind: AllReduce, n: g.n, bytes: len(buf), mapped: true}); algo != SingleCopy {
-		return g.allReduceWith(ctx, algo, false, buf, count, dt, op)
+	count, op, algo, err := g.chooseMapped(ctx, buf, dt, op)
+	if algo != SingleCopy {
+		return err
 	}
 	c := g.newCall(ctx, spec{what: tag(AllReduce, SingleCopy, dt, op), count: uint64(count), extra: where})
 	return c.singleCopy(views, count, dt, op)
+}
+
+// chooseMapped checks an allreduce of buf, which every rank can read,
+// and asks the table for its algorithm. Unless that is SingleCopy, it
+// runs the allreduce with the one chosen and returns its result.
+func (g *Group) chooseMapped(ctx context.Context, buf []byte, dt reduce.DType, op reduce.Op) (int, reduce.Op, Algo, error) {
+	if err := reduce.Check(dt, op); err != nil {
+		return 0, op, Auto, err
+	}
+	count, whole := dt.Count(len(buf))
+	if !whole {
+		return 0, op, Auto, lenError("allreduce", buf, dt)
+	}
+	s := shape{kind: AllReduce, n: g.n, bytes: len(buf), exact: exactFloat(dt, op), mapped: true}
+	op = exactOp(op)
+	if !s.exact {
+		s.wide = g.wideFor(dt, op)
+	}
+	switch algo := g.decide(s); {
+	case algo == SingleCopy:
+		return count, op, algo, nil
+	case s.exact:
+		return count, op, algo, g.exactAllReduce(ctx, buf, count, dt)
+	default:
+		return count, op, algo, g.allReduceWith(ctx, algo, s.wide, buf, count, dt, op)
+	}
 }
 
 func (c *call) singleCopy(views [][]byte, count int, dt reduce.DType, op reduce.Op) error {

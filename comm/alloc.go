@@ -216,13 +216,14 @@ func (c *Communicator) freedError(what string, b []byte) error {
 	return nil
 }
 
-// groupAllReduce is the allreduce of b, through the single-copy path
-// when b lies in memory from Alloc that the ranks share and the call's
-// type and op allow (collectives.Group.SingleCopyFits), which runs it
-// from the plan's floor (Options.SingleCopyMin); otherwise the group's.
+// groupAllReduce is the allreduce of b, through
+// collectives.Group.SingleCopyAllReduce when b lies in memory from Alloc
+// that the ranks share, whose algorithm table takes the single copy for
+// the sizes, types and ops it fits (and says why, or why not); otherwise
+// the group's.
 func (c *Communicator) groupAllReduce(ctx context.Context, b []byte, dt reduce.DType, op reduce.Op) error {
 	if c.win.count.Load() != 0 {
-		if w, off := c.win.find(b); w != nil && c.g.SingleCopyFits(dt, op) {
+		if w, off := c.win.find(b); w != nil {
 			w.use.RLock()
 			defer w.use.RUnlock()
 			if w.isFreed() {
