@@ -96,7 +96,9 @@ var rules = [...]rule{
 			return fmt.Sprintf("16-bit in float32, %d bytes on %d ranks: the pairwise reduce-scatter sends every block once, in 16 bits", s.bytes, s.n) + notSingle(g, s)
 		}},
 	{AllReduce, SingleCopy,
-		func(g *Group, s shape) bool { return s.mapped && !s.wide && !s.exact && s.bytes >= g.opts.SingleCopyMin },
+		func(g *Group, s shape) bool {
+			return s.mapped && !s.wide && !s.exact && s.bytes >= g.opts.SingleCopyMin
+		},
 		func(g *Group, s shape) string {
 			return fmt.Sprintf("%d bytes >= %d in memory every rank maps (Alloc): each byte read in place", s.bytes, g.opts.SingleCopyMin)
 		}},
