@@ -49,9 +49,10 @@ import (
 //     so the phases inside a host hide behind the slower one between
 //     hosts instead of adding to it. Below two stages there is
 //     nothing to overlap, and the phases run one after another.
-//   - A buffer every rank maps (comm.Alloc) is read in place, each byte
-//     once, from Options.SingleCopyMin (from the job's plan); below it
-//     the single copy's three rounds of empty messages per peer cost
+//   - A buffer every rank maps (comm.Alloc) or reads (comm.Register) is
+//     reduced from the peers' memory, not copied through the rings,
+//     from Options.SingleCopyMin (from the job's plan); below it the
+//     single copy's three rounds of empty messages per peer cost
 //     more than the bytes it saves, and the rows after it decide. It
 //     takes no 16-bit data with float32 partials (the rows before it
 //     have their own algorithm for those on 3 to 8 ranks; elsewhere the
@@ -100,7 +101,7 @@ var rules = [...]rule{
 			return s.mapped && !s.wide && !s.exact && s.bytes >= g.opts.SingleCopyMin
 		},
 		func(g *Group, s shape) string {
-			return fmt.Sprintf("%d bytes >= %d in memory every rank maps (Alloc): each byte read in place", s.bytes, g.opts.SingleCopyMin)
+			return fmt.Sprintf("%d bytes >= %d in buffers every rank reads (Alloc, Register): no copy through the rings", s.bytes, g.opts.SingleCopyMin)
 		}},
 	{AllReduce, RecursiveDoubling,
 		func(g *Group, s shape) bool { return s.bytes <= g.smallAllReduce(s.n) },
@@ -164,7 +165,7 @@ type shape struct {
 	n, bytes int
 	wide     bool // 16-bit data reduced with float32 partials (wideFor)
 	exact    bool // an ExactSum of floats (exactFloat)
-	mapped   bool // an allreduce of memory every rank maps (SingleCopyAllReduce)
+	mapped   bool // an allreduce of buffers every rank reads (SingleCopyAllReduce, SingleCopyAllReduceRead)
 }
 
 // notSingle is what the rows after SingleCopy add to their reason for a

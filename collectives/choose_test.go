@@ -189,8 +189,8 @@ func TestChoiceMapped(t *testing.T) {
 		want     Algo
 		why      string
 	}{
-		{2, 256 << 10, false, SingleCopy, "262144 bytes >= 262144 in memory every rank maps"},
-		{4, 64 << 20, false, SingleCopy, "read in place"},
+		{2, 256 << 10, false, SingleCopy, "262144 bytes >= 262144 in buffers every rank reads"},
+		{4, 64 << 20, false, SingleCopy, "no copy through the rings"},
 		{2, 256<<10 - 4, false, Ring, "few ranks"},
 		{4, 8 << 10, false, RecursiveDoubling, "8192 bytes <= 65536 on 4 ranks"},
 		{4, 1 << 20, true, Pairwise, "16-bit in float32"},

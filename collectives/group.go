@@ -28,8 +28,8 @@ type Options struct {
 	// more than its bytes (see rules, choose.go). 0: no floor.
 	RingChunk int
 	// SingleCopyMin is the smallest allreduce, in bytes, of a buffer
-	// every rank maps (SingleCopyAllReduce) that reads the ranks'
-	// buffers in place; a smaller one runs the table's other rows, whose
+	// every rank reads (SingleCopyAllReduce, SingleCopyAllReduceRead)
+	// that takes the single copy; a smaller one runs the table's other rows, whose
 	// one exchange beats the single copy's three rounds of messages
 	// (see rules, choose.go). 0: no floor.
 	SingleCopyMin int

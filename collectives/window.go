@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/gocoll/gocoll/internal/reduce"
+	"github.com/gocoll/gocoll/transport"
 )
 
 // The single-copy allreduce, for buffers every rank of one host maps
@@ -54,12 +55,67 @@ func (g *Group) SingleCopyAllReduce(ctx context.Context, views [][]byte, dt redu
 			return fmt.Errorf("allreduce: rank %d's buffer has %d bytes, this rank's %d: %w", q, len(v), len(buf), ErrBadAlgo)
 		}
 	}
-	count, op, algo, err := g.chooseMapped(ctx, buf, dt, op)
+	return g.singleCopyCall(ctx, memory{views: views, own: buf}, dt, op, where)
+}
+
+// PeerReader reads the other ranks' buffers where this rank cannot map
+// them (comm.Register: the kernel copies from the peer's memory,
+// process_vm_readv).
+type PeerReader interface {
+	// ReadPeer fills dst from rank q's buffer, from its byte off on.
+	ReadPeer(q, off int, dst []byte) error
+}
+
+// SingleCopyAllReduceRead is SingleCopyAllReduce for buffers the ranks
+// read through peers rather than map: buf is this rank's, of the same
+// length on every rank, and peers reads the others'. Rank r reads each
+// piece of every peer's block r into a scratch piece that stays in
+// cache and reduces it from there, then reads every other block from the
+// rank that reduced it straight into buf: each read is a copy, counted
+// as Copied (docs/traffic.md). The table decides as for
+// SingleCopyAllReduce, and a failed read fails the call with a
+// *transport.PeerError wrapping ErrPeerLost.
+func (g *Group) SingleCopyAllReduceRead(ctx context.Context, buf []byte, peers PeerReader, dt reduce.DType, op reduce.Op, where uint32) error {
+	return g.singleCopyCall(ctx, memory{own: buf, read: peers}, dt, op, where)
+}
+
+// singleCopyCall runs the single copy on m if the table takes it, or
+// the algorithm it chose on m.own.
+func (g *Group) singleCopyCall(ctx context.Context, m memory, dt reduce.DType, op reduce.Op, where uint32) error {
+	count, op, algo, err := g.chooseMapped(ctx, m.own, dt, op)
 	if algo != SingleCopy {
 		return err
 	}
 	c := g.newCall(ctx, spec{what: tag(AllReduce, SingleCopy, dt, op), count: uint64(count), extra: where})
-	return c.singleCopy(views, count, dt, op)
+	return c.singleCopy(m, count, dt, op)
+}
+
+// memory is the ranks' buffers as the single copy reaches them: mapped,
+// views[q] rank q's, or read through read; own is this rank's.
+type memory struct {
+	views [][]byte
+	own   []byte
+	read  PeerReader
+}
+
+// gather copies block q, final, from rank q's buffer into this rank's.
+func (c *call) gather(m memory, count int, q, es int) error {
+	dst := chunk(m.own, count, c.g.n, q, es)
+	if m.read == nil {
+		c.copy(dst, chunk(m.views[q], count, c.g.n, q, es))
+		return nil
+	}
+	lo, _ := span(count, c.g.n, q)
+	return c.readPeer(m.read, q, lo*es, dst)
+}
+
+// readPeer is m.read.ReadPeer, counted as a copy.
+func (c *call) readPeer(read PeerReader, q, off int, dst []byte) error {
+	if err := read.ReadPeer(q, off, dst); err != nil {
+		return &transport.PeerError{Peer: q, Op: "read the registered buffer of", Err: fmt.Errorf("%w: %w", transport.ErrPeerLost, err)}
+	}
+	c.tally.copying(len(dst))
+	return nil
 }
 
 // chooseMapped checks an allreduce of buf, which every rank can read,
@@ -88,14 +144,18 @@ func (g *Group) chooseMapped(ctx context.Context, buf []byte, dt reduce.DType, o
 	}
 }
 
-func (c *call) singleCopy(views [][]byte, count int, dt reduce.DType, op reduce.Op) error {
+func (c *call) singleCopy(m memory, count int, dt reduce.DType, op reduce.Op) error {
 	n, r, es := c.g.n, c.g.rank, dt.Size()
-	own := views[r]
+	own := m.own
 	// Every peer is in the call: its input is in place.
 	if err := c.signalAll(); err != nil {
 		return err
 	}
-	c.reduceBlock(views, count, dt, op)
+	if m.read == nil {
+		c.reduceBlock(m.views, count, dt, op)
+	} else if err := c.readBlock(m.read, own, count, dt, op); err != nil {
+		return err
+	}
 	if op == reduce.Avg {
 		reduce.Scale(dt, chunk(own, count, n, r, es), n)
 	}
@@ -112,7 +172,9 @@ func (c *call) singleCopy(views [][]byte, count int, dt reduce.DType, op reduce.
 		if err := c.heard(q); err != nil {
 			return err
 		}
-		c.copy(chunk(own, count, n, q, es), chunk(views[q], count, n, q, es))
+		if err := c.gather(m, count, q, es); err != nil {
+			return err
+		}
 	}
 	// Once every peer has copied block r, the caller may write the buffer.
 	return c.signalAll()
@@ -162,11 +224,54 @@ func (c *call) reduceBlock(views [][]byte, count int, dt reduce.DType, op reduce
 	defer putScratch(h)
 	for at := 0; at < len(dst); at += singleCopyPiece {
 		end := min(at+singleCopyPiece, len(dst))
-		acc := scratch[:end-at]
-		c.reduce(dt, op, acc, in(2)[at:end], in(1)[at:end])
-		for j := 3; j < n; j++ {
-			c.reduce(dt, op, acc, in(j)[at:end], acc)
-		}
-		c.reduce(dt, op, dst[at:end], dst[at:end], acc)
+		c.reducePiece(dt, op, dst[at:end], scratch[:end-at], func(j int) []byte { return in(j)[at:end] })
 	}
+}
+
+// reducePiece reduces one piece of this rank's block, in(j) the piece of
+// rank r+j's, into dst, in the ring's order: acc holds the partials.
+func (c *call) reducePiece(dt reduce.DType, op reduce.Op, dst, acc []byte, in func(j int) []byte) {
+	n := c.g.n
+	if n == 2 {
+		c.reduce(dt, op, dst, dst, in(1))
+		return
+	}
+	c.reduce(dt, op, acc, in(2), in(1))
+	for j := 3; j < n; j++ {
+		c.reduce(dt, op, acc, in(j), acc)
+	}
+	c.reduce(dt, op, dst, dst, acc)
+}
+
+// readBlock is reduceBlock for buffers read through a PeerReader: the
+// piece of every peer's block r is read into scratch, where
+// reducePiece reduces it into own.
+func (c *call) readBlock(read PeerReader, own []byte, count int, dt reduce.DType, op reduce.Op) error {
+	n, k, es := c.g.n, c.g.rank, dt.Size()
+	dst := chunk(own, count, n, k, es)
+	if len(dst) == 0 {
+		return nil
+	}
+	lo, _ := span(count, n, k)
+	piece := readPiece(n)
+	scratch, h := getScratch(n * min(piece, len(dst)))
+	defer putScratch(h)
+	slot := func(j, size int) []byte { return scratch[(j-1)*min(piece, len(dst)):][:size] }
+	for at := 0; at < len(dst); at += piece {
+		end := min(at+piece, len(dst))
+		for j := 1; j < n; j++ {
+			if err := c.readPeer(read, mod(k+j, n), lo*es+at, slot(j, end-at)); err != nil {
+				return err
+			}
+		}
+		c.reducePiece(dt, op, dst[at:end], slot(n, end-at), func(j int) []byte { return slot(j, end-at) })
+	}
+	return nil
+}
+
+// readPiece is how much of each peer's block readBlock reads at a time:
+// singleCopyPiece, less on many ranks so that the n-1 pieces and the
+// partials stay within about 512 KiB of cache; a multiple of 4 KiB.
+func readPiece(n int) int {
+	return max(4<<10, min(singleCopyPiece, (512<<10)/n&^(4<<10-1)))
 }
