@@ -98,7 +98,7 @@ var rules = [...]rule{
 		}},
 	{AllReduce, SingleCopy,
 		func(g *Group, s shape) bool {
-			return s.mapped && !s.wide && !s.exact && s.bytes >= g.opts.SingleCopyMin
+			return s.mapped && !s.wide && !s.exact && s.bytes >= g.opts.SingleCopyMin && !g.readTooMany(s)
 		},
 		func(g *Group, s shape) string {
 			return fmt.Sprintf("%d bytes >= %d in buffers every rank reads (Alloc, Register): no copy through the rings", s.bytes, g.opts.SingleCopyMin)
@@ -166,6 +166,7 @@ type shape struct {
 	wide     bool // 16-bit data reduced with float32 partials (wideFor)
 	exact    bool // an ExactSum of floats (exactFloat)
 	mapped   bool // an allreduce of buffers every rank reads (SingleCopyAllReduce, SingleCopyAllReduceRead)
+	read     bool // ... through a PeerReader (SingleCopyAllReduceRead)
 }
 
 // notSingle is what the rows after SingleCopy add to their reason for a
@@ -178,8 +179,17 @@ func notSingle(g *Group, s shape) string {
 		return "; not the single copy, which takes no 16-bit data with float32 partials"
 	case s.bytes < g.opts.SingleCopyMin:
 		return fmt.Sprintf("; not the single copy: %d bytes < its floor %d (the job's plan)", s.bytes, g.opts.SingleCopyMin)
+	case g.readTooMany(s):
+		return fmt.Sprintf("; not the single copy: it would read the peers' buffers with process_vm_readv, slower than the rings on more than %d ranks (the job's plan)",
+			g.opts.SingleCopyReadRanks)
 	}
 	return ""
+}
+
+// readTooMany says whether s reads the peers' buffers through a
+// PeerReader on more ranks than Options.SingleCopyReadRanks.
+func (g *Group) readTooMany(s shape) bool {
+	return s.read && g.opts.SingleCopyReadRanks > 0 && s.n > g.opts.SingleCopyReadRanks
 }
 
 // pairwiseRanks is the most ranks on which the wide path runs the
@@ -278,7 +288,7 @@ func (g *Group) Choice(kind Kind, bytes int, dt reduce.DType, op reduce.Op) (Alg
 //
 //go:noinline
 func (g *Group) logChoice(s shape, a Algo, row int) {
-	key := decision{s.kind, a, row, s.mapped}
+	key := decision{s.kind, a, row, s.mapped, s.read}
 	g.logMu.Lock()
 	first := !g.logged[key]
 	g.logged[key] = true
@@ -296,4 +306,5 @@ type decision struct {
 	algo   Algo
 	row    int
 	mapped bool
+	read   bool
 }

@@ -262,6 +262,35 @@ func TestChoiceNotSingle(t *testing.T) {
 	}
 }
 
+// TestChoiceRead: buffers the ranks read through a PeerReader take the
+// single copy on up to Options.SingleCopyReadRanks ranks; beyond, the
+// usual rows, whose reason says why.
+func TestChoiceRead(t *testing.T) {
+	g := &Group{opts: Options{SmallAllReduce: 64 << 10, SingleCopyMin: 1 << 20, SingleCopyReadRanks: 2}}
+	cases := []struct {
+		n    int
+		want Algo
+		why  string
+	}{
+		{2, SingleCopy, "no copy through the rings"},
+		{3, Ring, "few ranks; not the single copy: it would read the peers' buffers with process_vm_readv, slower than the rings on more than 2 ranks"},
+		{4, Rabenseifner, "process_vm_readv"},
+	}
+	for _, tc := range cases {
+		g.n = tc.n
+		s := shape{kind: AllReduce, n: tc.n, bytes: 4 << 20, mapped: true, read: true}
+		got, row := g.pick(s)
+		if why := rules[row].why(g, s); got != tc.want || !strings.Contains(why, tc.why) {
+			t.Errorf("%d ranks: %v, %q; want %v, a reason containing %q", tc.n, got, why, tc.want, tc.why)
+		}
+		if s.read = false; tc.n > 2 {
+			if got, _ := g.pick(s); got != SingleCopy {
+				t.Errorf("%d ranks, mapped: %v, want the single copy", tc.n, got)
+			}
+		}
+	}
+}
+
 // TestChoiceLogMapped: GOCOLL_DEBUG=info logs the reason of a row once for
 // buffers every rank maps and once for others, as they differ.
 func TestChoiceLogMapped(t *testing.T) {

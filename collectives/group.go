@@ -33,6 +33,10 @@ type Options struct {
 	// one exchange beats the single copy's three rounds of messages
 	// (see rules, choose.go). 0: no floor.
 	SingleCopyMin int
+	// SingleCopyReadRanks is the most ranks on which the single copy
+	// takes buffers it reads through a PeerReader
+	// (SingleCopyAllReduceRead) rather than maps. 0: no limit.
+	SingleCopyReadRanks int
 	// SmallBroadcast is the largest broadcast that uses the binomial tree
 	// rather than the chain (default 64 KiB).
 	SmallBroadcast int

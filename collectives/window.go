@@ -73,7 +73,8 @@ type PeerReader interface {
 // cache and reduces it from there, then reads every other block from the
 // rank that reduced it straight into buf: each read is a copy, counted
 // as Copied (docs/traffic.md). The table decides as for
-// SingleCopyAllReduce, and a failed read fails the call with a
+// SingleCopyAllReduce, on up to Options.SingleCopyReadRanks ranks, and
+// a failed read fails the call with a
 // *transport.PeerError wrapping ErrPeerLost.
 func (g *Group) SingleCopyAllReduceRead(ctx context.Context, buf []byte, peers PeerReader, dt reduce.DType, op reduce.Op, where uint32) error {
 	return g.singleCopyCall(ctx, memory{own: buf, read: peers}, dt, op, where)
@@ -82,7 +83,7 @@ func (g *Group) SingleCopyAllReduceRead(ctx context.Context, buf []byte, peers P
 // singleCopyCall runs the single copy on m if the table takes it, or
 // the algorithm it chose on m.own.
 func (g *Group) singleCopyCall(ctx context.Context, m memory, dt reduce.DType, op reduce.Op, where uint32) error {
-	count, op, algo, err := g.chooseMapped(ctx, m.own, dt, op)
+	count, op, algo, err := g.chooseMapped(ctx, m.own, dt, op, m.read != nil)
 	if algo != SingleCopy {
 		return err
 	}
@@ -121,7 +122,7 @@ func (c *call) readPeer(read PeerReader, q, off int, dst []byte) error {
 // chooseMapped checks an allreduce of buf, which every rank can read,
 // and asks the table for its algorithm. Unless that is SingleCopy, it
 // runs the allreduce with the one chosen and returns its result.
-func (g *Group) chooseMapped(ctx context.Context, buf []byte, dt reduce.DType, op reduce.Op) (int, reduce.Op, Algo, error) {
+func (g *Group) chooseMapped(ctx context.Context, buf []byte, dt reduce.DType, op reduce.Op, read bool) (int, reduce.Op, Algo, error) {
 	if err := reduce.Check(dt, op); err != nil {
 		return 0, op, Auto, err
 	}
@@ -129,7 +130,7 @@ func (g *Group) chooseMapped(ctx context.Context, buf []byte, dt reduce.DType, o
 	if !whole {
 		return 0, op, Auto, lenError("allreduce", buf, dt)
 	}
-	s := shape{kind: AllReduce, n: g.n, bytes: len(buf), exact: exactFloat(dt, op), mapped: true}
+	s := shape{kind: AllReduce, n: g.n, bytes: len(buf), exact: exactFloat(dt, op), mapped: true, read: read}
 	op = exactOp(op)
 	if !s.exact {
 		s.wide = g.wideFor(dt, op)

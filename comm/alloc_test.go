@@ -393,7 +393,7 @@ func matchCount[T comm.Element](t *testing.T, n, count int, register bool) {
 		return elementOf[T]((rng.Float64() - 0.3) * math.Pow(10, float64(rng.IntN(8))-4))
 	}
 	for _, op := range []comm.Op{comm.Sum, comm.Prod, comm.Min, comm.Max, comm.Avg} {
-		single := singleCopies[T](op, n, count)
+		single := singleCopies[T](op, n, count) && (!register || n <= plan.SingleCopyReadRanks)
 		if !single && count*int(unsafe.Sizeof(*new(T))) >= plan.SingleCopyMin {
 			continue
 		}

@@ -31,14 +31,18 @@ type Registration struct {
 // the ranks then read each other's registered buffers with the kernel's
 // cross-memory attach (process_vm_readv), and AllReduce of a registered
 // buffer (all of it, or the same part of it on every rank, within the
-// shortest rank's buffer) takes the single-copy path, from the same
-// 1 MiB floor and for the same types and ops as memory from Alloc: rank
-// r reads block r of every rank's buffer, a piece at a time into a
-// scratch piece that stays in cache, reduces it into its own, and then
-// reads every other block from the rank that reduced it. That is one
-// copy where the usual path makes two through the ring
-// (docs/traffic.md); the result has the ring algorithm's bits. Alloc's
-// memory, which the ranks map, saves that copy too.
+// shortest rank's buffer) on 2 ranks takes the single-copy path, from
+// the same 1 MiB floor and for the same types and ops as memory from
+// Alloc: rank r reads block r of every rank's buffer, a piece at a time
+// into a scratch piece that stays in cache, reduces it into its own,
+// and then reads every other block from the rank that reduced it. That
+// is one copy where the usual path makes two through the ring
+// (docs/traffic.md); the result has the ring algorithm's bits. But the
+// kernel's copy costs several times a memcpy a byte, and on 4 ranks it
+// measured slower than the usual path, so on more than 2 ranks (the
+// job's plan) the usual path runs (bench/results/register-ab.txt).
+// Alloc's memory, which the ranks map, saves that copy and is faster
+// at every rank count.
 //
 // The kernel allows the reads as it allows ptrace: the same user and a
 // dumpable process (or CAP_SYS_PTRACE), and, under the Yama module's

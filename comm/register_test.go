@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"testing"
@@ -80,7 +81,8 @@ func TestRegister(t *testing.T) {
 // TestRegisterMatchesRing: the single copy of registered buffers, which
 // reads the peers' blocks with process_vm_readv (here from this process
 // itself), gives the ring's bits, NaNs, signed zeros and rounding
-// included, on 2, 3 and 4 ranks; below its floor, the usual path's.
+// included, on 2 ranks; below its floor, and on 3 and 4 ranks
+// (plan.SingleCopyReadRanks), the usual path's.
 func TestRegisterMatchesRing(t *testing.T) {
 	for _, n := range []int{2, 3, 4} {
 		t.Run(strconv.Itoa(n), func(t *testing.T) {
@@ -92,12 +94,11 @@ func TestRegisterMatchesRing(t *testing.T) {
 }
 
 // TestRegisterTraffic pins the single copy's traffic for registered
-// buffers (docs/traffic.md): Alloc's, plus the read of every peer's
-// block into scratch, a copy: 7(n-1)/n bytes moved per byte per rank.
+// buffers on 2 ranks (docs/traffic.md): Alloc's, plus the read of every
+// peer's block into scratch, a copy: 7(n-1)/n bytes moved per byte per
+// rank. (TestSingleCopyRead, in collectives, pins it on more ranks.)
 func TestRegisterTraffic(t *testing.T) {
-	for _, n := range []int{2, 4, 16} {
-		t.Run(strconv.Itoa(n), func(t *testing.T) { checkSingleTraffic(t, n, true) })
-	}
+	checkSingleTraffic(t, 2, true)
 }
 
 // TestRegisterProcesses runs jobs of 2, 3 and 4 processes over shared
@@ -139,9 +140,10 @@ func registerCases(ctx context.Context, c *comm.Communicator, tr *collectives.Tr
 // place, the part of it between guard elements: the single copy's floor
 // plus d elements. The result must have the bits of the ring's order
 // (block k is x_k op (x_{k-1} op (... op x_{k+1}))), which the ring
-// below the floor and the single copy from it both keep; the guards
-// must be untouched; and the call must hand the transport nothing
-// exactly when it takes the single copy (readable, and at the floor).
+// and the single copy both keep (Rabenseifner, which 4 ranks take above
+// 1 MiB, only the values); the guards must be untouched; and the call
+// must hand the transport nothing exactly when it takes the single copy
+// (readable, at the floor, on up to plan.SingleCopyReadRanks ranks).
 func checkRegistered[T comm.Element](ctx context.Context, c *comm.Communicator, tr *collectives.Traffic, op comm.Op, d int, readable bool) error {
 	n, r := c.Size(), c.Rank()
 	es := int(unsafe.Sizeof(*new(T)))
@@ -173,8 +175,13 @@ func checkRegistered[T comm.Element](ctx context.Context, c *comm.Communicator, 
 		return fmt.Errorf("%s: %w", name, err)
 	}
 	sent := tr.Counts().Sent - before.Sent
-	if single := readable && count*es >= plan.SingleCopyMin; single != (sent == 0) {
+	single := readable && count*es >= plan.SingleCopyMin && n <= plan.SingleCopyReadRanks
+	if single != (sent == 0) {
 		return fmt.Errorf("%s: single copy %v, but the call sent %d bytes", name, single, sent)
+	}
+	ringOrder := single || n < 4 || count*es <= 1<<20
+	near := func(a, b T) bool {
+		return a == b || !ringOrder && isFloat[T]() && math.Abs(float64(a)-float64(b)) <= 1e-4*math.Abs(float64(b))+1e-3
 	}
 	for k := range n {
 		lo, hi := k*(count/n)+min(k, count%n), (k+1)*(count/n)+min(k+1, count%n)
@@ -183,7 +190,7 @@ func checkRegistered[T comm.Element](ctx context.Context, c *comm.Communicator, 
 			for j := 2; j < n; j++ {
 				acc = f(x((k+j)%n, i), acc)
 			}
-			if want := f(x(k, i), acc); buf[i] != want {
+			if want := f(x(k, i), acc); !near(buf[i], want) {
 				return fmt.Errorf("%s: element %d is %v, want %v, its bits in the ring's order", name, i, buf[i], want)
 			}
 		}
