@@ -9,9 +9,10 @@ import (
 )
 
 // The single-copy allreduce, for buffers every rank of one host maps
-// (comm.Alloc): rank r reads block r of every rank's buffer where it
-// lies and reduces it into its own, then copies every other block from
-// the buffer of the rank that reduced it. No byte goes through a slot:
+// (comm.Alloc) or reads through a PeerReader (comm.Register): rank r
+// reads block r of every rank's buffer where it lies and reduces it
+// into its own, then copies every other block from the buffer of the
+// rank that reduced it. No byte goes through a slot:
 // the transport carries only three empty messages per peer, which say
 // when a buffer may be read (every rank is in the call: its input is in
 // place), when a block is final, and when no peer reads this rank's
