@@ -116,7 +116,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.warmup, "warmup", 3, "untimed iterations per size")
 	fs.IntVar(&cfg.settle, "settle", 3000, "untimed barriers before the sweep, while the ranks' runtimes settle")
 	fs.DurationVar(&cfg.spin, "spin", 50*time.Millisecond, "busy time of each rank on its CPU before the settling barriers, so that idle CPUs reach full speed first")
-	fs.BoolVar(&cfg.register, "register", false, "register the buffers for zero-copy sends (comm.Register: over RDMA, large messages are sent straight from them)")
+	fs.BoolVar(&cfg.register, "register", false, "register the buffers (comm.Register): over RDMA, large messages are sent straight from them; on ranks of one host over shm, allreduce reads the peers' buffers with process_vm_readv (the single-copy path)")
 	fs.BoolVar(&cfg.alloc, "alloc", false, "allocate the buffers with comm.Alloc: on ranks of one host over shm, allreduce then reads every rank's buffer in place (the single-copy path)")
 	fs.BoolVar(&cfg.traffic, "traffic", false, "count the bytes each rank moves through memory (comm.WithTraffic) and print them per byte of the collective (column moved/B)")
 	fs.BoolVar(&cfg.check, "check", true, "verify every result against known inputs (count wrong elements; exit 1 if any)")
@@ -172,6 +172,9 @@ func validate(cfg *config, set map[string]bool) error {
 	}
 	if spec, _ := findOp(cfg.op); spec.reduces && rop.floatOnly && !dt.float {
 		return bad("-redop %s needs a floating-point -dtype, not %s (use sum and divide)", cfg.redop, cfg.dtype)
+	}
+	if cfg.alloc && cfg.register {
+		return bad("-alloc and -register: memory from Alloc cannot be registered too (pick one single-copy path)")
 	}
 	if cfg.alloc && cfg.op != "allreduce" {
 		return bad("-alloc is for -op allreduce (the one collective with a single-copy path), not %s", cfg.op)

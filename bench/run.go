@@ -76,7 +76,7 @@ func benchSpec[T comm.Element](e env, spec opSpec[T]) error {
 			if len(b) == 0 {
 				continue
 			}
-			reg, err := comm.Register(c, b)
+			reg, err := comm.Register(ctx, c, b)
 			if err != nil {
 				return err
 			}

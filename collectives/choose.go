@@ -49,10 +49,17 @@ import (
 //     so the phases inside a host hide behind the slower one between
 //     hosts instead of adding to it. Below two stages there is
 //     nothing to overlap, and the phases run one after another.
-//   - A buffer every rank maps (comm.Alloc) is read in place, each byte
-//     once, from Options.SingleCopyMin (from the job's plan); below it
-//     the single copy's three rounds of empty messages per peer cost
-//     more than the bytes it saves, and the rows after it decide.
+//   - A buffer every rank maps (comm.Alloc) or reads (comm.Register) is
+//     reduced from the peers' memory, not copied through the rings,
+//     from Options.SingleCopyMin (from the job's plan); below it the
+//     single copy's three rounds of empty messages per peer cost
+//     more than the bytes it saves, and the rows after it decide. It
+//     takes no 16-bit data with float32 partials (the rows before it
+//     have their own algorithm for those on 3 to 8 ranks; elsewhere the
+//     rows after it decide), and the rows before it (one rank, an exact
+//     sum, GOCOLL_ALGO, ranks on several hosts) come first. The rows
+//     after it say, for such a buffer, why it did not take it
+//     (notSingle), so the log gives the reason either way.
 //
 // GOCOLL_ALGO (Options.Algos) overrides every row but a job of one rank
 // and an exact sum (exact.go), whose bits must not depend on it.
@@ -82,38 +89,40 @@ var rules = [...]rule{
 			return pairwiseWide(s) && s.bytes <= small && (s.n > pairwiseSmallRanks || s.bytes < small/2)
 		},
 		func(g *Group, s shape) string {
-			return fmt.Sprintf("16-bit in float32, %d bytes on %d ranks, below the pairwise reduce-scatter's floor: latency-bound", s.bytes, s.n)
+			return fmt.Sprintf("16-bit in float32, %d bytes on %d ranks, below the pairwise reduce-scatter's floor: latency-bound", s.bytes, s.n) + notSingle(g, s)
 		}},
 	{AllReduce, Pairwise,
 		func(g *Group, s shape) bool { return pairwiseWide(s) },
 		func(g *Group, s shape) string {
-			return fmt.Sprintf("16-bit in float32, %d bytes on %d ranks: the pairwise reduce-scatter sends every block once, in 16 bits", s.bytes, s.n)
+			return fmt.Sprintf("16-bit in float32, %d bytes on %d ranks: the pairwise reduce-scatter sends every block once, in 16 bits", s.bytes, s.n) + notSingle(g, s)
 		}},
 	{AllReduce, SingleCopy,
-		func(g *Group, s shape) bool { return s.mapped && !s.wide && s.bytes >= g.opts.SingleCopyMin },
+		func(g *Group, s shape) bool {
+			return s.mapped && !s.wide && !s.exact && s.bytes >= g.opts.SingleCopyMin && !g.readTooMany(s)
+		},
 		func(g *Group, s shape) string {
-			return fmt.Sprintf("%d bytes >= %d in memory every rank maps (Alloc): each byte read in place", s.bytes, g.opts.SingleCopyMin)
+			return fmt.Sprintf("%d bytes >= %d in buffers every rank reads (Alloc, Register): no copy through the rings", s.bytes, g.opts.SingleCopyMin)
 		}},
 	{AllReduce, RecursiveDoubling,
 		func(g *Group, s shape) bool { return s.bytes <= g.smallAllReduce(s.n) },
 		func(g *Group, s shape) string {
-			return fmt.Sprintf("%d bytes <= %d on %d ranks: latency-bound", s.bytes, g.smallAllReduce(s.n), s.n)
+			return fmt.Sprintf("%d bytes <= %d on %d ranks: latency-bound", s.bytes, g.smallAllReduce(s.n), s.n) + notSingle(g, s)
 		}},
 	{AllReduce, Rabenseifner,
 		func(g *Group, s shape) bool { return s.n > 2 && s.bytes/s.n < g.opts.RingChunk },
 		func(g *Group, s shape) string {
 			return fmt.Sprintf("%d bytes on %d ranks: bandwidth-bound, but a ring step would carry %d bytes < %d (the job's links cost per step)",
-				s.bytes, s.n, s.bytes/s.n, g.opts.RingChunk)
+				s.bytes, s.n, s.bytes/s.n, g.opts.RingChunk) + notSingle(g, s)
 		}},
 	{AllReduce, Ring,
 		func(g *Group, s shape) bool { return s.n <= 3 || s.n == 4 && s.bytes <= 1<<20 },
 		func(g *Group, s shape) string {
-			return fmt.Sprintf("%d bytes on %d ranks: bandwidth-bound, few ranks", s.bytes, s.n)
+			return fmt.Sprintf("%d bytes on %d ranks: bandwidth-bound, few ranks", s.bytes, s.n) + notSingle(g, s)
 		}},
 	{AllReduce, Rabenseifner,
 		func(g *Group, s shape) bool { return true },
 		func(g *Group, s shape) string {
-			return fmt.Sprintf("%d bytes on %d ranks: bandwidth-bound, many ranks", s.bytes, s.n)
+			return fmt.Sprintf("%d bytes on %d ranks: bandwidth-bound, many ranks", s.bytes, s.n) + notSingle(g, s)
 		}},
 	{anyKind, Pairwise,
 		func(g *Group, s shape) bool {
@@ -156,7 +165,31 @@ type shape struct {
 	n, bytes int
 	wide     bool // 16-bit data reduced with float32 partials (wideFor)
 	exact    bool // an ExactSum of floats (exactFloat)
-	mapped   bool // an allreduce of memory every rank maps (SingleCopyAllReduce)
+	mapped   bool // an allreduce of buffers every rank reads (SingleCopyAllReduce, SingleCopyAllReduceRead)
+	read     bool // ... through a PeerReader (SingleCopyAllReduceRead)
+}
+
+// notSingle is what the rows after SingleCopy add to their reason for a
+// buffer every rank maps: which of that row's conditions failed.
+func notSingle(g *Group, s shape) string {
+	switch {
+	case !s.mapped:
+		return ""
+	case s.wide:
+		return "; not the single copy, which takes no 16-bit data with float32 partials"
+	case s.bytes < g.opts.SingleCopyMin:
+		return fmt.Sprintf("; not the single copy: %d bytes < its floor %d (the job's plan)", s.bytes, g.opts.SingleCopyMin)
+	case g.readTooMany(s):
+		return fmt.Sprintf("; not the single copy: it would read the peers' buffers with process_vm_readv, slower than the rings on more than %d ranks (the job's plan)",
+			g.opts.SingleCopyReadRanks)
+	}
+	return ""
+}
+
+// readTooMany says whether s reads the peers' buffers through a
+// PeerReader on more ranks than Options.SingleCopyReadRanks.
+func (g *Group) readTooMany(s shape) bool {
+	return s.read && g.opts.SingleCopyReadRanks > 0 && s.n > g.opts.SingleCopyReadRanks
 }
 
 // pairwiseRanks is the most ranks on which the wide path runs the
@@ -255,7 +288,7 @@ func (g *Group) Choice(kind Kind, bytes int, dt reduce.DType, op reduce.Op) (Alg
 //
 //go:noinline
 func (g *Group) logChoice(s shape, a Algo, row int) {
-	key := decision{s.kind, a, row}
+	key := decision{s.kind, a, row, s.mapped, s.read}
 	g.logMu.Lock()
 	first := !g.logged[key]
 	g.logged[key] = true
@@ -266,9 +299,12 @@ func (g *Group) logChoice(s shape, a Algo, row int) {
 }
 
 // decision is one (collective, algorithm, row of rules) choice, logged
-// the first time.
+// the first time, for buffers every rank maps and others apart: the
+// reasons differ (notSingle).
 type decision struct {
-	kind Kind
-	algo Algo
-	row  int
+	kind   Kind
+	algo   Algo
+	row    int
+	mapped bool
+	read   bool
 }

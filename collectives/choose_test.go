@@ -3,6 +3,7 @@ package collectives
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 
@@ -188,8 +189,8 @@ func TestChoiceMapped(t *testing.T) {
 		want     Algo
 		why      string
 	}{
-		{2, 256 << 10, false, SingleCopy, "262144 bytes >= 262144 in memory every rank maps"},
-		{4, 64 << 20, false, SingleCopy, "read in place"},
+		{2, 256 << 10, false, SingleCopy, "262144 bytes >= 262144 in buffers every rank reads"},
+		{4, 64 << 20, false, SingleCopy, "no copy through the rings"},
 		{2, 256<<10 - 4, false, Ring, "few ranks"},
 		{4, 8 << 10, false, RecursiveDoubling, "8192 bytes <= 65536 on 4 ranks"},
 		{4, 1 << 20, true, Pairwise, "16-bit in float32"},
@@ -207,6 +208,108 @@ func TestChoiceMapped(t *testing.T) {
 				t.Errorf("%v, but %v for a buffer of the heap", got, heap)
 			}
 		})
+	}
+}
+
+// TestChoiceNotSingle: every condition of the single copy is a row of
+// the table, so the
+// reason logged for a buffer every rank maps says why it was not read in
+// place: one rank, an exact sum, GOCOLL_ALGO, several hosts, 16-bit data
+// with float32 partials, a size below the floor. The algorithm is the
+// one a buffer of the heap gets.
+func TestChoiceNotSingle(t *testing.T) {
+	shm := Options{SmallAllReduce: 64 << 10, SingleCopyMin: 1 << 20}
+	forced := shm
+	forced.Algos = map[Kind]Algo{AllReduce: Rabenseifner}
+	hosts := shm
+	hosts.Hosts = []int{0, 0, 1, 1}
+	cases := []struct {
+		name        string
+		opts        Options
+		n, bytes    int
+		wide, exact bool
+		want        Algo
+		why         string
+	}{
+		{"one rank", shm, 1, 4 << 20, false, false, Local, "one rank"},
+		{"exact", shm, 4, 4 << 20, false, true, Pairwise, "exactsum"},
+		{"forced", forced, 4, 4 << 20, false, false, Rabenseifner, "forced (GOCOLL_ALGO)"},
+		{"hosts", hosts, 4, 4 << 20, false, false, Hier, "2 hosts"},
+		{"wide 2 ranks", shm, 2, 4 << 20, true, false, Ring, "not the single copy, which takes no 16-bit data with float32 partials"},
+		{"wide 9 ranks", shm, 9, 4 << 20, true, false, Rabenseifner, "not the single copy, which takes no 16-bit data"},
+		{"wide 4 ranks", shm, 4, 4 << 20, true, false, Pairwise, "16-bit in float32, 4194304 bytes on 4 ranks: the pairwise reduce-scatter sends every block once, in 16 bits; not the single copy"},
+		{"small", shm, 4, 8 << 10, false, false, RecursiveDoubling, "not the single copy: 8192 bytes < its floor 1048576"},
+		{"below floor", shm, 2, 1<<20 - 8, false, false, Ring, "few ranks; not the single copy: 1048568 bytes < its floor 1048576"},
+		{"floor", shm, 2, 1 << 20, false, false, SingleCopy, "1048576 bytes >= 1048576"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := &Group{n: tc.n, opts: tc.opts, hier: len(tc.opts.Hosts) > 0}
+			for k, a := range tc.opts.Algos {
+				g.forced[k] = a
+			}
+			s := shape{kind: AllReduce, n: tc.n, bytes: tc.bytes, wide: tc.wide, exact: tc.exact, mapped: true}
+			got, row := g.pick(s)
+			if why := rules[row].why(g, s); got != tc.want || !strings.Contains(why, tc.why) {
+				t.Errorf("%v, %q; want %v, a reason containing %q", got, why, tc.want, tc.why)
+			}
+			s.mapped = false
+			heap, row := g.pick(s)
+			if why := rules[row].why(g, s); tc.want != SingleCopy && heap != got || strings.Contains(why, "single copy") {
+				t.Errorf("a buffer of the heap: %v, %q; want %v, without a word of the single copy", heap, why, got)
+			}
+		})
+	}
+}
+
+// TestChoiceRead: buffers the ranks read through a PeerReader take the
+// single copy on up to Options.SingleCopyReadRanks ranks; beyond, the
+// usual rows, whose reason says why.
+func TestChoiceRead(t *testing.T) {
+	g := &Group{opts: Options{SmallAllReduce: 64 << 10, SingleCopyMin: 1 << 20, SingleCopyReadRanks: 2}}
+	cases := []struct {
+		n    int
+		want Algo
+		why  string
+	}{
+		{2, SingleCopy, "no copy through the rings"},
+		{3, Ring, "few ranks; not the single copy: it would read the peers' buffers with process_vm_readv, slower than the rings on more than 2 ranks"},
+		{4, Rabenseifner, "process_vm_readv"},
+	}
+	for _, tc := range cases {
+		g.n = tc.n
+		s := shape{kind: AllReduce, n: tc.n, bytes: 4 << 20, mapped: true, read: true}
+		got, row := g.pick(s)
+		if why := rules[row].why(g, s); got != tc.want || !strings.Contains(why, tc.why) {
+			t.Errorf("%d ranks: %v, %q; want %v, a reason containing %q", tc.n, got, why, tc.want, tc.why)
+		}
+		if s.read = false; tc.n > 2 {
+			if got, _ := g.pick(s); got != SingleCopy {
+				t.Errorf("%d ranks, mapped: %v, want the single copy", tc.n, got)
+			}
+		}
+	}
+}
+
+// TestChoiceLogMapped: GOCOLL_DEBUG=info logs the reason of a row once for
+// buffers every rank maps and once for others, as they differ.
+func TestChoiceLogMapped(t *testing.T) {
+	var out strings.Builder
+	g := &Group{n: 2, opts: Options{SmallAllReduce: 64 << 10, SingleCopyMin: 1 << 20, Logger: slog.New(slog.NewTextHandler(&out, nil))},
+		logged: make(map[decision]bool), logInfo: true}
+	g.decide(shape{kind: AllReduce, n: 2, bytes: 512 << 10})
+	g.decide(shape{kind: AllReduce, n: 2, bytes: 512 << 10, mapped: true})
+	g.decide(shape{kind: AllReduce, n: 2, bytes: 256 << 10, mapped: true})
+	g.decide(shape{kind: AllReduce, n: 2, bytes: 2 << 20, mapped: true})
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	want := []string{"few ranks\"", "524288 bytes < its floor 1048576", "algo=singlecopy"}
+	if len(lines) != len(want) {
+		t.Fatalf("logged %d lines, want %d:\n%s", len(lines), len(want), out.String())
+	}
+	for i, w := range want {
+		if !strings.Contains(lines[i], w) {
+			t.Errorf("line %d: %s; want it to contain %s", i, lines[i], w)
+		}
 	}
 }
 

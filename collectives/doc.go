@@ -13,8 +13,11 @@
 // rank's block straight from its peers' buffers, in one pass over them
 // (reduce.ReduceN), and copies the others from their owners, with the
 // ring's bits; the transport carries only its header and three empty
-// messages per peer (window.go). Below Options.SingleCopyMin bytes the
-// table's other rows choose (choose.go).
+// messages per peer (window.go). SingleCopyAllReduceRead does the same
+// where the peers' buffers are read rather than mapped (a PeerReader:
+// comm.Register's process_vm_readv). Below Options.SingleCopyMin bytes,
+// and for what the single copy does not take, the table's other rows
+// choose (choose.go).
 //
 // A Mux shares one transport between several communicators and
 // point-to-point lanes (see Mux and Channel): sub-communicators are Groups

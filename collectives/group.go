@@ -28,11 +28,15 @@ type Options struct {
 	// more than its bytes (see rules, choose.go). 0: no floor.
 	RingChunk int
 	// SingleCopyMin is the smallest allreduce, in bytes, of a buffer
-	// every rank maps (SingleCopyAllReduce) that reads the ranks'
-	// buffers in place; a smaller one runs the table's other rows, whose
+	// every rank reads (SingleCopyAllReduce, SingleCopyAllReduceRead)
+	// that takes the single copy; a smaller one runs the table's other rows, whose
 	// one exchange beats the single copy's three rounds of messages
 	// (see rules, choose.go). 0: no floor.
 	SingleCopyMin int
+	// SingleCopyReadRanks is the most ranks on which the single copy
+	// takes buffers it reads through a PeerReader
+	// (SingleCopyAllReduceRead) rather than maps. 0: no limit.
+	SingleCopyReadRanks int
 	// SmallBroadcast is the largest broadcast that uses the binomial tree
 	// rather than the chain (default 64 KiB).
 	SmallBroadcast int

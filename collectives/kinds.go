@@ -93,10 +93,11 @@ const (
 	// binomial-tree broadcast, both pipelined by segment.
 	Tree
 	// SingleCopy: allreduce of buffers every rank of one host maps
-	// (comm.Alloc): each rank reduces its block reading every peer's
-	// buffer in place, then copies the other blocks from their owners
-	// (window.go). The table chooses it only for such buffers
-	// (SingleCopyAllReduce), from Options.SingleCopyMin bytes.
+	// (comm.Alloc) or reads (comm.Register): each rank reduces its
+	// block reading every peer's buffer, then copies the other blocks
+	// from their owners (window.go). The table chooses it only for such
+	// buffers (SingleCopyAllReduce, SingleCopyAllReduceRead), from
+	// Options.SingleCopyMin bytes.
 	SingleCopy
 	// HierPipe: Hier cut into stages of Options.HierSegment bytes, a
 	// leader's exchange of stage k with the other leaders overlapping its

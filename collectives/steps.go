@@ -7,13 +7,19 @@ func mod(a, n int) int { return ((a % n) + n) % n }
 // chunk is the byte range of the i-th of n near-equal parts of count
 // elements of size es; the first count%n parts have one element more.
 func chunk(b []byte, count, n, i, es int) []byte {
+	lo, hi := span(count, n, i)
+	return b[lo*es : hi*es : hi*es]
+}
+
+// span is where chunk i lies, in elements.
+func span(count, n, i int) (lo, hi int) {
 	q, r := count/n, count%n
-	lo := i*q + min(i, r)
-	hi := lo + q
+	lo = i*q + min(i, r)
+	hi = lo + q
 	if i < r {
 		hi++
 	}
-	return b[lo*es : hi*es : hi*es]
+	return lo, hi
 }
 
 // stream sends out to next and receives in from prev, segment by segment,

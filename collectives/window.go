@@ -5,12 +5,14 @@ import (
 	"fmt"
 
 	"github.com/gocoll/gocoll/internal/reduce"
+	"github.com/gocoll/gocoll/transport"
 )
 
 // The single-copy allreduce, for buffers every rank of one host maps
-// (comm.Alloc): rank r reads block r of every rank's buffer where it
-// lies and reduces it into its own, then copies every other block from
-// the buffer of the rank that reduced it. No byte goes through a slot:
+// (comm.Alloc) or reads through a PeerReader (comm.Register): rank r
+// reads block r of every rank's buffer where it lies and reduces it
+// into its own, then copies every other block from the buffer of the
+// rank that reduced it. No byte goes through a slot:
 // the transport carries only three empty messages per peer, which say
 // when a buffer may be read (every rank is in the call: its input is in
 // place), when a block is final, and when no peer reads this rank's
@@ -29,31 +31,19 @@ import (
 // stays in cache): each input is read once and only the rank's own
 // buffer is written.
 
-// SingleCopyFits says whether an allreduce of dt and op can take the
-// single-copy path: a valid pair on several ranks of one host, not an
-// ExactSum of floats (which has an algorithm of its own) nor a 16-bit
-// reduction with float32 partial results (wide.go), and no allreduce
-// algorithm forced (GOCOLL_ALGO: the forced one runs instead).
-func (g *Group) SingleCopyFits(dt reduce.DType, op reduce.Op) bool {
-	if reduce.Check(dt, op) != nil || g.n < 2 || g.hier || g.forced[AllReduce] != Auto || exactFloat(dt, op) {
-		return false
-	}
-	return !g.wideFor(dt, exactOp(op))
-}
-
 // SingleCopyAllReduce reduces views[g.Rank()] across the ranks in place,
 // reading views[q], rank q's buffer as this rank maps it, straight from
 // memory: every view has the same length, on every rank. where tells
 // apart buffers at different places of the ranks' shared memory: ranks
-// that pass different values fail with ErrMismatch. The caller checks
-// SingleCopyFits first; the result has the bits the ring's would.
-// Below Options.SingleCopyMin bytes the table's other rows choose
-// (rules, choose.go), and views[g.Rank()] is reduced as AllReduce
-// would reduce it, with that algorithm's bits.
+// that pass different values fail with ErrMismatch. Whether the single
+// copy runs is a row of the algorithm table (rules, choose.go), whose
+// reason GOCOLL_DEBUG=info logs: from Options.SingleCopyMin bytes, on
+// several ranks of one host, with no allreduce algorithm forced
+// (GOCOLL_ALGO), neither an ExactSum of floats nor a 16-bit reduction
+// with float32 partial results; it then has the bits the ring's would.
+// Otherwise views[g.Rank()] is reduced as AllReduce would reduce it,
+// with the bits of the algorithm the table chose.
 func (g *Group) SingleCopyAllReduce(ctx context.Context, views [][]byte, dt reduce.DType, op reduce.Op, where uint32) error {
-	if !g.SingleCopyFits(dt, op) {
-		return fmt.Errorf("allreduce: no single-copy path for %v %v on %d ranks: %w", dt, op, g.n, ErrBadAlgo)
-	}
 	if len(views) != g.n {
 		return fmt.Errorf("allreduce: %d buffers for %d ranks: %w", len(views), g.n, ErrBadAlgo)
 	}
@@ -63,26 +53,108 @@ func (g *Group) SingleCopyAllReduce(ctx context.Context, views [][]byte, dt redu
 			return fmt.Errorf("allreduce: rank %d's buffer has %d bytes, this rank's %d: %w", q, len(v), len(buf), ErrBadAlgo)
 		}
 	}
-	count, whole := dt.Count(len(buf))
-	if !whole {
-		return lenError("allreduce", buf, dt)
-	}
-	op = exactOp(op)
-	if algo := g.decide(shape{kind: AllReduce, n: g.n, bytes: len(buf), mapped: true}); algo != SingleCopy {
-		return g.allReduceWith(ctx, algo, false, buf, count, dt, op)
-	}
-	c := g.newCall(ctx, spec{what: tag(AllReduce, SingleCopy, dt, op), count: uint64(count), extra: where})
-	return c.singleCopy(views, count, dt, op)
+	return g.singleCopyCall(ctx, memory{views: views, own: buf}, dt, op, where)
 }
 
-func (c *call) singleCopy(views [][]byte, count int, dt reduce.DType, op reduce.Op) error {
+// PeerReader reads the other ranks' buffers where this rank cannot map
+// them (comm.Register: the kernel copies from the peer's memory,
+// process_vm_readv).
+type PeerReader interface {
+	// ReadPeer fills dst from rank q's buffer, from its byte off on.
+	ReadPeer(q, off int, dst []byte) error
+}
+
+// SingleCopyAllReduceRead is SingleCopyAllReduce for buffers the ranks
+// read through peers rather than map: buf is this rank's, of the same
+// length on every rank, and peers reads the others'. Rank r reads each
+// piece of every peer's block r into a scratch piece that stays in
+// cache and reduces it from there, then reads every other block from the
+// rank that reduced it straight into buf: each read is a copy, counted
+// as Copied (docs/traffic.md). The table decides as for
+// SingleCopyAllReduce, on up to Options.SingleCopyReadRanks ranks, and
+// a failed read fails the call with a
+// *transport.PeerError wrapping ErrPeerLost.
+func (g *Group) SingleCopyAllReduceRead(ctx context.Context, buf []byte, peers PeerReader, dt reduce.DType, op reduce.Op, where uint32) error {
+	return g.singleCopyCall(ctx, memory{own: buf, read: peers}, dt, op, where)
+}
+
+// singleCopyCall runs the single copy on m if the table takes it, or
+// the algorithm it chose on m.own.
+func (g *Group) singleCopyCall(ctx context.Context, m memory, dt reduce.DType, op reduce.Op, where uint32) error {
+	count, op, algo, err := g.chooseMapped(ctx, m.own, dt, op, m.read != nil)
+	if algo != SingleCopy {
+		return err
+	}
+	c := g.newCall(ctx, spec{what: tag(AllReduce, SingleCopy, dt, op), count: uint64(count), extra: where})
+	return c.singleCopy(m, count, dt, op)
+}
+
+// memory is the ranks' buffers as the single copy reaches them: mapped,
+// views[q] rank q's, or read through read; own is this rank's.
+type memory struct {
+	views [][]byte
+	own   []byte
+	read  PeerReader
+}
+
+// gather copies block q, final, from rank q's buffer into this rank's.
+func (c *call) gather(m memory, count int, q, es int) error {
+	dst := chunk(m.own, count, c.g.n, q, es)
+	if m.read == nil {
+		c.copy(dst, chunk(m.views[q], count, c.g.n, q, es))
+		return nil
+	}
+	lo, _ := span(count, c.g.n, q)
+	return c.readPeer(m.read, q, lo*es, dst)
+}
+
+// readPeer is m.read.ReadPeer, counted as a copy.
+func (c *call) readPeer(read PeerReader, q, off int, dst []byte) error {
+	if err := read.ReadPeer(q, off, dst); err != nil {
+		return &transport.PeerError{Peer: q, Op: "read the registered buffer of", Err: fmt.Errorf("%w: %w", transport.ErrPeerLost, err)}
+	}
+	c.tally.copying(len(dst))
+	return nil
+}
+
+// chooseMapped checks an allreduce of buf, which every rank can read,
+// and asks the table for its algorithm. Unless that is SingleCopy, it
+// runs the allreduce with the one chosen and returns its result.
+func (g *Group) chooseMapped(ctx context.Context, buf []byte, dt reduce.DType, op reduce.Op, read bool) (int, reduce.Op, Algo, error) {
+	if err := reduce.Check(dt, op); err != nil {
+		return 0, op, Auto, err
+	}
+	count, whole := dt.Count(len(buf))
+	if !whole {
+		return 0, op, Auto, lenError("allreduce", buf, dt)
+	}
+	s := shape{kind: AllReduce, n: g.n, bytes: len(buf), exact: exactFloat(dt, op), mapped: true, read: read}
+	op = exactOp(op)
+	if !s.exact {
+		s.wide = g.wideFor(dt, op)
+	}
+	switch algo := g.decide(s); {
+	case algo == SingleCopy:
+		return count, op, algo, nil
+	case s.exact:
+		return count, op, algo, g.exactAllReduce(ctx, buf, count, dt)
+	default:
+		return count, op, algo, g.allReduceWith(ctx, algo, s.wide, buf, count, dt, op)
+	}
+}
+
+func (c *call) singleCopy(m memory, count int, dt reduce.DType, op reduce.Op) error {
 	n, r, es := c.g.n, c.g.rank, dt.Size()
-	own := views[r]
+	own := m.own
 	// Every peer is in the call: its input is in place.
 	if err := c.signalAll(); err != nil {
 		return err
 	}
-	c.reduceBlock(views, count, dt, op)
+	if m.read == nil {
+		c.reduceBlock(m.views, count, dt, op)
+	} else if err := c.readBlock(m.read, own, count, dt, op); err != nil {
+		return err
+	}
 	if op == reduce.Avg {
 		reduce.Scale(dt, chunk(own, count, n, r, es), n)
 	}
@@ -99,7 +171,9 @@ func (c *call) singleCopy(views [][]byte, count int, dt reduce.DType, op reduce.
 		if err := c.heard(q); err != nil {
 			return err
 		}
-		c.copy(chunk(own, count, n, q, es), chunk(views[q], count, n, q, es))
+		if err := c.gather(m, count, q, es); err != nil {
+			return err
+		}
 	}
 	// Once every peer has copied block r, the caller may write the buffer.
 	return c.signalAll()
@@ -146,4 +220,41 @@ func (c *call) reduceBlock(views [][]byte, count int, dt reduce.DType, op reduce
 		ins = append(ins, chunk(views[mod(r-j, n)], count, n, r, es))
 	}
 	c.reduceN(dt, op, dst, ins)
+}
+
+// readBlock is reduceBlock for buffers read through a PeerReader: a
+// piece of every peer's block r at a time is read into scratch, and
+// ReduceN reduces the pieces, in the ring's order, into own.
+func (c *call) readBlock(read PeerReader, own []byte, count int, dt reduce.DType, op reduce.Op) error {
+	n, k, es := c.g.n, c.g.rank, dt.Size()
+	dst := chunk(own, count, n, k, es)
+	if len(dst) == 0 {
+		return nil
+	}
+	lo, _ := span(count, n, k)
+	piece := min(readPiece(n), len(dst))
+	scratch, h := getScratch((n - 1) * piece)
+	defer putScratch(h)
+	// slot(j) holds the piece of rank k-j's block (j = 1..n-1).
+	slot := func(j, size int) []byte { return scratch[(j-1)*piece:][:size] }
+	var inline [16][]byte
+	for at := 0; at < len(dst); at += piece {
+		end := min(at+piece, len(dst))
+		ins := append(inline[:0], dst[at:end])
+		for j := 1; j < n; j++ {
+			if err := c.readPeer(read, mod(k-j, n), lo*es+at, slot(j, end-at)); err != nil {
+				return err
+			}
+			ins = append(ins, slot(j, end-at))
+		}
+		c.reduceN(dt, op, dst[at:end], ins)
+	}
+	return nil
+}
+
+// readPiece is how much of each peer's block readBlock reads at a time:
+// 64 KiB, less on many ranks so that the n-1 pieces stay within about
+// 512 KiB of cache; a multiple of 4 KiB.
+func readPiece(n int) int {
+	return max(4<<10, min(64<<10, (512<<10)/n&^(4<<10-1)))
 }

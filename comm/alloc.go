@@ -95,6 +95,11 @@ type window struct {
 	views [][]byte
 	rank  int
 	at    [][]byte // scratch for the views of one call (calls run one at a time)
+	// peers, for a buffer of the program's that Register made readable,
+	// reads the other ranks' buffers; tag is what they check it by.
+	registered bool
+	peers      *peerReader
+	tag        []byte
 	// use is held, shared, by the calls reading the views, and by Free,
 	// exclusively, so the memory is never unmapped under a call.
 	use   sync.RWMutex
@@ -188,6 +193,20 @@ func (ws *windows) find(b []byte) (*window, int) {
 	return nil, 0
 }
 
+// overlaps says whether any byte of b lies in a window.
+func (ws *windows) overlaps(b []byte) bool {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	for _, w := range ws.list {
+		base := uintptr(unsafe.Pointer(unsafe.SliceData(w.mem)))
+		if p < base+uintptr(len(w.mem)) && base < p+uintptr(len(b)) {
+			return true
+		}
+	}
+	return false
+}
+
 // freeAll frees every window left, at Close.
 func (ws *windows) freeAll() error {
 	ws.mu.Lock()
@@ -207,6 +226,8 @@ func (c *Communicator) freedError(what string, b []byte) error {
 	switch {
 	case w == nil:
 		return nil
+	case w.registered:
+		return nil // the program's memory, of any length
 	case w.isFreed():
 		return fmt.Errorf("comm: %s: the buffer lies in memory from Alloc that was freed: %w", what, ErrInvalid)
 	case off+len(b) > len(w.mem):
@@ -216,13 +237,14 @@ func (c *Communicator) freedError(what string, b []byte) error {
 	return nil
 }
 
-// groupAllReduce is the allreduce of b, through the single-copy path
-// when b lies in memory from Alloc that the ranks share and the call's
-// type and op allow (collectives.Group.SingleCopyFits), which runs it
-// from the plan's floor (Options.SingleCopyMin); otherwise the group's.
+// groupAllReduce is the allreduce of b, through
+// collectives.Group.SingleCopyAllReduce when b lies in memory from Alloc
+// that the ranks share, whose algorithm table takes the single copy for
+// the sizes, types and ops it fits (and says why, or why not); otherwise
+// the group's.
 func (c *Communicator) groupAllReduce(ctx context.Context, b []byte, dt reduce.DType, op reduce.Op) error {
 	if c.win.count.Load() != 0 {
-		if w, off := c.win.find(b); w != nil && c.g.SingleCopyFits(dt, op) {
+		if w, off := c.win.find(b); w != nil {
 			w.use.RLock()
 			defer w.use.RUnlock()
 			if w.isFreed() {
@@ -233,6 +255,10 @@ func (c *Communicator) groupAllReduce(ctx context.Context, b []byte, dt reduce.D
 					w.at[q] = v[off : off+len(b)]
 				}
 				return c.g.SingleCopyAllReduce(ctx, w.at, dt, op, w.place(off))
+			}
+			if w.peers != nil && off+len(b) <= w.peers.shortest {
+				w.peers.base = off
+				return c.g.SingleCopyAllReduceRead(ctx, b, w.peers, dt, op, w.place(off))
 			}
 		}
 	}
@@ -260,14 +286,8 @@ func (c *Communicator) alloc(ctx context.Context, n int, dt reduce.DType, es int
 	if size > 0 {
 		if own, err := shm.NewWindow(size); err == nil {
 			w.own, w.mem = own, own.Bytes()
-			switch tname := c.rootOrSelf().tname; {
-			case c.Size() == 1:
-				why = "one rank"
-			case tname != "shm":
-				why = "the transport is " + tname + ", not shm (ranks on several hosts, or forced)"
-			default:
-				offer = true
-			}
+			why = c.sharedWhy()
+			offer = why == ""
 		} else {
 			why = err.Error()
 			w.mem = make([]byte, size)
@@ -326,6 +346,18 @@ func (c *Communicator) alloc(ctx context.Context, n int, dt reduce.DType, es int
 	c.win.mu.Unlock()
 	c.win.add(w)
 	return w, nil
+}
+
+// sharedWhy says why the ranks cannot read each other's memory, or
+// nothing where they may.
+func (c *Communicator) sharedWhy() string {
+	switch tname := c.rootOrSelf().tname; {
+	case c.Size() == 1:
+		return "one rank"
+	case tname != "shm":
+		return "the transport is " + tname + ", not shm (ranks on several hosts, or forced)"
+	}
+	return ""
 }
 
 // allocAgree checks that every rank asked for the same number of

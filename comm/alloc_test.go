@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 	"unsafe"
@@ -202,8 +203,18 @@ func TestAllocRank(t *testing.T) {
 	if n := c.Size(); n > 1 && c.Transport() != "shm" {
 		t.Fatalf("transport %s, want shm", c.Transport())
 	}
-	if os.Getenv("GOCOLL_ALLOC_TEST_RANK") == "dies" {
+	switch os.Getenv("GOCOLL_ALLOC_TEST_RANK") {
+	case "dies":
 		if err := allocPeerDies(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		return
+	case "register", "refused":
+		if err := registerCases(ctx, c, &tr, os.Getenv("GOCOLL_ALLOC_TEST_RANK") == "register"); err != nil {
+			c.Abort(err)
+			t.Fatal(err)
+		}
+		if err := c.Close(); err != nil {
 			t.Fatal(err)
 		}
 		return
@@ -270,6 +281,13 @@ func TestAllocProcesses(t *testing.T) {
 // runAllocJob runs a job of n processes, each TestAllocRank in mode,
 // and returns how each ended (its output in the error).
 func runAllocJob(t *testing.T, n int, mode string) []error {
+	errs, _ := runRanks(t, n, mode, nil)
+	return errs
+}
+
+// runRanks is runAllocJob with each process started with attr, and
+// each one's output besides.
+func runRanks(t *testing.T, n int, mode string, attr *syscall.SysProcAttr, env ...string) ([]error, []string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	token := strings.Repeat("ab", 16)
@@ -284,19 +302,22 @@ func runAllocJob(t *testing.T, n int, mode string) []error {
 		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestAllocRank$", "-test.count=1")
 		cmd.Env = append(jobEnv(), "GOCOLL_ALLOC_TEST_RANK="+mode, "GOCOLL_TRANSPORT=shm",
 			"GRUN_RANK="+strconv.Itoa(r), "GRUN_SIZE="+strconv.Itoa(n), "GRUN_ADDR="+srv.Addr(), "GRUN_TOKEN="+token)
+		cmd.Env = append(cmd.Env, env...)
 		cmd.Stdout, cmd.Stderr = &outs[r], &outs[r]
+		cmd.SysProcAttr = attr
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
 		cmds[r] = cmd
 	}
-	errs := make([]error, n)
+	errs, out := make([]error, n), make([]string, n)
 	for r, cmd := range cmds {
 		if err := cmd.Wait(); err != nil {
 			errs[r] = fmt.Errorf("rank %d: %w\n%s", r, err, outs[r].String())
 		}
+		out[r] = outs[r].String()
 	}
-	return errs
+	return errs, out
 }
 
 // jobEnv is this process's environment without the variables that
@@ -342,25 +363,27 @@ func onLocal(t *testing.T, n int, f func(c *comm.Communicator) error, opts ...co
 func TestAllocMatchesRing(t *testing.T) {
 	for _, n := range []int{2, 3, 4} {
 		t.Run(strconv.Itoa(n), func(t *testing.T) {
-			matchRing[float32](t, n)
-			matchRing[float64](t, n)
-			matchRing[comm.Float16](t, n)
-			matchRing[comm.BFloat16](t, n)
+			matchRing[float32](t, n, false)
+			matchRing[float64](t, n, false)
+			matchRing[comm.Float16](t, n, false)
+			matchRing[comm.BFloat16](t, n, false)
 		})
 	}
 }
 
-func matchRing[T comm.Element](t *testing.T, n int) {
+// matchRing checks memory from Alloc, or if register a buffer of the
+// heap made readable by Register.
+func matchRing[T comm.Element](t *testing.T, n int, register bool) {
 	t.Helper()
 	// Just past the floor: blocks of uneven length, so that ReduceN's
 	// vector kernels leave a tail to the chain of two-operand steps; and
 	// a recursive-doubling size below it.
 	for _, count := range []int{plan.SingleCopyMin/int(unsafe.Sizeof(*new(T))) + 1, 1001} {
-		matchCount[T](t, n, count)
+		matchCount[T](t, n, count, register)
 	}
 }
 
-func matchCount[T comm.Element](t *testing.T, n, count int) {
+func matchCount[T comm.Element](t *testing.T, n, count int, register bool) {
 	t.Helper()
 	specials := []float64{math.NaN(), math.Copysign(0, -1), 0, math.Inf(1), math.Inf(-1), 1e-30, 3e38}
 	input := func(r, i int) T {
@@ -371,18 +394,18 @@ func matchCount[T comm.Element](t *testing.T, n, count int) {
 		return elementOf[T]((rng.Float64() - 0.3) * math.Pow(10, float64(rng.IntN(8))-4))
 	}
 	for _, op := range []comm.Op{comm.Sum, comm.Prod, comm.Min, comm.Max, comm.Avg} {
-		single := singleCopies[T](op, n, count)
+		single := singleCopies[T](op, n, count) && (!register || n <= plan.SingleCopyReadRanks)
 		if !single && count*int(unsafe.Sizeof(*new(T))) >= plan.SingleCopyMin {
 			continue
 		}
 		ctx := context.Background()
 		results := make([][]T, 2*n)
 		err := onLocal(t, n, func(c *comm.Communicator) error {
-			s, err := comm.Alloc[T](ctx, c, count)
+			buf, done, err := sharedBuffer[T](ctx, c, count, register)
 			if err != nil {
 				return err
 			}
-			buf := s.Slice()
+			defer done()
 			for i := range buf {
 				buf[i] = input(c.Rank(), i)
 			}
@@ -420,6 +443,25 @@ func matchCount[T comm.Element](t *testing.T, n, count int) {
 			}
 		}
 	}
+}
+
+// sharedBuffer is count elements the ranks of c read in place: memory
+// from Alloc, or if register a buffer of the heap, registered; done
+// frees or deregisters it.
+func sharedBuffer[T comm.Element](ctx context.Context, c *comm.Communicator, count int, register bool) ([]T, func() error, error) {
+	if register {
+		buf := make([]T, count)
+		reg, err := comm.Register(ctx, c, buf)
+		if err != nil {
+			return nil, nil, err
+		}
+		return buf, reg.Close, nil
+	}
+	s, err := comm.Alloc[T](ctx, c, count)
+	if err != nil {
+		return nil, nil, err
+	}
+	return s.Slice(), s.Free, nil
 }
 
 // refAlgo is the reference for matchCount: the ring's for the single
@@ -580,55 +622,69 @@ func TestAllocCloseFrees(t *testing.T) {
 // ring's 9(n-1)/n.
 func TestAllocTraffic(t *testing.T) {
 	for _, n := range []int{2, 4, 16} {
-		t.Run(strconv.Itoa(n), func(t *testing.T) {
-			const count = plan.SingleCopyMin / 4 // the single copy's floor
-			const S = 4 * count
-			ctx := context.Background()
-			var tr collectives.Traffic
-			var mu sync.Mutex
-			var before collectives.TrafficCounts
-			ready := 0
-			err := onLocal(t, n, func(c *comm.Communicator) error {
-				s, err := comm.Alloc[float32](ctx, c, count)
-				if err != nil {
-					return err
-				}
-				if err := c.Barrier(ctx); err != nil {
-					return err
-				}
-				mu.Lock()
-				if ready++; ready == n {
-					before = tr.Counts()
-				}
-				mu.Unlock()
-				if err := c.Barrier(ctx); err != nil {
-					return err
-				}
-				for i := range s.Slice() {
-					s.Slice()[i] = float32(c.Rank())
-				}
-				return comm.AllReduce(ctx, c, s.Slice(), comm.Sum)
-			}, comm.WithTraffic(&tr))
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := tr.Counts()
-			got.Sent -= before.Sent
-			got.ReduceRead -= before.ReduceRead
-			got.ReduceWritten -= before.ReduceWritten
-			got.Copied -= before.Copied
-			want := collectives.TrafficCounts{ReduceRead: int64(n) * S, ReduceWritten: S, Copied: int64(n-1) * S}
-			if got != want {
-				t.Errorf("counted %+v, want %+v", got, want)
-			}
-			perRank := float64(got.Moved()) / float64(n) / S
-			bound, ring := 3-1/float64(n), 9*float64(n-1)/float64(n)
-			if perRank != map[int]float64{2: 2.5, 4: 2.75, 16: 2.9375}[n] || perRank != bound {
-				t.Errorf("%.4f bytes moved per byte per rank: the bound is %.4f, the ring moves %.3f", perRank, bound, ring)
-			}
-			t.Logf("%d ranks: %.4f bytes moved per byte per rank (bound %.4f, ring %.3f)", n, perRank, bound, ring)
-		})
+		t.Run(strconv.Itoa(n), func(t *testing.T) { checkSingleTraffic(t, n, false) })
 	}
+}
+
+// checkSingleTraffic counts an allreduce at the single copy's floor, on
+// n ranks, in memory from Alloc or, if register, in a registered buffer
+// of the heap, whose reads of the peers' blocks are copies too.
+func checkSingleTraffic(t *testing.T, n int, register bool) {
+	const count = plan.SingleCopyMin / 4 // the single copy's floor
+	const S = 4 * count
+	ctx := context.Background()
+	var tr collectives.Traffic
+	var mu sync.Mutex
+	var before collectives.TrafficCounts
+	ready := 0
+	err := onLocal(t, n, func(c *comm.Communicator) error {
+		buf, done, err := sharedBuffer[float32](ctx, c, count, register)
+		if err != nil {
+			return err
+		}
+		defer done()
+		if err := c.Barrier(ctx); err != nil {
+			return err
+		}
+		mu.Lock()
+		if ready++; ready == n {
+			before = tr.Counts()
+		}
+		mu.Unlock()
+		if err := c.Barrier(ctx); err != nil {
+			return err
+		}
+		for i := range buf {
+			buf[i] = float32(c.Rank())
+		}
+		return comm.AllReduce(ctx, c, buf, comm.Sum)
+	}, comm.WithTraffic(&tr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := tr.Counts()
+	got.Sent -= before.Sent
+	got.ReduceRead -= before.ReduceRead
+	got.ReduceWritten -= before.ReduceWritten
+	got.Copied -= before.Copied
+	// Each rank reads its block of the n buffers once (S in all) and
+	// writes its own (S/n), and copies the other n-1 blocks in; reading
+	// the peers' blocks through the kernel (register) copies them first.
+	want := collectives.TrafficCounts{ReduceRead: int64(n) * S, ReduceWritten: S, Copied: int64(n-1) * S}
+	bound, ring := 3-1/float64(n), 9*float64(n-1)/float64(n)
+	model := bound
+	if register {
+		want.Copied *= 2
+		model = float64(5*n-3) / float64(n)
+	}
+	if got != want {
+		t.Errorf("counted %+v, want %+v", got, want)
+	}
+	perRank := float64(got.Moved()) / float64(n) / S
+	if perRank != model {
+		t.Errorf("%.4f bytes moved per byte per rank, want %.4f: the bound is %.4f, the ring moves %.3f", perRank, model, bound, ring)
+	}
+	t.Logf("%d ranks: %.4f bytes moved per byte per rank (bound %.4f, ring %.3f)", n, perRank, bound, ring)
 }
 
 // TestAllocFallback: where the ranks cannot read each other's memory

@@ -160,8 +160,10 @@ func ExampleNewLocal() {
 	// rank 1 of 2
 }
 
-// A training loop registers its gradient buffer once: over RDMA its large
-// messages are then sent straight from it; over TCP and shared memory,
+// A training loop registers its gradient buffer once, on every rank:
+// over shared memory the ranks then read each other's gradients in
+// place of copying them through the rings (the single copy, from 1 MiB);
+// over RDMA its large messages are sent straight from it; over TCP,
 // registering does nothing, so the same code runs everywhere.
 func ExampleRegister() {
 	ctx := context.Background()
@@ -171,7 +173,7 @@ func ExampleRegister() {
 	}
 	defer c.Close()
 	grads := make([]float32, 1<<24)
-	reg, err := comm.Register(c, grads)
+	reg, err := comm.Register(ctx, c, grads)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -89,6 +89,14 @@ const hierMessages = 4
 // matters only over shm, where the ranks share a host.
 const SingleCopyMin = 1 << 20
 
+// SingleCopyReadRanks is the most ranks on which the single copy takes a
+// buffer that comm.Register made readable, which the peers copy with
+// process_vm_readv, several times slower a byte than the rings' copies:
+// on 4 ranks it measured slower than the usual path, on 2 faster
+// (collectives.Options.SingleCopyReadRanks;
+// bench/results/register-ab.txt).
+const SingleCopyReadRanks = 2
+
 // Options are the collectives' options that follow from p: every rank
 // with the same plan gets the same. The caller adds what is its own (the
 // logger, the hosts, the recorder).
@@ -97,7 +105,7 @@ func (p Plan) Options() (collectives.Options, error) {
 	if err != nil {
 		return collectives.Options{}, err
 	}
-	o := collectives.Options{Algos: algos, Round16: p.HalfAccum == "16bit", SingleCopyMin: SingleCopyMin}
+	o := collectives.Options{Algos: algos, Round16: p.HalfAccum == "16bit", SingleCopyMin: SingleCopyMin, SingleCopyReadRanks: SingleCopyReadRanks}
 	if p.StepCostly {
 		o.RingChunk, o.SmallAllReducePow2 = ringChunk, smallPow2
 	}

@@ -336,9 +336,10 @@ func (k *checker) randomFloats() error {
 	return nil
 }
 
-// registered runs allreduce, broadcast and allgather on buffers
-// registered for zero-copy sends (over RDMA, the device reads them in
-// place; elsewhere registering does nothing), large enough that their
+// registered runs allreduce, broadcast and allgather on registered
+// buffers (over RDMA, the device reads them in place; over shm, the
+// ranks read each other's and the allreduce takes the single copy; over
+// TCP registering does nothing), large enough that their
 // messages pass the zero-copy minimum, then once more after deregistering.
 func (k *checker) registered() error {
 	c, n, me := k.c, k.c.Size(), k.c.Rank()
@@ -347,7 +348,7 @@ func (k *checker) registered() error {
 	all := make([]float32, count*n)
 	regs := make([]*comm.Registration, 0, 2)
 	for _, b := range [][]float32{buf, all} {
-		r, err := comm.Register(c, b)
+		r, err := comm.Register(k.ctx, c, b)
 		if err != nil {
 			return fmt.Errorf("register %d float32: %w", len(b), err)
 		}

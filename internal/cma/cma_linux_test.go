@@ -1,0 +1,90 @@
+package cma
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestRead: a read of this process's memory copies it; a read of a
+// process that is gone, or of an address the target has not mapped,
+// fails with the errno the kernel gave.
+func TestRead(t *testing.T) {
+	src := []byte(strings.Repeat("gocoll cma ", 1000))
+	dst := make([]byte, len(src)-3)
+	if err := Read(os.Getpid(), uintptr(unsafe.Pointer(&src[3])), dst); err != nil || string(dst) != string(src[3:]) {
+		t.Fatalf("read of this process: %v, equal %v", err, string(dst) == string(src[3:]))
+	}
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		pid  int
+		addr uintptr
+		want error
+	}{
+		{"gone", gone.Process.Pid, uintptr(unsafe.Pointer(&src[0])), unix.ESRCH},
+		{"unmapped", os.Getpid(), 4096, unix.EFAULT},
+	}
+	for _, tc := range cases {
+		if err := Read(tc.pid, tc.addr, dst); !errors.Is(err, tc.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: %v, want one line wrapping %v", tc.name, err, tc.want)
+		}
+	}
+}
+
+// TestAllowFor: only Yama's scope 1 calls for PR_SET_PTRACER_ANY, and a
+// failed prctl is reported; the other scopes say what they mean.
+func TestAllowFor(t *testing.T) {
+	cases := []struct {
+		scope   string
+		prctl   error
+		calls   int
+		why     string
+		wantErr bool
+	}{
+		{"0", nil, 0, "ptrace_scope 0", false},
+		{"1", nil, 1, "PR_SET_PTRACER_ANY set", false},
+		{"1", unix.EINVAL, 1, "", true},
+		{"2", nil, 0, "only CAP_SYS_PTRACE", false},
+		{"3", nil, 0, "no process may read another", false},
+	}
+	for _, tc := range cases {
+		calls := 0
+		why, err := allowFor(tc.scope, func() error { calls++; return tc.prctl })
+		if calls != tc.calls || !strings.Contains(why, tc.why) || (err != nil) != tc.wantErr || tc.wantErr && !errors.Is(err, unix.EINVAL) {
+			t.Errorf("scope %s: %q, %v after %d prctl calls", tc.scope, why, err, calls)
+		}
+	}
+}
+
+// BenchmarkRead: process_vm_readv of this process's memory against the
+// built-in copy, at the single copy's piece (64 KiB) and at a block of
+// a 4 MiB allreduce on 4 ranks (1 MiB).
+func BenchmarkRead(b *testing.B) {
+	for _, size := range []int{64 << 10, 1 << 20} {
+		src, dst := make([]byte, size), make([]byte, size)
+		b.Run("readv/"+strconv.Itoa(size), func(b *testing.B) {
+			b.SetBytes(int64(size))
+			for b.Loop() {
+				if err := Read(os.Getpid(), uintptr(unsafe.Pointer(&src[0])), dst); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run("copy/"+strconv.Itoa(size), func(b *testing.B) {
+			b.SetBytes(int64(size))
+			for b.Loop() {
+				copy(dst, src)
+			}
+		})
+	}
+}
