@@ -24,18 +24,26 @@ import (
 // data. With a 64-bit sequence word in front of the length, the payload
 // started at byte 16 and the 8 bytes of data fell into the next line,
 // which the receiver then waited for on its first load of them.
+//
+// A larger message starts lead bytes before the end of the slot header,
+// lead being its head's length mod 64 (see SendParts), so that the body
+// behind the head starts on the 128-byte boundary at the header's end:
+// the receiver reduces out of it, and the sender copies into it, at full
+// speed only from and to 64-byte-aligned addresses. The sender records
+// lead in the slot header, beside the length.
 const (
 	offHead    = 0   // uint64, messages released; written by the receiver
 	offRxSleep = 128 // uint32, the receiver is (about to be) parked on a slot
 	offTxSleep = 256 // uint32, the sender is (about to be) parked on head
 	offMagic   = 384 // uint64, set by the creator
 	pageSize   = 4096
-	ringMagic  = 0x334d4853 // "SHM3": the layout's version
+	ringMagic  = 0x344d4853 // "SHM4": the layout's version
 
 	slotHdr    = 128 // bytes before each slot's payload
 	offSeq     = 0   // uint32 in the slot header: message number + 1, mod 2^32
 	offLen     = 4   // uint32 in the slot header: payload length
 	offInline  = 8   // payloads of up to inlineMax bytes start here
+	offLead    = 8   // uint32 in the slot header of a larger message: its lead
 	inlineMax  = slotHdr - offInline
 	slotsStart = pageSize
 )
@@ -103,9 +111,17 @@ func (r *ring) len(i uint64) *uint32 {
 	return (*uint32)(unsafe.Pointer(&r.mem[r.base(i)+offLen]))
 }
 
-// payload is where an n-byte message lives in slot i.
-func (r *ring) payload(i uint64, n int) []byte {
-	off := r.base(i) + slotHdr
+// lead is slot i's lead word, which a message of more than inlineMax
+// bytes sets.
+func (r *ring) lead(i uint64) *uint32 {
+	return (*uint32)(unsafe.Pointer(&r.mem[r.base(i)+offLead]))
+}
+
+// payload is where an n-byte message starting lead bytes before the end
+// of the slot header lives in slot i (lead < 64; inline messages ignore
+// it).
+func (r *ring) payload(i uint64, n, lead int) []byte {
+	off := r.base(i) + slotHdr - lead
 	if n <= inlineMax {
 		off = r.base(i) + offInline
 	}
