@@ -9,7 +9,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/gocoll/gocoll/bootstrap"
 	"github.com/gocoll/gocoll/transport"
@@ -189,58 +188,5 @@ func TestSequenceWrap(t *testing.T) {
 	}
 	if rx.recvSeq != start+12 || r.head.Load() != start+12 {
 		t.Fatalf("after 12 messages: received %#x, released %#x, want %#x", rx.recvSeq, r.head.Load(), start+12)
-	}
-}
-
-// TestPayloadAlignment: the part of a large message behind its head (the
-// mux's 16-byte header, or that and the call's 32) starts 64-byte aligned
-// in the slot the receiver reads, and so does a large plain Send; every
-// message, inline ones and heads of any length included, arrives intact.
-func TestPayloadAlignment(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	ts := pair(t)
-	tests := []struct {
-		name       string
-		head, body int
-		aligned    bool // the body must start on a 64-byte boundary
-	}{
-		{"mux header", 16, 3000, true},
-		{"mux and call headers", 48, 3000, true},
-		{"plain send", 0, 3000, true},
-		{"head of 70 bytes", 70, 1000, true},
-		{"head of 64 bytes", 64, 1000, true},
-		{"body filling the slot", 48, 4<<10 - 48, true},
-		{"head of 120 bytes, 1-byte body", 120, 1, true},
-		{"inline with head", 48, 8, false},
-		{"inline at the limit", 16, inlineMax - 16, false},
-		{"empty", 0, 0, false},
-	}
-	for round := 0; round < 3; round++ { // across both slots, and each again
-		for i, tt := range tests {
-			head, body := make([]byte, tt.head), make([]byte, tt.body)
-			for j := range head {
-				head[j] = byte(i + j)
-			}
-			for j := range body {
-				body[j] = byte(round + 3*j)
-			}
-			if _, err := ts[1].SendParts(ctx, 0, head, body, true); err != nil {
-				t.Fatalf("%s: send: %v", tt.name, err)
-			}
-			m, err := ts[0].Recv(ctx, 1)
-			if err != nil {
-				t.Fatalf("%s: recv: %v", tt.name, err)
-			}
-			if want := string(head) + string(body); string(m.Data) != want {
-				t.Fatalf("%s: got %d bytes %x, want %d bytes %x", tt.name, len(m.Data), m.Data, len(want), want)
-			}
-			if tt.aligned {
-				if at := uintptr(unsafe.Pointer(unsafe.SliceData(m.Data))) + uintptr(tt.head); at%64 != 0 {
-					t.Errorf("%s: body at %d mod 64, want 0", tt.name, at%64)
-				}
-			}
-			ts[0].Release(m)
-		}
 	}
 }
