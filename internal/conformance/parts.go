@@ -25,12 +25,7 @@ import (
 // It closes ts[0].
 func PartSender(t *testing.T, ts []transport.Transport, slotSize int) {
 	t.Helper()
-	tx, ok := ts[0].(transport.PartSender)
-	if !ok {
-		t.Fatalf("%T does not implement transport.PartSender", ts[0])
-	}
-	rx := ts[1]
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	tx, rx, ctx, cancel := partPair(t, ts)
 	defer cancel()
 	part := func(n int, seed byte) []byte {
 		b := make([]byte, n)
@@ -153,12 +148,7 @@ func PartSender(t *testing.T, ts []transport.Transport, slotSize int) {
 // every message, small ones and heads of any length, arrives intact.
 func AlignedBodies(t *testing.T, ts []transport.Transport, slotSize int) {
 	t.Helper()
-	tx, ok := ts[0].(transport.PartSender)
-	if !ok {
-		t.Fatalf("%T does not implement transport.PartSender", ts[0])
-	}
-	rx := ts[1]
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	tx, rx, ctx, cancel := partPair(t, ts)
 	defer cancel()
 	tests := []struct {
 		name       string
@@ -208,4 +198,16 @@ func AlignedBodies(t *testing.T, ts []transport.Transport, slotSize int) {
 			rx.Release(m)
 		}
 	}
+}
+
+// partPair is ts[0] as a PartSender, ts[1], and the context the checks
+// run under.
+func partPair(t *testing.T, ts []transport.Transport) (transport.PartSender, transport.Transport, context.Context, context.CancelFunc) {
+	t.Helper()
+	tx, ok := ts[0].(transport.PartSender)
+	if !ok {
+		t.Fatalf("%T does not implement transport.PartSender", ts[0])
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	return tx, ts[1], ctx, cancel
 }
