@@ -117,15 +117,30 @@ func (r *ring) lead(i uint64) *uint32 {
 	return (*uint32)(unsafe.Pointer(&r.mem[r.base(i)+offLead]))
 }
 
-// payload is where an n-byte message starting lead bytes before the end
-// of the slot header lives in slot i (lead < 64; inline messages ignore
-// it).
-func (r *ring) payload(i uint64, n, lead int) []byte {
-	off := r.base(i) + slotHdr - lead
-	if n <= inlineMax {
-		off = r.base(i) + offInline
+// place is where an n-byte message whose head has headLen bytes goes in
+// slot i; for a message past the inline limit it records the lead.
+func (r *ring) place(i uint64, n, headLen int) []byte {
+	off := r.base(i) + offInline
+	if n > inlineMax {
+		lead := headLen & 63
+		*r.lead(i) = uint32(lead)
+		off = r.base(i) + slotHdr - lead
 	}
 	return r.mem[off : off+n : off+n]
+}
+
+// placed is where the n-byte message in slot i lies, or false if its lead
+// is out of range: the sender broke the protocol.
+func (r *ring) placed(i uint64, n int) ([]byte, bool) {
+	off := r.base(i) + offInline
+	if n > inlineMax {
+		lead := *r.lead(i)
+		if lead >= 64 {
+			return nil, false
+		}
+		off = r.base(i) + slotHdr - int(lead)
+	}
+	return r.mem[off : off+n : off+n], true
 }
 
 // createRing makes a sealed memfd of the ring's size, maps it and marks

@@ -412,13 +412,9 @@ func (t *Transport) put(ctx context.Context, p *peer, head, body []byte, wait bo
 	}
 	n := len(head) + len(body)
 	slot := r.slot(seq)
-	lead := len(head) & 63
-	dst := r.payload(slot, n, lead)
+	dst := r.place(slot, n, len(head))
 	copy(dst[copy(dst, head):], body)
 	*r.len(slot) = uint32(n)
-	if n > inlineMax {
-		*r.lead(slot) = uint32(lead)
-	}
 	// The store publishes the payload and its length: Go's atomics are
 	// sequentially consistent, and on amd64 stores are not reordered
 	// with older stores anyway.
@@ -474,18 +470,19 @@ func (t *Transport) Recv(ctx context.Context, from int) (transport.Message, erro
 		v := w.Load()
 		if v == uint32(seq+1) {
 			n := int(*r.len(slot))
-			var lead int
-			if n > inlineMax {
-				lead = int(*r.lead(slot))
+			if n > r.slotSize {
+				p.fail(fmt.Errorf("%w: message of %d bytes in a %d-byte slot: %w", transport.ErrPeerLost, n, r.slotSize, errProtocol))
+				break
 			}
-			if n > r.slotSize || lead >= 64 {
-				p.fail(fmt.Errorf("%w: message of %d bytes with lead %d (at most 63) in a %d-byte slot: %w", transport.ErrPeerLost, n, lead, r.slotSize, errProtocol))
+			data, ok := r.placed(slot, n)
+			if !ok {
+				p.fail(fmt.Errorf("%w: message of %d bytes starting %d bytes before the end of the slot header (at most 63): %w", transport.ErrPeerLost, n, *r.lead(slot), errProtocol))
 				break
 			}
 			p.recvSeq = seq + 1
 			// The reference taken by enter now belongs to the message:
 			// Release returns it.
-			return transport.Message{Data: r.payload(slot, n, lead), Peer: int32(from), Slot: int32(slot)}, nil
+			return transport.Message{Data: data, Peer: int32(from), Slot: int32(slot)}, nil
 		}
 		if v != before {
 			p.fail(fmt.Errorf("%w: slot %d holds message %d, expected %d or %d: %w", transport.ErrPeerLost, slot, v, before, uint32(seq+1), errProtocol))
