@@ -146,6 +146,8 @@ func PartSender(t *testing.T, ts []transport.Transport, slotSize int) {
 // and a large plain Send's payload start 64-byte aligned in the message
 // Recv hands out, where the reduce kernels read at full speed; and that
 // every message, small ones and heads of any length, arrives intact.
+// Shared memory places messages so; TCP lands a frame at its slot's
+// start, where the kernel's copy into the slot writes aligned.
 func AlignedBodies(t *testing.T, ts []transport.Transport, slotSize int) {
 	t.Helper()
 	tx, rx, ctx, cancel := partPair(t, ts)

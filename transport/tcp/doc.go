@@ -17,11 +17,8 @@
 // instead, so that a job either starts fully connected or fails at start;
 // Options.Warm builds a chosen few. Each connection is authenticated with
 // the job token (see internal/auth) and then carries frames in both
-// directions: a 12-byte header (kind, lead, slot, length, piggybacked
-// credits) and the payload. The lead, the length of the head of a
-// SendParts mod 64, has the receiver land the frame in its slot so that
-// the body behind the head (the mux's and the call's headers) starts
-// 64-byte aligned, where the reduce kernels read at full speed.
+// directions: a 12-byte header (kind, slot, length, piggybacked credits)
+// and the payload.
 //
 // Encryption in transit is opt-in: Options.Encrypt, or GOCOLL_ENCRYPT=1
 // for a communicator (comm reads it with the other settings; 0 or unset

@@ -39,12 +39,6 @@ func TestSendPartsEncrypted(t *testing.T) {
 	conformance.PartSender(t, mesh(t, 2, tcp.Options{LinkOptions: transport.LinkOptions{Slots: 2, SlotSize: 8 << 10}, Encrypt: true}), 8<<10)
 }
 
-// TestAlignedBodiesEncrypted: sealed frames land as plain ones do, the
-// body 64-byte aligned once opened in place.
-func TestAlignedBodiesEncrypted(t *testing.T) {
-	conformance.AlignedBodies(t, mesh(t, 2, tcp.Options{LinkOptions: transport.LinkOptions{Slots: 2, SlotSize: 8 << 10}, Encrypt: true}), 8<<10)
-}
-
 // redirect is a rendezvous store that hands out, for the addresses it is
 // told to, a proxy's address instead of the rank's own.
 type redirect struct {

@@ -12,7 +12,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -125,7 +124,7 @@ type peer struct {
 	// A sealed link's (Options.Encrypt), nil on a plain one. seal,
 	// ebuf are under wmu; open, rhdr, rcredits are the progress
 	// holder's. Each slot of the slab is stride bytes apart: SlotSize,
-	// the room for a lead, and a tag's on a sealed link.
+	// and a tag's room on a sealed link.
 	seal     *sealer
 	open     *sealer
 	ebuf     []byte // a sealed frame being written
@@ -198,19 +197,16 @@ func watchSilence(fd int, d time.Duration) error {
 // peerOnFd sets up the state of peer r around an open, non-blocking
 // stream socket; keys, if not nil, seal its frames.
 func (t *Transport) peerOnFd(r, fd int, keys *linkKeys) *peer {
-	// A slot has room for a frame's lead (see maxLead) and, on a sealed
-	// link, its tag, rounded to 64 bytes so that every slot starts
-	// 64-byte aligned.
-	stride := t.opts.SlotSize + maxLead + 1
+	stride := t.opts.SlotSize
 	if keys != nil {
-		stride += (tagLen + 63) &^ 63
+		stride += tagLen
 	}
 	p := &peer{
 		t:        t,
 		rank:     r,
 		fd:       fd,
 		rbuf:     make([]byte, rbufSize),
-		slab:     alignedSlab(t.opts.Slots * stride),
+		slab:     make([]byte, t.opts.Slots*stride),
 		stride:   stride,
 		ready:    make(chan transport.Message, t.opts.Slots),
 		recvNote: make(chan struct{}, 1),
@@ -227,21 +223,6 @@ func (t *Transport) peerOnFd(r, fd int, keys *linkKeys) *peer {
 		p.ebuf = make([]byte, frameHdrLen+t.opts.SlotSize+tagLen)
 	}
 	return p
-}
-
-// alignedSlab is n bytes starting on a 64-byte boundary.
-func alignedSlab(n int) []byte {
-	b := make([]byte, n+63)
-	skip := int(-uintptr(unsafe.Pointer(unsafe.SliceData(b))) & 63)
-	return b[skip : skip+n : skip+n]
-}
-
-// frameIn is where an n-byte frame of lead bytes lands in slot: lead
-// bytes short of the slot's first 64-byte boundary past its start, so
-// that what follows the frame's head starts on it.
-func (p *peer) frameIn(slot, lead, n int) []byte {
-	off := slot*p.stride + (-lead)&maxLead
-	return p.slab[off : off+n : off+n]
 }
 
 func (p *peer) closeFd() {
@@ -669,17 +650,17 @@ func (p *peer) parse() {
 				return
 			}
 		case frameData:
-			lead := int(hdr[1])
-			if n > opts.SlotSize || slot != p.recvSeq%opts.Slots || lead > maxLead {
-				p.protocolError("frame of %d bytes, lead %d, for slot %d (expected slot %d, at most %d bytes, lead at most %d)", n, lead, slot, p.recvSeq%opts.Slots, opts.SlotSize, maxLead)
+			if n > opts.SlotSize || slot != p.recvSeq%opts.Slots {
+				p.protocolError("frame of %d bytes for slot %d (expected slot %d, at most %d bytes)", n, slot, p.recvSeq%opts.Slots, opts.SlotSize)
 				return
 			}
+			off := slot * opts.SlotSize
 			// The slot was released by whichever goroutine read it last,
 			// and the peer refilled it only after hearing so; that order
 			// runs through the socket, where the race detector cannot see
 			// it. Release's atomic Add, acquired here, shows it.
 			p.pending.Load()
-			p.body, p.bodyGot, p.bodySlot = p.frameIn(slot, lead, n), 0, slot
+			p.body, p.bodyGot, p.bodySlot = p.slab[off:off+n:off+n], 0, slot
 			p.recvSeq++
 			if n == 0 {
 				p.deliver()
@@ -733,7 +714,7 @@ func (p *peer) writeData(ctx context.Context, slot int, head, body []byte) error
 	credits := p.pending.Swap(0)
 	hdr := p.wbuf[:frameHdrLen]
 	hdr[0] = frameData
-	hdr[1] = byte(len(head) & maxLead)
+	hdr[1] = 0
 	binary.LittleEndian.PutUint16(hdr[2:], uint16(slot))
 	binary.LittleEndian.PutUint32(hdr[4:], uint32(len(head)+len(body)))
 	binary.LittleEndian.PutUint32(hdr[8:], uint32(credits))

@@ -65,17 +65,17 @@ func (p *peer) parseSealed() {
 			return
 		}
 		if kind == frameData {
-			lead := int(hdr[1])
-			if n > opts.SlotSize || slot != p.recvSeq%opts.Slots || lead > maxLead {
-				p.badHeader("%d bytes, lead %d, for slot %d (expected slot %d, at most %d bytes, lead at most %d)", n, lead, slot, p.recvSeq%opts.Slots, opts.SlotSize, maxLead)
+			if n > opts.SlotSize || slot != p.recvSeq%opts.Slots {
+				p.badHeader("%d bytes for slot %d (expected slot %d, at most %d bytes)", n, slot, p.recvSeq%opts.Slots, opts.SlotSize)
 				return
 			}
 			copy(p.rhdr[:], hdr)
 			p.rpos += frameHdrLen
+			off := slot * p.stride
 			// As in parse: Release's atomic Add, acquired here, orders
 			// the slot's last reader before this write.
 			p.pending.Load()
-			p.body, p.bodyGot, p.bodySlot = p.frameIn(slot, lead, n+tagLen), 0, slot
+			p.body, p.bodyGot, p.bodySlot = p.slab[off:off+n+tagLen:off+n+tagLen], 0, slot
 			p.rcredits = credits
 			p.recvSeq++
 			continue

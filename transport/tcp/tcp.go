@@ -25,13 +25,6 @@ const (
 	// connections, so that the receiver can name the real culprit.
 	frameAbort  = 4
 	frameHdrLen = 12
-	// A frame's header is its kind, a byte; its lead, a byte; the slot,
-	// 16 bits; the length and the credits returned, 32 bits each. The
-	// lead of a data frame is the length of its head (SendParts) mod 64:
-	// the receiver lands the frame that much short of a 64-byte boundary
-	// of its slot, so that the body behind the head starts on it, where
-	// the reduce kernels read at full speed. Other frames have lead 0.
-	maxLead = 63
 	// maxAbortText bounds an abort frame's payload, which the receiver
 	// must hold whole in its read-ahead buffer.
 	maxAbortText = 512

@@ -94,9 +94,3 @@ func TestConformanceSmallSlots(t *testing.T) {
 func TestSendParts(t *testing.T) {
 	conformance.PartSender(t, mesh(t, 2, tcp.Options{LinkOptions: transport.LinkOptions{Slots: 2, SlotSize: 8 << 10}}), 8<<10)
 }
-
-// TestAlignedBodies: a large frame's body lands 64-byte aligned in its
-// slot, behind heads of every length the mux sends.
-func TestAlignedBodies(t *testing.T) {
-	conformance.AlignedBodies(t, mesh(t, 2, tcp.Options{LinkOptions: transport.LinkOptions{Slots: 2, SlotSize: 8 << 10}}), 8<<10)
-}
