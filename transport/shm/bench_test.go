@@ -4,7 +4,12 @@ package shm_test
 
 import (
 	"context"
+	"fmt"
+	"runtime"
 	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gocoll/gocoll/collectives"
 	"github.com/gocoll/gocoll/internal/reduce"
@@ -76,4 +81,59 @@ func BenchmarkAllReduce8(b *testing.B) {
 	if err := <-done; err != nil {
 		b.Fatal(err)
 	}
+}
+
+// BenchmarkSegment is one ring-allreduce step's work on a segment of
+// float32s, both ends in one goroutine: the sender's copy of the body
+// behind a head (the mux's header, or that and the call's) into the ring,
+// and the receiver's reduce out of it into a 64-byte-aligned buffer. What
+// it measures is the memory work alone, which the body's alignment in
+// the slot decides, not the wait for a peer.
+func BenchmarkSegment(b *testing.B) {
+	for _, head := range []int{16, 48} {
+		// The largest is a channel's segment in a default slot: the
+		// slot less the mux's and the call's headers, to 64 bytes.
+		for _, size := range []int{64 << 10, shm.DefaultSlotSize - 64} {
+			b.Run(fmt.Sprintf("head=%d/size=%d", head, size), func(b *testing.B) {
+				ts := mesh(b, 2, shm.Options{})
+				ctx := context.Background()
+				h, body := make([]byte, head), make([]byte, size)
+				dst := alignedFloats(size)
+				b.SetBytes(int64(size))
+				// The thread's CPU time, beside the wall time: on a
+				// shared machine the wall time is mostly other work's.
+				runtime.LockOSThread()
+				defer runtime.UnlockOSThread()
+				cpu0 := threadCPU(b)
+				for i := 0; i < b.N; i++ {
+					if _, err := ts[0].SendParts(ctx, 1, h, body, true); err != nil {
+						b.Fatal(err)
+					}
+					m, err := ts[1].Recv(ctx, 0)
+					if err != nil {
+						b.Fatal(err)
+					}
+					reduce.Reduce(reduce.Float32, reduce.Sum, dst, dst, m.Data[head:])
+					ts[1].Release(m)
+				}
+				b.ReportMetric(float64(threadCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
+			})
+		}
+	}
+}
+
+// threadCPU is the CPU time of the calling thread, in nanoseconds.
+func threadCPU(b *testing.B) int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts); err != nil {
+		b.Fatal(err)
+	}
+	return ts.Nano()
+}
+
+// alignedFloats is n zero bytes starting on a 64-byte boundary.
+func alignedFloats(n int) []byte {
+	b := make([]byte, n+63)
+	skip := int(-uintptr(unsafe.Pointer(unsafe.SliceData(b))) & 63)
+	return b[skip : skip+n]
 }

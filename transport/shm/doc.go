@@ -32,8 +32,13 @@
 // advances head on Release. Messages of up to 504 bytes start right after
 // the 32-bit sequence number and length, so the cache line the receiver
 // polls carries the first 56 bytes of them (all of a small one), and the
-// rest follows in as few lines as it fills. Single producer, single consumer, no locks and no system
-// calls while both sides are busy.
+// rest follows in as few lines as it fills. A larger message sent in two
+// parts (SendParts: the mux's and the call's headers, then the payload)
+// is placed so that its second part starts on the 128-byte boundary
+// behind the slot header: the receiver reduces or copies out of it, and
+// the sender copies into it, at 64-byte-aligned addresses, which the
+// vector kernels need for full speed. Single producer, single consumer,
+// no locks and no system calls while both sides are busy.
 //
 // A waiting call spins on its word for Options.Spin and then parks in a
 // futex on the word (on head, its low 32 bits), after raising a flag that

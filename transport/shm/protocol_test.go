@@ -71,6 +71,11 @@ func TestCorruptRing(t *testing.T) {
 			*out.len(0) = 1 << 20
 			out.seq(0).Store(1)
 		}, func(ts [2]*Transport) error { _, err := ts[0].Recv(ctx, 1); return err }},
+		{"lead beyond the slot header", func(out *ring) {
+			*out.len(0) = inlineMax + 1
+			*out.lead(0) = 64
+			out.seq(0).Store(1)
+		}, func(ts [2]*Transport) error { _, err := ts[0].Recv(ctx, 1); return err }},
 		{"sequence from the future", func(out *ring) {
 			out.seq(0).Store(7)
 		}, func(ts [2]*Transport) error { _, err := ts[0].Recv(ctx, 1); return err }},

@@ -28,19 +28,27 @@ import (
 // header into the slot's body, so that it spans as few lines as its size
 // allows: started at the body, a 300-byte one (about a 256-byte allreduce's)
 // took six lines where five hold it, and each line is a transfer between
-// the two cores. Larger messages start at the body, a line pair's start.
+// the two cores.
+//
+// A larger message starts lead bytes before the end of the slot header,
+// lead being its head's length mod 64 (see SendParts), so that the body
+// behind the head starts on the 128-byte boundary at the header's end:
+// the receiver reduces out of it, and the sender copies into it, at full
+// speed only from and to 64-byte-aligned addresses. The sender records
+// lead in the slot header, beside the length.
 const (
 	offHead    = 0   // uint64, messages released; written by the receiver
 	offRxSleep = 128 // uint32, the receiver is (about to be) parked on a slot
 	offTxSleep = 256 // uint32, the sender is (about to be) parked on head
 	offMagic   = 384 // uint64, set by the creator
 	pageSize   = 4096
-	ringMagic  = 0x334d4853 // "SHM3": the layout's version
+	ringMagic  = 0x344d4853 // "SHM4": the layout's version
 
 	slotHdr    = 128 // bytes before each slot's payload
 	offSeq     = 0   // uint32 in the slot header: message number + 1, mod 2^32
 	offLen     = 4   // uint32 in the slot header: payload length
 	offInline  = 8   // payloads of up to inlineMax bytes start here
+	offLead    = 8   // uint32 in the slot header of a larger message: its lead
 	inlineMax  = 512 - offInline
 	slotsStart = pageSize
 )
@@ -108,13 +116,36 @@ func (r *ring) len(i uint64) *uint32 {
 	return (*uint32)(unsafe.Pointer(&r.mem[r.base(i)+offLen]))
 }
 
-// payload is where an n-byte message lives in slot i.
-func (r *ring) payload(i uint64, n int) []byte {
-	off := r.base(i) + slotHdr
-	if n <= inlineMax {
-		off = r.base(i) + offInline
+// lead is slot i's lead word, which a message of more than inlineMax
+// bytes sets.
+func (r *ring) lead(i uint64) *uint32 {
+	return (*uint32)(unsafe.Pointer(&r.mem[r.base(i)+offLead]))
+}
+
+// place is where an n-byte message whose head has headLen bytes goes in
+// slot i; for a message past the inline limit it records the lead.
+func (r *ring) place(i uint64, n, headLen int) []byte {
+	off := r.base(i) + offInline
+	if n > inlineMax {
+		lead := headLen & 63
+		*r.lead(i) = uint32(lead)
+		off = r.base(i) + slotHdr - lead
 	}
 	return r.mem[off : off+n : off+n]
+}
+
+// placed is where the n-byte message in slot i lies, or false if its lead
+// is out of range: the sender broke the protocol.
+func (r *ring) placed(i uint64, n int) ([]byte, bool) {
+	off := r.base(i) + offInline
+	if n > inlineMax {
+		lead := *r.lead(i)
+		if lead >= 64 {
+			return nil, false
+		}
+		off = r.base(i) + slotHdr - int(lead)
+	}
+	return r.mem[off : off+n : off+n], true
 }
 
 // createRing makes a sealed memfd of the ring's size, maps it and marks

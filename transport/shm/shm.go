@@ -412,7 +412,7 @@ func (t *Transport) put(ctx context.Context, p *peer, head, body []byte, wait bo
 	}
 	n := len(head) + len(body)
 	slot := r.slot(seq)
-	dst := r.payload(slot, n)
+	dst := r.place(slot, n, len(head))
 	copy(dst[copy(dst, head):], body)
 	*r.len(slot) = uint32(n)
 	// The store publishes the payload and its length: Go's atomics are
@@ -474,10 +474,15 @@ func (t *Transport) Recv(ctx context.Context, from int) (transport.Message, erro
 				p.fail(fmt.Errorf("%w: message of %d bytes in a %d-byte slot: %w", transport.ErrPeerLost, n, r.slotSize, errProtocol))
 				break
 			}
+			data, ok := r.placed(slot, n)
+			if !ok {
+				p.fail(fmt.Errorf("%w: message of %d bytes starting %d bytes before the end of the slot header (at most 63): %w", transport.ErrPeerLost, n, *r.lead(slot), errProtocol))
+				break
+			}
 			p.recvSeq = seq + 1
 			// The reference taken by enter now belongs to the message:
 			// Release returns it.
-			return transport.Message{Data: r.payload(slot, n), Peer: int32(from), Slot: int32(slot)}, nil
+			return transport.Message{Data: data, Peer: int32(from), Slot: int32(slot)}, nil
 		}
 		if v != before {
 			p.fail(fmt.Errorf("%w: slot %d holds message %d, expected %d or %d: %w", transport.ErrPeerLost, slot, v, before, uint32(seq+1), errProtocol))

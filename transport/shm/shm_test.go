@@ -108,3 +108,9 @@ func testMessageLengths(t *testing.T, ts []*shm.Transport) {
 func TestSendParts(t *testing.T) {
 	conformance.PartSender(t, asTransports(mesh(t, 2, shm.Options{LinkOptions: transport.LinkOptions{Slots: 2, SlotSize: 4096}})), 4096)
 }
+
+// TestAlignedBodies: a large message's body lands 64-byte aligned in the
+// ring, behind heads of every length the mux sends.
+func TestAlignedBodies(t *testing.T) {
+	conformance.AlignedBodies(t, asTransports(mesh(t, 2, shm.Options{LinkOptions: transport.LinkOptions{Slots: 2, SlotSize: 4096}})), 4096)
+}
