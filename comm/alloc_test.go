@@ -359,15 +359,26 @@ func matchRing[T comm.Element](t *testing.T, n int) {
 	}
 }
 
+// powers10 are the magnitudes matchCount's inputs span.
+var powers10 = []float64{1e-4, 1e-3, 1e-2, 1e-1, 1, 1e1, 1e2, 1e3}
+
 func matchCount[T comm.Element](t *testing.T, n, count int) {
 	t.Helper()
 	specials := []float64{math.NaN(), math.Copysign(0, -1), 0, math.Inf(1), math.Inf(-1), 1e-30, 3e38}
-	input := func(r, i int) T {
-		rng := rand.New(rand.NewPCG(uint64(r), uint64(i)))
-		if rng.IntN(50) == 0 {
-			return elementOf[T](specials[rng.IntN(len(specials))])
+	// Each rank's input, drawn once from a generator seeded by its rank
+	// and used by every op and both jobs.
+	inputs := make([][]T, n)
+	for r := range inputs {
+		rng := rand.New(rand.NewPCG(uint64(r), uint64(count)))
+		in := make([]T, count)
+		for i := range in {
+			if rng.IntN(50) == 0 {
+				in[i] = elementOf[T](specials[rng.IntN(len(specials))])
+				continue
+			}
+			in[i] = elementOf[T]((rng.Float64() - 0.3) * powers10[rng.IntN(len(powers10))])
 		}
-		return elementOf[T]((rng.Float64() - 0.3) * math.Pow(10, float64(rng.IntN(8))-4))
+		inputs[r] = in
 	}
 	for _, op := range []comm.Op{comm.Sum, comm.Prod, comm.Min, comm.Max, comm.Avg} {
 		single := singleCopies[T](op, n, count)
@@ -382,9 +393,7 @@ func matchCount[T comm.Element](t *testing.T, n, count int) {
 				return err
 			}
 			buf := s.Slice()
-			for i := range buf {
-				buf[i] = input(c.Rank(), i)
-			}
+			copy(buf, inputs[c.Rank()])
 			if err := comm.AllReduce(ctx, c, buf, op); err != nil {
 				return err
 			}
@@ -395,10 +404,7 @@ func matchCount[T comm.Element](t *testing.T, n, count int) {
 			t.Fatal(err)
 		}
 		err = onLocal(t, n, func(c *comm.Communicator) error {
-			buf := make([]T, count)
-			for i := range buf {
-				buf[i] = input(c.Rank(), i)
-			}
+			buf := append([]T(nil), inputs[c.Rank()]...)
 			if err := comm.AllReduce(ctx, c, buf, op); err != nil {
 				return err
 			}
