@@ -339,34 +339,139 @@ func onLocal(t *testing.T, n int, f func(c *comm.Communicator) error, opts ...co
 // NaN payloads, signed zeros and rounding included, for every float
 // type and op it takes, on 2, 3 and 4 ranks; below its floor, a buffer
 // from Alloc gets the bits a buffer of the heap does, on every rank.
+// Each rank count runs every case in three jobs: the references, the
+// ring's (for the single-copy cases) and the usual path's (for the
+// others), in buffers of the heap, and then every case in memory from
+// Alloc, each rank checking its result against the reference's rank 0.
 func TestAllocMatchesRing(t *testing.T) {
 	for _, n := range []int{2, 3, 4} {
 		t.Run(strconv.Itoa(n), func(t *testing.T) {
-			matchRing[float32](t, n)
-			matchRing[float64](t, n)
-			matchRing[comm.Float16](t, n)
-			matchRing[comm.BFloat16](t, n)
+			var cases []ringCase
+			cases = append(cases, ringCases[float32](n)...)
+			cases = append(cases, ringCases[float64](n)...)
+			cases = append(cases, ringCases[comm.Float16](n)...)
+			cases = append(cases, ringCases[comm.BFloat16](n)...)
+			ctx := context.Background()
+			for _, single := range []bool{true, false} {
+				err := onLocal(t, n, func(c *comm.Communicator) error {
+					for _, k := range cases {
+						if k.single == single {
+							if err := k.reference(ctx, c); err != nil {
+								return fmt.Errorf("%s: %w", k.name, err)
+							}
+						}
+					}
+					return nil
+				}, refAlgo(single)...)
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, k := range cases {
+				if err := k.referencesAgree(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			err := onLocal(t, n, func(c *comm.Communicator) error {
+				for _, k := range cases {
+					if err := k.viaAlloc(ctx, c); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
 		})
 	}
 }
 
-func matchRing[T comm.Element](t *testing.T, n int) {
-	t.Helper()
-	// Just past the floor: blocks longer than a piece of the reduction
-	// chain on 2 ranks; and a recursive-doubling size below it.
-	for _, count := range []int{plan.SingleCopyMin/int(unsafe.Sizeof(*new(T))) + 1, 1001} {
-		matchCount[T](t, n, count)
-	}
+// ringCase is one allreduce of TestAllocMatchesRing: its reference runs
+// on every rank of the reference's job, viaAlloc on every rank of the
+// job allreducing memory from Alloc; referencesAgree checks, between
+// the two, that the reference's ranks got the same bits.
+type ringCase struct {
+	name            string
+	single          bool // takes the single-copy path: the ring is its reference
+	reference       func(ctx context.Context, c *comm.Communicator) error
+	referencesAgree func() error
+	viaAlloc        func(ctx context.Context, c *comm.Communicator) error
 }
 
-// powers10 are the magnitudes matchCount's inputs span.
+// ringCases are TestAllocMatchesRing's cases of element type T on n
+// ranks: just past the single-copy floor (blocks longer than a piece of
+// the reduction chain on 2 ranks) and a recursive-doubling size below
+// it, with every op.
+func ringCases[T comm.Element](n int) []ringCase {
+	var cases []ringCase
+	for _, count := range []int{plan.SingleCopyMin/int(unsafe.Sizeof(*new(T))) + 1, 1001} {
+		inputs := ringInputs[T](n, count)
+		for _, op := range []comm.Op{comm.Sum, comm.Prod, comm.Min, comm.Max, comm.Avg} {
+			single := singleCopies[T](op, n, count)
+			if !single && count*int(unsafe.Sizeof(*new(T))) >= plan.SingleCopyMin {
+				continue
+			}
+			name := fmt.Sprintf("%d x %T %v on %d ranks (single copy %v)", count, *new(T), op, n, single)
+			refs := make([][]T, n)
+			differs := func(r int, got []T) error {
+				ring, b := rawBytes(refs[0]), rawBytes(got)
+				if string(b) == string(ring) {
+					return nil
+				}
+				i := 0
+				for b[i] == ring[i] {
+					i++
+				}
+				return fmt.Errorf("%s: result %d differs from the reference's rank 0 at byte %d", name, r, i)
+			}
+			cases = append(cases, ringCase{
+				name:   name,
+				single: single,
+				reference: func(ctx context.Context, c *comm.Communicator) error {
+					buf := append([]T(nil), inputs[c.Rank()]...)
+					if err := comm.AllReduce(ctx, c, buf, op); err != nil {
+						return err
+					}
+					refs[c.Rank()] = buf
+					return nil
+				},
+				referencesAgree: func() error {
+					for r := 1; r < n; r++ {
+						if err := differs(n+r, refs[r]); err != nil {
+							return err
+						}
+					}
+					refs = refs[:1]
+					return nil
+				},
+				viaAlloc: func(ctx context.Context, c *comm.Communicator) error {
+					s, err := comm.Alloc[T](ctx, c, count)
+					if err != nil {
+						return fmt.Errorf("%s: alloc: %w", name, err)
+					}
+					defer s.Free()
+					buf := s.Slice()
+					copy(buf, inputs[c.Rank()])
+					if err := comm.AllReduce(ctx, c, buf, op); err != nil {
+						return fmt.Errorf("%s: %w", name, err)
+					}
+					return differs(c.Rank(), buf)
+				},
+			})
+		}
+	}
+	return cases
+}
+
+// powers10 are the magnitudes ringInputs span.
 var powers10 = []float64{1e-4, 1e-3, 1e-2, 1e-1, 1, 1e1, 1e2, 1e3}
 
-func matchCount[T comm.Element](t *testing.T, n, count int) {
-	t.Helper()
+// ringInputs are the n ranks' inputs of count elements for ringCases,
+// each from a generator seeded by its rank: NaNs, signed zeros,
+// infinities, tiny and huge values among values of magnitudes 1e-4..1e3.
+func ringInputs[T comm.Element](n, count int) [][]T {
 	specials := []float64{math.NaN(), math.Copysign(0, -1), 0, math.Inf(1), math.Inf(-1), 1e-30, 3e38}
-	// Each rank's input, drawn once from a generator seeded by its rank
-	// and used by every op and both jobs.
 	inputs := make([][]T, n)
 	for r := range inputs {
 		rng := rand.New(rand.NewPCG(uint64(r), uint64(count)))
@@ -380,55 +485,11 @@ func matchCount[T comm.Element](t *testing.T, n, count int) {
 		}
 		inputs[r] = in
 	}
-	for _, op := range []comm.Op{comm.Sum, comm.Prod, comm.Min, comm.Max, comm.Avg} {
-		single := singleCopies[T](op, n, count)
-		if !single && count*int(unsafe.Sizeof(*new(T))) >= plan.SingleCopyMin {
-			continue
-		}
-		ctx := context.Background()
-		results := make([][]T, 2*n)
-		err := onLocal(t, n, func(c *comm.Communicator) error {
-			s, err := comm.Alloc[T](ctx, c, count)
-			if err != nil {
-				return err
-			}
-			buf := s.Slice()
-			copy(buf, inputs[c.Rank()])
-			if err := comm.AllReduce(ctx, c, buf, op); err != nil {
-				return err
-			}
-			results[c.Rank()] = append([]T(nil), buf...)
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = onLocal(t, n, func(c *comm.Communicator) error {
-			buf := append([]T(nil), inputs[c.Rank()]...)
-			if err := comm.AllReduce(ctx, c, buf, op); err != nil {
-				return err
-			}
-			results[n+c.Rank()] = buf
-			return nil
-		}, refAlgo(single)...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ring := rawBytes(results[n])
-		for r := range 2 * n {
-			if got := rawBytes(results[r]); string(got) != string(ring) {
-				i := 0
-				for got[i] == ring[i] {
-					i++
-				}
-				t.Fatalf("%d x %T %v on %d ranks (single copy %v): result %d differs from the reference's rank 0 at byte %d", count, *new(T), op, n, single, r, i)
-			}
-		}
-	}
+	return inputs
 }
 
-// refAlgo is the reference for matchCount: the ring's for the single
-// copy, the usual path's for the others.
+// refAlgo is the reference's options for ringCases: the ring's for the
+// single copy, the usual path's for the others.
 func refAlgo(single bool) []comm.Option {
 	if single {
 		return []comm.Option{comm.WithAlgorithm("allreduce=ring")}
