@@ -88,12 +88,16 @@ func TestStallReportWithoutGrun(t *testing.T) {
 }
 
 // lateUntilReport keeps a rank out of its next call until the stall
-// report about it is in the working directory, or for 10 s at most
-// (then the test finds no report).
+// report about it is written in the working directory (the file is
+// created empty, then written in one go), or for 10 s at most (then the
+// test finds no report, or not what it should say).
 func lateUntilReport() {
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if files, _ := filepath.Glob("gocoll-stall-*.txt"); len(files) > 0 {
-			return
+		files, _ := filepath.Glob("gocoll-stall-*.txt")
+		for _, f := range files {
+			if fi, err := os.Stat(f); err == nil && fi.Size() > 0 {
+				return
+			}
 		}
 	}
 }
