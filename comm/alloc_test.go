@@ -117,9 +117,23 @@ func checkAllocAllReduce[T comm.Element](ctx context.Context, c *comm.Communicat
 	buf := all[allocGuard : allocGuard+count]
 	// Small integers, so that every op's exact result is representable
 	// in every type whatever the order the ranks combine them in.
-	v := func(q, i int) float64 { return float64((q*7+i*3)%3 + 1) }
+	// They depend on i only through i%3: each of the three inputs and
+	// results is worked out once.
+	v := func(q, i int) float64 { return float64((q*7+i)%3 + 1) }
+	var in [3]T
+	var want [3]float64
+	for i := range 3 {
+		in[i] = elementOf[T](v(r, i))
+		want[i] = v(0, i)
+		for q := 1; q < n; q++ {
+			want[i] = combine[op](want[i], v(q, i))
+		}
+		if op == comm.Avg {
+			want[i] /= float64(n)
+		}
+	}
 	for i := range buf {
-		buf[i] = elementOf[T](v(r, i))
+		buf[i] = in[i%3]
 	}
 	before := tr.Counts()
 	if err := comm.AllReduce(ctx, c, buf, op); err != nil {
@@ -130,19 +144,15 @@ func checkAllocAllReduce[T comm.Element](ctx context.Context, c *comm.Communicat
 		return fmt.Errorf("%s: single copy %v, but the call sent %d bytes", name, single, sent)
 	}
 	for i, got := range buf {
-		want := v(0, i)
-		for q := 1; q < n; q++ {
-			want = combine[op](want, v(q, i))
-		}
+		w := want[i%3]
 		if op == comm.Avg {
-			want /= float64(n)
-			if d := math.Abs(valueOf(got) - want); d > want/100 {
-				return fmt.Errorf("%s: element %d is %v, want %v", name, i, valueOf(got), want)
+			if d := math.Abs(valueOf(got) - w); d > w/100 {
+				return fmt.Errorf("%s: element %d is %v, want %v", name, i, valueOf(got), w)
 			}
 			continue
 		}
-		if valueOf(got) != want {
-			return fmt.Errorf("%s: element %d is %v, want %v", name, i, valueOf(got), want)
+		if valueOf(got) != w {
+			return fmt.Errorf("%s: element %d is %v, want %v", name, i, valueOf(got), w)
 		}
 	}
 	esize := int(unsafe.Sizeof(*new(T)))
@@ -157,27 +167,36 @@ func checkAllocAllReduce[T comm.Element](ctx context.Context, c *comm.Communicat
 // allocCases runs checkAllocAllReduce for every element type and op at
 // odd sizes, below the single-copy path's floor (the usual path) and
 // above it for 4- and 8-byte elements, in blocks longer than its piece.
+// The quick check (GOCOLL_QUICK) takes the float types, whose paths
+// differ (the single copy, 16-bit floats widened), and one integer type
+// of each width; the full run takes them all.
 func allocCases(ctx context.Context, c *comm.Communicator, tr *collectives.Traffic) error {
 	sizes := []int{1, 5, 1003, 100_003, plan.SingleCopyMin/4 + 3}
 	for _, count := range sizes {
 		for _, op := range allOps {
-			for _, f := range []func() error{
-				func() error { return checkAllocAllReduce[float32](ctx, c, tr, op, count, true) },
-				func() error { return checkAllocAllReduce[float64](ctx, c, tr, op, count, true) },
-				func() error { return checkAllocAllReduce[comm.Float16](ctx, c, tr, op, count, true) },
-				func() error { return checkAllocAllReduce[comm.BFloat16](ctx, c, tr, op, count, true) },
-				func() error { return checkAllocAllReduce[int8](ctx, c, tr, op, count, true) },
-				func() error { return checkAllocAllReduce[int16](ctx, c, tr, op, count, true) },
-				func() error { return checkAllocAllReduce[int32](ctx, c, tr, op, count, true) },
-				func() error { return checkAllocAllReduce[int64](ctx, c, tr, op, count, true) },
-				func() error { return checkAllocAllReduce[uint8](ctx, c, tr, op, count, true) },
-				func() error { return checkAllocAllReduce[uint16](ctx, c, tr, op, count, true) },
-				func() error { return checkAllocAllReduce[uint32](ctx, c, tr, op, count, true) },
-				func() error { return checkAllocAllReduce[uint64](ctx, c, tr, op, count, true) },
-				func() error { return checkAllocAllReduce[int](ctx, c, tr, op, count, true) },
-				func() error { return checkAllocAllReduce[uint](ctx, c, tr, op, count, true) },
+			for _, k := range []struct {
+				check func() error
+				quick bool
+			}{
+				{func() error { return checkAllocAllReduce[float32](ctx, c, tr, op, count, true) }, true},
+				{func() error { return checkAllocAllReduce[float64](ctx, c, tr, op, count, true) }, true},
+				{func() error { return checkAllocAllReduce[comm.Float16](ctx, c, tr, op, count, true) }, true},
+				{func() error { return checkAllocAllReduce[comm.BFloat16](ctx, c, tr, op, count, true) }, true},
+				{func() error { return checkAllocAllReduce[int8](ctx, c, tr, op, count, true) }, true},
+				{func() error { return checkAllocAllReduce[int16](ctx, c, tr, op, count, true) }, false},
+				{func() error { return checkAllocAllReduce[int32](ctx, c, tr, op, count, true) }, true},
+				{func() error { return checkAllocAllReduce[int64](ctx, c, tr, op, count, true) }, false},
+				{func() error { return checkAllocAllReduce[uint8](ctx, c, tr, op, count, true) }, false},
+				{func() error { return checkAllocAllReduce[uint16](ctx, c, tr, op, count, true) }, true},
+				{func() error { return checkAllocAllReduce[uint32](ctx, c, tr, op, count, true) }, false},
+				{func() error { return checkAllocAllReduce[uint64](ctx, c, tr, op, count, true) }, true},
+				{func() error { return checkAllocAllReduce[int](ctx, c, tr, op, count, true) }, false},
+				{func() error { return checkAllocAllReduce[uint](ctx, c, tr, op, count, true) }, false},
 			} {
-				if err := f(); err != nil {
+				if !k.quick && testmode.Quick() {
+					continue
+				}
+				if err := k.check(); err != nil {
 					return err
 				}
 			}
@@ -360,89 +379,165 @@ func onLocal(t *testing.T, n int, f func(c *comm.Communicator) error, opts ...co
 // NaN payloads, signed zeros and rounding included, for every float
 // type and op it takes, on 2, 3 and 4 ranks; below its floor, a buffer
 // from Alloc gets the bits a buffer of the heap does, on every rank.
+// Each rank count runs every case in three jobs: the references, the
+// ring's (for the single-copy cases) and the usual path's (for the
+// others), in buffers of the heap, and then every case in memory from
+// Alloc, each rank checking its result against the reference's rank 0.
+// The quick check (GOCOLL_QUICK) leaves the 4 ranks to the full run.
 func TestAllocMatchesRing(t *testing.T) {
-	for _, n := range []int{2, 3, 4} {
+	ns := []int{2, 3, 4}
+	if testmode.Quick() {
+		ns = ns[:2]
+	}
+	for _, n := range ns {
 		t.Run(strconv.Itoa(n), func(t *testing.T) {
-			matchRing[float32](t, n, false)
-			matchRing[float64](t, n, false)
-			matchRing[comm.Float16](t, n, false)
-			matchRing[comm.BFloat16](t, n, false)
+			var cases []ringCase
+			cases = append(cases, ringCases[float32](n, false)...)
+			cases = append(cases, ringCases[float64](n, false)...)
+			cases = append(cases, ringCases[comm.Float16](n, false)...)
+			cases = append(cases, ringCases[comm.BFloat16](n, false)...)
+			matchRing(t, n, cases)
 		})
 	}
 }
 
-// matchRing checks memory from Alloc, or if register a buffer of the
-// heap made readable by Register.
-func matchRing[T comm.Element](t *testing.T, n int, register bool) {
+// matchRing runs cases on n ranks: the references in buffers of the
+// heap, then every case in its shared buffer (viaAlloc).
+func matchRing(t *testing.T, n int, cases []ringCase) {
 	t.Helper()
-	// Just past the floor: blocks of uneven length, so that ReduceN's
-	// vector kernels leave a tail to the chain of two-operand steps; and
-	// a recursive-doubling size below it.
-	for _, count := range []int{plan.SingleCopyMin/int(unsafe.Sizeof(*new(T))) + 1, 1001} {
-		matchCount[T](t, n, count, register)
-	}
-}
-
-func matchCount[T comm.Element](t *testing.T, n, count int, register bool) {
-	t.Helper()
-	specials := []float64{math.NaN(), math.Copysign(0, -1), 0, math.Inf(1), math.Inf(-1), 1e-30, 3e38}
-	input := func(r, i int) T {
-		rng := rand.New(rand.NewPCG(uint64(r), uint64(i)))
-		if rng.IntN(50) == 0 {
-			return elementOf[T](specials[rng.IntN(len(specials))])
-		}
-		return elementOf[T]((rng.Float64() - 0.3) * math.Pow(10, float64(rng.IntN(8))-4))
-	}
-	for _, op := range []comm.Op{comm.Sum, comm.Prod, comm.Min, comm.Max, comm.Avg} {
-		single := singleCopies[T](op, n, count) && (!register || n <= plan.SingleCopyReadRanks)
-		if !single && count*int(unsafe.Sizeof(*new(T))) >= plan.SingleCopyMin {
-			continue
-		}
-		ctx := context.Background()
-		results := make([][]T, 2*n)
+	ctx := context.Background()
+	for _, single := range []bool{true, false} {
 		err := onLocal(t, n, func(c *comm.Communicator) error {
-			buf, done, err := sharedBuffer[T](ctx, c, count, register)
-			if err != nil {
-				return err
+			for _, k := range cases {
+				if k.single == single {
+					if err := k.reference(ctx, c); err != nil {
+						return fmt.Errorf("%s: %w", k.name, err)
+					}
+				}
 			}
-			defer done()
-			for i := range buf {
-				buf[i] = input(c.Rank(), i)
-			}
-			if err := comm.AllReduce(ctx, c, buf, op); err != nil {
-				return err
-			}
-			results[c.Rank()] = append([]T(nil), buf...)
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = onLocal(t, n, func(c *comm.Communicator) error {
-			buf := make([]T, count)
-			for i := range buf {
-				buf[i] = input(c.Rank(), i)
-			}
-			if err := comm.AllReduce(ctx, c, buf, op); err != nil {
-				return err
-			}
-			results[n+c.Rank()] = buf
 			return nil
 		}, refAlgo(single)...)
 		if err != nil {
 			t.Fatal(err)
 		}
-		ring := rawBytes(results[n])
-		for r := range 2 * n {
-			if got := rawBytes(results[r]); string(got) != string(ring) {
-				i := 0
-				for got[i] == ring[i] {
-					i++
-				}
-				t.Fatalf("%d x %T %v on %d ranks (single copy %v): result %d differs from the reference's rank 0 at byte %d", count, *new(T), op, n, single, r, i)
-			}
+	}
+	for _, k := range cases {
+		if err := k.referencesAgree(); err != nil {
+			t.Fatal(err)
 		}
 	}
+	err := onLocal(t, n, func(c *comm.Communicator) error {
+		for _, k := range cases {
+			if err := k.viaAlloc(ctx, c); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// ringCase is one allreduce of TestAllocMatchesRing: its reference runs
+// on every rank of the reference's job, viaAlloc on every rank of the
+// job allreducing the shared buffer (Alloc's or Register's); referencesAgree checks, between
+// the two, that the reference's ranks got the same bits.
+type ringCase struct {
+	name            string
+	single          bool // takes the single-copy path: the ring is its reference
+	reference       func(ctx context.Context, c *comm.Communicator) error
+	referencesAgree func() error
+	viaAlloc        func(ctx context.Context, c *comm.Communicator) error
+}
+
+// ringCases are TestAllocMatchesRing's cases of element type T on n
+// ranks, in memory from Alloc or, if register, in a buffer of the heap
+// made readable by Register: just past the single-copy floor (blocks of
+// uneven length, so that ReduceN's vector kernels leave a tail) and a
+// recursive-doubling size below it, with every op.
+func ringCases[T comm.Element](n int, register bool) []ringCase {
+	var cases []ringCase
+	for _, count := range []int{plan.SingleCopyMin/int(unsafe.Sizeof(*new(T))) + 1, 1001} {
+		inputs := ringInputs[T](n, count)
+		for _, op := range []comm.Op{comm.Sum, comm.Prod, comm.Min, comm.Max, comm.Avg} {
+			single := singleCopies[T](op, n, count) && (!register || n <= plan.SingleCopyReadRanks)
+			if !single && count*int(unsafe.Sizeof(*new(T))) >= plan.SingleCopyMin {
+				continue
+			}
+			name := fmt.Sprintf("%d x %T %v on %d ranks (single copy %v)", count, *new(T), op, n, single)
+			refs := make([][]T, n)
+			differs := func(r int, got []T) error {
+				ring, b := rawBytes(refs[0]), rawBytes(got)
+				if string(b) == string(ring) {
+					return nil
+				}
+				i := 0
+				for b[i] == ring[i] {
+					i++
+				}
+				return fmt.Errorf("%s: result %d differs from the reference's rank 0 at byte %d", name, r, i)
+			}
+			cases = append(cases, ringCase{
+				name:   name,
+				single: single,
+				reference: func(ctx context.Context, c *comm.Communicator) error {
+					buf := append([]T(nil), inputs[c.Rank()]...)
+					if err := comm.AllReduce(ctx, c, buf, op); err != nil {
+						return err
+					}
+					refs[c.Rank()] = buf
+					return nil
+				},
+				referencesAgree: func() error {
+					for r := 1; r < n; r++ {
+						if err := differs(n+r, refs[r]); err != nil {
+							return err
+						}
+					}
+					refs = refs[:1]
+					return nil
+				},
+				viaAlloc: func(ctx context.Context, c *comm.Communicator) error {
+					buf, done, err := sharedBuffer[T](ctx, c, count, register)
+					if err != nil {
+						return fmt.Errorf("%s: shared buffer: %w", name, err)
+					}
+					defer done()
+					copy(buf, inputs[c.Rank()])
+					if err := comm.AllReduce(ctx, c, buf, op); err != nil {
+						return fmt.Errorf("%s: %w", name, err)
+					}
+					return differs(c.Rank(), buf)
+				},
+			})
+		}
+	}
+	return cases
+}
+
+// powers10 are the magnitudes ringInputs span.
+var powers10 = []float64{1e-4, 1e-3, 1e-2, 1e-1, 1, 1e1, 1e2, 1e3}
+
+// ringInputs are the n ranks' inputs of count elements for ringCases,
+// each from a generator seeded by its rank: NaNs, signed zeros,
+// infinities, tiny and huge values among values of magnitudes 1e-4..1e3.
+func ringInputs[T comm.Element](n, count int) [][]T {
+	specials := []float64{math.NaN(), math.Copysign(0, -1), 0, math.Inf(1), math.Inf(-1), 1e-30, 3e38}
+	inputs := make([][]T, n)
+	for r := range inputs {
+		rng := rand.New(rand.NewPCG(uint64(r), uint64(count)))
+		in := make([]T, count)
+		for i := range in {
+			if rng.IntN(50) == 0 {
+				in[i] = elementOf[T](specials[rng.IntN(len(specials))])
+				continue
+			}
+			in[i] = elementOf[T]((rng.Float64() - 0.3) * powers10[rng.IntN(len(powers10))])
+		}
+		inputs[r] = in
+	}
+	return inputs
 }
 
 // sharedBuffer is count elements the ranks of c read in place: memory
@@ -464,8 +559,8 @@ func sharedBuffer[T comm.Element](ctx context.Context, c *comm.Communicator, cou
 	return s.Slice(), s.Free, nil
 }
 
-// refAlgo is the reference for matchCount: the ring's for the single
-// copy, the usual path's for the others.
+// refAlgo is the reference's options for ringCases: the ring's for the
+// single copy, the usual path's for the others.
 func refAlgo(single bool) []comm.Option {
 	if single {
 		return []comm.Option{comm.WithAlgorithm("allreduce=ring")}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -56,10 +57,20 @@ func TestCallErrorOneLine(t *testing.T) {
 			// Rank 3 comes late: the others time out naming it, and
 			// whichever of them loses another first still names rank 3.
 			cs := local(t, 4, comm.WithTransport(tr), comm.WithTimeout(400*time.Millisecond))
-			errs := each(t, cs, func(context.Context, *comm.Communicator) error { return nil })
-			errs = each(t, cs, func(_ context.Context, c *comm.Communicator) error {
+			// Rank 3 comes once the others have returned (or after 10 s,
+			// when they have plainly not timed out).
+			var others sync.WaitGroup
+			others.Add(3)
+			othersDone := make(chan struct{})
+			go func() { others.Wait(); close(othersDone) }()
+			errs := each(t, cs, func(_ context.Context, c *comm.Communicator) error {
 				if c.Rank() == 3 {
-					time.Sleep(1500 * time.Millisecond)
+					select {
+					case <-othersDone:
+					case <-time.After(10 * time.Second):
+					}
+				} else {
+					defer others.Done()
 				}
 				// No deadline, so that GOCOLL_TIMEOUT's applies.
 				return comm.AllReduce(context.Background(), c, make([]int32, 5000), comm.Max)

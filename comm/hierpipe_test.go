@@ -34,7 +34,7 @@ func TestHierPipeHosts(t *testing.T) {
 				exact[r], random[r] = make([]float32, count), make([]float32, count)
 				for i := range count {
 					exact[r][i] = float32((r*31+i)%1000 - 500)
-					random[r][i] = float32((rng.Float64()*2 - 1) * math.Pow(2, float64(rng.Intn(12)-6)))
+					random[r][i] = float32(math.Ldexp(rng.Float64()*2-1, rng.Intn(12)-6))
 				}
 			}
 			pipe, logs := newLocalLogged(t, n)

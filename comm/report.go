@@ -273,6 +273,11 @@ func (c *Communicator) requestReport(call, why string) {
 	if in := inCall(answers, r, c.jobSize()); len(in) == 0 || in[0] != c.jobRankOf() {
 		return
 	}
+	if c.closing.Load() || c.stopping.Load() {
+		// Closed or aborted while the answers came: the call is over,
+		// and a report of it now would describe ranks that went on.
+		return
+	}
 	path := r.WriteFile(fmt.Sprintf("gocoll-stall-%d-%d.txt", os.Getpid(), k))
 	fmt.Fprintf(os.Stderr, "%sgocoll: stall report written, with the laggards' goroutine stacks, to %s\n", r.Text, path)
 	c.log.Warn("stall report", "file", path, "laggards", stallreport.Ranks(r.Laggards), "call", r.Call)

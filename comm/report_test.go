@@ -27,7 +27,7 @@ func TestStallReportWithoutGrun(t *testing.T) {
 				return err
 			}
 			if c.Rank() == 2 {
-				time.Sleep(1500 * time.Millisecond)
+				lateUntilReport()
 			}
 			return comm.AllReduce(ctx, c, make([]int32, 100), comm.Sum)
 		}, []string{
@@ -44,7 +44,7 @@ func TestStallReportWithoutGrun(t *testing.T) {
 			}
 			defer sub.Close()
 			if c.Rank() == 3 {
-				time.Sleep(1500 * time.Millisecond)
+				lateUntilReport()
 			}
 			return sub.Barrier(ctx)
 		}, []string{
@@ -67,11 +67,7 @@ func TestStallReportWithoutGrun(t *testing.T) {
 			}
 			t.Cleanup(func() { os.Chdir(wd) })
 			cs := local(t, 4, comm.WithTransport("tcp"), comm.WithStall(300*time.Millisecond))
-			errs := each(t, cs, func(ctx context.Context, c *comm.Communicator) error {
-				// The ranks answer reports from a second after Init on.
-				time.Sleep(1100 * time.Millisecond)
-				return tc.run(ctx, c)
-			})
+			errs := each(t, cs, tc.run)
 			for r, err := range errs {
 				if err != nil {
 					t.Errorf("rank %d: %v", r, err)
@@ -88,5 +84,20 @@ func TestStallReportWithoutGrun(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// lateUntilReport keeps a rank out of its next call until the stall
+// report about it is written in the working directory (the file is
+// created empty, then written in one go), or for 10 s at most (then the
+// test finds no report, or not what it should say).
+func lateUntilReport() {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		files, _ := filepath.Glob("gocoll-stall-*.txt")
+		for _, f := range files {
+			if fi, err := os.Stat(f); err == nil && fi.Size() > 0 {
+				return
+			}
+		}
 	}
 }

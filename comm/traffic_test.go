@@ -24,11 +24,9 @@ func TestWithTraffic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
-		for _, c := range cs {
-			c.Close()
-		}
-	}()
+	// Every rank at once, as a job's processes would: a Close waits for
+	// the other ranks' to compare the last calls.
+	defer closeAll(t, cs)
 	before := tr.Counts()
 	errs := make([]error, n)
 	bufs := make([][]float32, n)

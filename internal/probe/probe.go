@@ -400,7 +400,8 @@ func (b Board) SaidChecked() {
 // LingerForChecks keeps the store up, in the rank whose process holds it
 // (no launcher's store: see Config), until the other ranks closing with
 // it have compared their last calls (CompareLast), or for at most
-// closeCompareWait.
+// closeCompareWait. A rank the store saw die or leave abnormally will
+// compare nothing: it is not waited for.
 func (b Board) LingerForChecks() {
 	if b.Store == nil || b.Names.Size == 1 {
 		return
@@ -408,9 +409,24 @@ func (b Board) LingerForChecks() {
 	ctx, cancel := context.WithTimeout(context.Background(), closeCompareWait)
 	defer cancel()
 	prefix := b.Prefix + "checked/"
+	var gone map[int]bool
+	var looked time.Time
 	for {
+		if time.Since(looked) >= departedLookEvery {
+			gone = b.departedRanks(ctx)
+			looked = time.Now()
+		}
 		m, err := b.Store.Scan(ctx, prefix)
-		if err != nil || len(m) >= b.Names.Size {
+		if err != nil {
+			return
+		}
+		done := len(gone)
+		for r := range gone {
+			if _, ok := m[prefix+strconv.Itoa(r)]; ok {
+				done-- // counted below
+			}
+		}
+		if done+len(m) >= b.Names.Size {
 			return
 		}
 		select {

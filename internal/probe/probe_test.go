@@ -159,3 +159,33 @@ func TestSchedule(t *testing.T) {
 		}
 	}
 }
+
+// TestLingerForChecks: the rank holding the store waits for every other
+// rank to say it compared its last calls, all of closeCompareWait for a
+// rank alive but silent, and not for a rank the store saw die.
+func TestLingerForChecks(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, died := range []bool{false, true} {
+		bs := boards(t, 3, jobNames(3))
+		for r, b := range bs {
+			if err := b.Store.(*bootstrap.Client).Join(ctx, r, 3, "linger"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		bs[0].SaidChecked()
+		bs[1].SaidChecked()
+		if died {
+			bs[2].Store.(*bootstrap.Client).Close()
+		}
+		start := time.Now()
+		bs[0].LingerForChecks()
+		took := time.Since(start)
+		if died && took >= closeCompareWait {
+			t.Errorf("rank 2 died: lingered %v, want less than %v", took, closeCompareWait)
+		}
+		if !died && took < closeCompareWait {
+			t.Errorf("rank 2 alive and not done: lingered %v, want %v", took, closeCompareWait)
+		}
+	}
+}
