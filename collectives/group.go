@@ -129,7 +129,7 @@ func NewGroup(t transport.Transport, opts Options) *Group {
 		logInfo: opts.Logger != nil && opts.Logger.Enabled(context.Background(), slog.LevelInfo),
 	}
 	g.rec = newRecorder(opts.Recorded, opts.Timed)
-	g.cur = call{g: g, t: t, segMax: (t.MaxMessage() - hdrLen) &^ 63, tally: opts.Traffic}
+	g.cur = call{g: g, t: t, segMax: segment(t.MaxMessage()), tally: opts.Traffic}
 	g.cur.ch, _ = t.(*Channel)
 	for k, a := range opts.Algos {
 		if k < kindLimit {
@@ -168,3 +168,13 @@ func lenError(what string, b []byte, dt reduce.DType) error {
 
 // Options are the options g was built with, for groups split from it.
 func (g *Group) Options() Options { return g.opts }
+
+// segment is the payload of one message of a call over a transport whose
+// messages carry max bytes: what the call header leaves, to a cache line.
+func segment(max int) int { return (max - hdrLen) &^ 63 }
+
+// Segment is the payload of one message of a call over a Mux whose
+// transport's messages carry max bytes (a Channel's MaxMessage is max
+// less MuxHeader): the length in which calls cut long buffers, so that a
+// job that sizes its pieces in messages can size them in these.
+func Segment(max int) int { return segment(max - MuxHeader) }

@@ -119,6 +119,14 @@ type Store interface {
 	Get(ctx context.Context, key string) ([]byte, error)
 }
 
+// Headroom is what the transports' default slot sizes add to a power of
+// two: room for the headers the layers above put in front of a payload
+// (the collectives' mux and call headers, 48 bytes, to a cache line), so
+// that a power-of-two piece of a buffer, which is what splitting a
+// power-of-two buffer among 2, 4 or 8 ranks gives, travels in one
+// message and not in a full one and a sliver.
+const Headroom = 64
+
 type Transport interface {
 	// Rank is this process's rank, in [0, Size).
 	Rank() int

@@ -74,7 +74,8 @@ const (
 	smallPow2 = 16 << 10
 )
 
-// hierMessages is how many of the job's messages (MaxMessage) make one
+// hierMessages is how many of the job's messages (their payload,
+// collectives.Segment of MaxMessage) make one
 // stage of the pipelined hierarchical allreduce (collectives.HierPipe):
 // a stage short enough that the phase inside a host it waits for at
 // either end is small beside the whole call, long enough that each
@@ -112,7 +113,9 @@ func (p Plan) Options() (collectives.Options, error) {
 	// Decided here, from the message size every rank agreed on, never
 	// from a rank's own transport: ranks that cut stages differently
 	// would exchange different bytes.
-	o.HierSegment = hierMessages * p.MaxMessage
+	if p.MaxMessage > 0 {
+		o.HierSegment = hierMessages * collectives.Segment(p.MaxMessage)
+	}
 	return o, nil
 }
 

@@ -66,9 +66,13 @@ func TestOptions(t *testing.T) {
 		t.Errorf("costly steps: %+v, %v", costly, err)
 	}
 	// The hierarchical pipeline's stage follows the message size every
-	// rank agreed on; a plan without one leaves the group's default.
-	if o, err := (Plan{HalfAccum: "float32", MaxMessage: 262112}).Options(); err != nil || o.HierSegment != 4*262112 {
-		t.Errorf("MaxMessage 262112: HierSegment %d, %v; want %d", o.HierSegment, err, 4*262112)
+	// rank agreed on, in whole messages' payloads (a default slot's
+	// 256 KiB behind the headers, or a slot's less the headers, to a
+	// cache line); a plan without one leaves the group's default.
+	for _, tc := range []struct{ max, want int }{{256<<10 + 64, 4 * 256 << 10}, {262112, 4 * 262016}} {
+		if o, err := (Plan{HalfAccum: "float32", MaxMessage: tc.max}).Options(); err != nil || o.HierSegment != tc.want {
+			t.Errorf("MaxMessage %d: HierSegment %d, %v; want %d", tc.max, o.HierSegment, err, tc.want)
+		}
 	}
 	if cheap.HierSegment != 0 {
 		t.Errorf("no message size: HierSegment %d, want 0 (the group's default)", cheap.HierSegment)

@@ -9,7 +9,7 @@ import (
 )
 
 // Options tune the mesh. The zero value picks the defaults: rings of 8
-// slots of 256 KiB (at most 4096 slots of 64 MiB), links made on demand
+// slots of 256 KiB (and transport.Headroom) (at most 4096 slots of 64 MiB), links made on demand
 // (Eager: a pair of rings, 2 x Slots x SlotSize bytes of shared memory,
 // and a socket for every peer at Connect). A waiting call polls its ring
 // for Spin, then parks in a futex; a crowded one also gives its CPU away
@@ -25,7 +25,7 @@ type Options struct {
 
 const (
 	DefaultSlots    = 8
-	DefaultSlotSize = 256 << 10
+	DefaultSlotSize = 256<<10 + transport.Headroom
 	MaxSlotSize     = 64 << 20
 
 	// parkSlice bounds one futex wait, so that a wake lost to a bug, or a

@@ -9,7 +9,7 @@ import (
 )
 
 // Options tune the mesh. The zero value picks the defaults: 4 slots of
-// 512 KiB per peer (at most 4096 slots of 64 MiB), links made on demand.
+// 512 KiB (and transport.Headroom) per peer (at most 4096 slots of 64 MiB), links made on demand.
 // A crowded rank keeps the full spin (see LinkOptions.Crowded).
 type Options struct {
 	transport.LinkOptions
@@ -56,7 +56,7 @@ type Options struct {
 // The slot geometry of a zero Options, and the most it may ask for.
 const (
 	DefaultSlots    = 4
-	DefaultSlotSize = 512 << 10
+	DefaultSlotSize = 512<<10 + transport.Headroom
 	// MaxSlotSize bounds what a peer may ask us to believe about lengths.
 	MaxSlotSize = 64 << 20
 )
