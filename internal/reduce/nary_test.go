@@ -120,6 +120,174 @@ func TestReduceNAgainstChain(t *testing.T) {
 	}
 }
 
+// wideChainReduce is what ReduceNWide must equal: the steps the wide
+// ring takes for one block, each a wide kernel call over the whole
+// length: ins[k-2] op ins[k-1] in float32, then ins[j] for j from k-3
+// down to 1, then ins[0] with the one rounding (Avg: ins[0] added, the
+// float32 sum divided by k, then rounded).
+func wideChainReduce(dt DType, op Op, ins [][]byte) []byte {
+	k := len(ins)
+	out := bytes.Clone(ins[0])
+	if k == 1 {
+		return out
+	}
+	acc := make([]byte, 2*len(out))
+	ReduceWide(dt, op, acc, ins[k-2], ins[k-1])
+	for j := k - 3; j > 0; j-- {
+		Accumulate(dt, op, acc, acc, ins[j])
+	}
+	switch {
+	case op == Avg:
+		if k > 2 {
+			Accumulate(dt, op, acc, acc, ins[0])
+		}
+		Scale(Float32, acc, k)
+		Narrow(dt, out, acc)
+	case k == 2:
+		Narrow(dt, out, acc)
+	default:
+		AccumulateNarrow(dt, op, out, acc, ins[0])
+	}
+	return out
+}
+
+// TestReduceNWideAgainstChain checks ReduceNWide against the wide chain
+// (wideChainReduce) for Float16 and BFloat16 Sum, Avg and Prod, 1 to 17
+// inputs, odd lengths (past the wide kernels' blocks and the scratch
+// pieces), special values (NaN, Inf, subnormals, ties), inputs at odd
+// offsets and dst its own, the first or the last input, at every kernel
+// level; and against a float32 loop of its own that rounds once, so
+// that the chain itself is pinned.
+func TestReduceNWideAgainstChain(t *testing.T) {
+	rng := rand.New(rand.NewSource(45))
+	lengths := []int{0, 1, 3, 7, 9, 15, 17, 31, 33, 65, 257, 1001 + 2*rng.Intn(500)}
+	long := naryScratch/2 + 1 + 2*rng.Intn(1000) // 16-bit elements crossing a scratch piece
+	maxK := 17
+	if testing.Short() {
+		maxK = 9
+	}
+	for _, l := range levels() {
+		useLevel(t, l)
+		for _, dt := range []DType{Float16, BFloat16} {
+			for _, op := range []Op{Sum, Avg, Prod} {
+				t.Run(fmt.Sprintf("%v/%v/%v", l, dt, op), func(t *testing.T) {
+					for k := 1; k <= maxK; k++ {
+						ls := lengths
+						if k == 3 || k == maxK {
+							ls = append(ls[:len(ls):len(ls)], long)
+						}
+						for _, n := range ls {
+							rows := make([][]byte, k)
+							for j := range rows {
+								rows[j] = genValues(rng, dt, n)
+							}
+							checkReduceNWide(t, rng, dt, op, rows)
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+// checkReduceNWide runs ReduceNWide on copies of rows at random offsets,
+// dst at a random place (see naryAlias), and compares the result with
+// wideChainReduce and with loopWide, and checks no byte outside dst
+// changed.
+func checkReduceNWide(t *testing.T, rng *rand.Rand, dt DType, op Op, rows [][]byte) {
+	t.Helper()
+	k := len(rows)
+	want := wideChainReduce(dt, op, rows)
+	if i := compareElems(dt, loopWide(dt, op, rows), want); i >= 0 {
+		t.Fatalf("%v %v k=%d: the wide kernels' chain gives %s at element %d, a float32 loop %s",
+			dt, op, k, fmtElem(dt, want, i), i, fmtElem(dt, loopWide(dt, op, rows), i))
+	}
+	ins := make([][]byte, k)
+	oks := make([]func() bool, k)
+	for j, r := range rows {
+		ins[j], oks[j] = placed(r, randOffset(rng, dt))
+	}
+	alias := naryAlias(rng.Intn(3))
+	var dst []byte
+	switch alias {
+	case ownDst:
+		var ok func() bool
+		dst, ok = placed(make([]byte, len(rows[0])), randOffset(rng, dt))
+		oks = append(oks, ok)
+	case firstDst:
+		dst = ins[0]
+	case lastDst:
+		dst = ins[k-1]
+	}
+	ReduceNWide(dt, op, dst, ins)
+	n := len(want) / 2
+	if i := compareElems(dt, dst, want); i >= 0 {
+		t.Fatalf("%v %v k=%d n=%d %s (level %v): element %d = %s, want %s",
+			dt, op, k, n, aliasNames[alias], activeLevel, i, fmtElem(dt, dst, i), fmtElem(dt, want, i))
+	}
+	for j, ok := range oks {
+		if !ok() {
+			t.Fatalf("%v %v k=%d n=%d %s: wrote outside buffer %d", dt, op, k, n, aliasNames[alias], j)
+		}
+	}
+	for j := range ins {
+		if (alias != firstDst || j != 0) && (alias != lastDst || j != k-1) && !bytes.Equal(ins[j], rows[j]) {
+			t.Fatalf("%v %v k=%d n=%d %s: input %d modified", dt, op, k, n, aliasNames[alias], j)
+		}
+	}
+}
+
+// loopWide is the wide chain element by element in plain float32: from
+// ins[k-1] down to ins[0], divided by k for Avg, rounded once.
+func loopWide(dt DType, op Op, ins [][]byte) []byte {
+	k := len(ins)
+	out := make([]byte, len(ins[0]))
+	for i := 0; i < len(out)/2; i++ {
+		acc := widen(dt, ins[k-1], i)
+		for j := k - 2; j >= 0; j-- {
+			acc = apply(op, acc, widen(dt, ins[j], i))
+		}
+		if op == Avg {
+			acc /= float32(k)
+		}
+		if k == 1 {
+			copy(out[2*i:2*i+2], ins[0][2*i:])
+			continue
+		}
+		narrow(dt, out, i, acc)
+	}
+	return out
+}
+
+// TestReduceNWideMisuse: ReduceNWide refuses what does not accumulate
+// in float32, and ReduceN's misuse.
+func TestReduceNWideMisuse(t *testing.T) {
+	four := func() []byte { return make([]byte, 4) }
+	tests := []struct {
+		name string
+		dt   DType
+		op   Op
+		ins  [][]byte
+		msg  string
+	}{
+		{"float32", Float32, Sum, [][]byte{four(), four(), four()}, "does not accumulate in float32"},
+		{"bfloat16 max", BFloat16, Max, [][]byte{four(), four(), four()}, "does not accumulate in float32"},
+		{"no inputs", Float16, Sum, nil, "no inputs"},
+		{"short input", BFloat16, Sum, [][]byte{four(), make([]byte, 2)}, "length mismatch"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			defer func() {
+				r := recover()
+				if s, _ := r.(string); !bytes.Contains([]byte(s), []byte(tt.msg)) {
+					t.Errorf("panic %v, want one saying %q", r, tt.msg)
+				}
+			}()
+			ReduceNWide(tt.dt, tt.op, four(), tt.ins)
+		})
+	}
+}
+
 // TestReduceNMisuse checks that ReduceN panics, naming the problem, on
 // arguments Reduce would refuse too.
 func TestReduceNMisuse(t *testing.T) {
