@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"math"
+	"math/rand"
 	"strconv"
 	"testing"
 	"time"
@@ -81,5 +82,109 @@ func TestSingleCopyRead(t *testing.T) {
 				t.Errorf("counted %+v, want %+v", sum, want)
 			}
 		})
+	}
+}
+
+// TestSingleCopyWide: the single copy of 16-bit Sum, Avg and Prod with
+// float32 partials, mapped and read through a PeerReader, on 2 (Avg
+// only: Sum and Prod are not wide there), 3, 4 and 9 ranks, has the bits
+// of the wide ring forced on the same inputs (rounding ties, subnormals
+// and infinities among them) on every rank, and counts the mapped
+// path's bytes, 3 - 1/n per byte per rank (read: (5n-3)/n), nothing
+// sent: the float32 partials stay in a scratch piece, not in a buffer of
+// the call, and no rank fell back to the rings.
+func TestSingleCopyWide(t *testing.T) {
+	const size = 1<<18 + 6 // from the floor below, blocks longer than readBlock's piece
+	specials := map[reduce.DType][]uint16{
+		reduce.Float16:  {0x0001, 0x8001, 0x03ff, 0x7c00, 0x3c01, 0xbc01, 0x7bff},
+		reduce.BFloat16: {0x0001, 0x8001, 0x007f, 0x7f80, 0x3f81, 0xbf81, 0x7f7f},
+	}
+	for _, dt := range []reduce.DType{reduce.Float16, reduce.BFloat16} {
+		for _, op := range []reduce.Op{reduce.Sum, reduce.Avg, reduce.Prod} {
+			for _, n := range []int{2, 3, 4, 9} {
+				if n == 2 && op != reduce.Avg {
+					continue
+				}
+				for _, read := range []bool{false, true} {
+					t.Run(dt.String()+"/"+op.String()+"/"+strconv.Itoa(n)+"/read="+strconv.FormatBool(read), func(t *testing.T) {
+						checkSingleCopyWide(t, dt, op, n, read, size, specials[dt])
+					})
+				}
+			}
+		}
+	}
+}
+
+func checkSingleCopyWide(t *testing.T, dt reduce.DType, op reduce.Op, n int, read bool, size int, specials []uint16) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	input := func(r int) []byte {
+		b := make([]byte, size)
+		rng := rand.New(rand.NewSource(int64(r)))
+		for i := 0; i < size/2; i++ {
+			f := float32(rng.NormFloat64())
+			if op == reduce.Prod {
+				f = 1 + f/16
+			}
+			h := reduce.F32ToF16(f)
+			if dt == reduce.BFloat16 {
+				h = reduce.F32ToBF16(f)
+			}
+			if i%97 == r {
+				h = specials[(i/97)%len(specials)]
+			}
+			binary.LittleEndian.PutUint16(b[2*i:], h)
+		}
+		return b
+	}
+	run := func(single bool) ([][]byte, []collectives.Traffic) {
+		mesh, bufs, tallies := newPipes(n), make(slices, n), make([]collectives.Traffic, n)
+		for r := range bufs {
+			bufs[r] = input(r)
+		}
+		errs := onRanks(n, func(r int) error {
+			opts := collectives.Options{Traffic: &tallies[r], SmallAllReduce: 64 << 10, SingleCopyMin: 1 << 18}
+			g := collectives.NewGroup(mesh[r], opts)
+			switch {
+			case !single:
+				opts.Algos = map[collectives.Kind]collectives.Algo{collectives.AllReduce: collectives.Ring}
+				return collectives.NewGroup(mesh[r], opts).AllReduce(ctx, bufs[r], dt, op)
+			case read:
+				return g.SingleCopyAllReduceRead(ctx, bufs[r], bufs, dt, op, 7)
+			}
+			return g.SingleCopyAllReduce(ctx, bufs, dt, op, 7)
+		})
+		for r, err := range errs {
+			if err != nil {
+				t.Fatalf("rank %d: %v", r, err)
+			}
+		}
+		return bufs, tallies
+	}
+	got, tallies := run(true)
+	ring, _ := run(false)
+	for r := range got {
+		for i := 0; i < size; i += 2 {
+			if got[r][i] != ring[0][i] || got[r][i+1] != ring[0][i+1] {
+				t.Fatalf("rank %d: element %d = %#04x, the wide ring's %#04x", r, i/2,
+					binary.LittleEndian.Uint16(got[r][i:]), binary.LittleEndian.Uint16(ring[0][i:]))
+			}
+		}
+	}
+	var sum collectives.TrafficCounts
+	for i := range tallies {
+		c := tallies[i].Counts()
+		sum.Sent += c.Sent
+		sum.ReduceRead += c.ReduceRead
+		sum.ReduceWritten += c.ReduceWritten
+		sum.Copied += c.Copied
+	}
+	S := int64(size)
+	want := collectives.TrafficCounts{ReduceRead: int64(n) * S, ReduceWritten: S, Copied: int64(n-1) * S}
+	if read {
+		want.Copied *= 2
+	}
+	if sum != want {
+		t.Errorf("counted %+v, want %+v", sum, want)
 	}
 }
