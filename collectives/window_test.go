@@ -42,24 +42,14 @@ func TestSingleCopyRead(t *testing.T) {
 				return b
 			}
 			run := func(read bool) ([][]byte, []collectives.Traffic) {
-				mesh, bufs, tallies := newPipes(n), make(slices, n), make([]collectives.Traffic, n)
-				for r := range bufs {
-					bufs[r] = input(r)
-				}
-				errs := onRanks(n, func(r int) error {
-					opts := collectives.Options{Traffic: &tallies[r], SmallAllReduce: 64 << 10, SingleCopyMin: 1 << 20}
+				return onSlices(t, n, input, func(g func(collectives.Options) *collectives.Group, bufs slices, r int) error {
+					opts := collectives.Options{SmallAllReduce: 64 << 10, SingleCopyMin: 1 << 20}
 					if !read {
 						opts.Algos = map[collectives.Kind]collectives.Algo{collectives.AllReduce: collectives.Ring}
-						return collectives.NewGroup(mesh[r], opts).AllReduce(ctx, bufs[r], reduce.Float32, reduce.Sum)
+						return g(opts).AllReduce(ctx, bufs[r], reduce.Float32, reduce.Sum)
 					}
-					return collectives.NewGroup(mesh[r], opts).SingleCopyAllReduceRead(ctx, bufs[r], bufs, reduce.Float32, reduce.Sum, 7)
+					return g(opts).SingleCopyAllReduceRead(ctx, bufs[r], bufs, reduce.Float32, reduce.Sum, 7)
 				})
-				for r, err := range errs {
-					if err != nil {
-						t.Fatalf("rank %d: %v", r, err)
-					}
-				}
-				return bufs, tallies
 			}
 			got, tallies := run(true)
 			ring, _ := run(false)
@@ -68,14 +58,7 @@ func TestSingleCopyRead(t *testing.T) {
 					t.Fatalf("rank %d's result differs from the ring's", r)
 				}
 			}
-			var sum collectives.TrafficCounts
-			for i := range tallies {
-				c := tallies[i].Counts()
-				sum.Sent += c.Sent
-				sum.ReduceRead += c.ReduceRead
-				sum.ReduceWritten += c.ReduceWritten
-				sum.Copied += c.Copied
-			}
+			sum := sumTraffic(tallies)
 			S := int64(size)
 			want := collectives.TrafficCounts{ReduceRead: int64(n) * S, ReduceWritten: S, Copied: 2 * int64(n-1) * S}
 			if sum != want {
@@ -138,28 +121,17 @@ func checkSingleCopyWide(t *testing.T, dt reduce.DType, op reduce.Op, n int, rea
 		return b
 	}
 	run := func(single bool) ([][]byte, []collectives.Traffic) {
-		mesh, bufs, tallies := newPipes(n), make(slices, n), make([]collectives.Traffic, n)
-		for r := range bufs {
-			bufs[r] = input(r)
-		}
-		errs := onRanks(n, func(r int) error {
-			opts := collectives.Options{Traffic: &tallies[r], SmallAllReduce: 64 << 10, SingleCopyMin: 1 << 18}
-			g := collectives.NewGroup(mesh[r], opts)
+		return onSlices(t, n, input, func(g func(collectives.Options) *collectives.Group, bufs slices, r int) error {
+			opts := collectives.Options{SmallAllReduce: 64 << 10, SingleCopyMin: 1 << 18}
 			switch {
 			case !single:
 				opts.Algos = map[collectives.Kind]collectives.Algo{collectives.AllReduce: collectives.Ring}
-				return collectives.NewGroup(mesh[r], opts).AllReduce(ctx, bufs[r], dt, op)
+				return g(opts).AllReduce(ctx, bufs[r], dt, op)
 			case read:
-				return g.SingleCopyAllReduceRead(ctx, bufs[r], bufs, dt, op, 7)
+				return g(opts).SingleCopyAllReduceRead(ctx, bufs[r], bufs, dt, op, 7)
 			}
-			return g.SingleCopyAllReduce(ctx, bufs, dt, op, 7)
+			return g(opts).SingleCopyAllReduce(ctx, bufs, dt, op, 7)
 		})
-		for r, err := range errs {
-			if err != nil {
-				t.Fatalf("rank %d: %v", r, err)
-			}
-		}
-		return bufs, tallies
 	}
 	got, tallies := run(true)
 	ring, _ := run(false)
@@ -171,14 +143,7 @@ func checkSingleCopyWide(t *testing.T, dt reduce.DType, op reduce.Op, n int, rea
 			}
 		}
 	}
-	var sum collectives.TrafficCounts
-	for i := range tallies {
-		c := tallies[i].Counts()
-		sum.Sent += c.Sent
-		sum.ReduceRead += c.ReduceRead
-		sum.ReduceWritten += c.ReduceWritten
-		sum.Copied += c.Copied
-	}
+	sum := sumTraffic(tallies)
 	S := int64(size)
 	want := collectives.TrafficCounts{ReduceRead: int64(n) * S, ReduceWritten: S, Copied: int64(n-1) * S}
 	if read {
@@ -187,4 +152,42 @@ func checkSingleCopyWide(t *testing.T, dt reduce.DType, op reduce.Op, n int, rea
 	if sum != want {
 		t.Errorf("counted %+v, want %+v", sum, want)
 	}
+}
+
+// onSlices runs call on n goroutine ranks joined by pipes, each rank's
+// buffer input(r), and returns the buffers and each rank's counts; g
+// makes the rank's group with the options given, counting into its
+// tally.
+func onSlices(t *testing.T, n int, input func(r int) []byte, call func(g func(collectives.Options) *collectives.Group, bufs slices, r int) error) ([][]byte, []collectives.Traffic) {
+	t.Helper()
+	mesh, bufs, tallies := newPipes(n), make(slices, n), make([]collectives.Traffic, n)
+	for r := range bufs {
+		bufs[r] = input(r)
+	}
+	errs := onRanks(n, func(r int) error {
+		g := func(opts collectives.Options) *collectives.Group {
+			opts.Traffic = &tallies[r]
+			return collectives.NewGroup(mesh[r], opts)
+		}
+		return call(g, bufs, r)
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	return bufs, tallies
+}
+
+// sumTraffic adds up the ranks' counts.
+func sumTraffic(tallies []collectives.Traffic) collectives.TrafficCounts {
+	var sum collectives.TrafficCounts
+	for i := range tallies {
+		c := tallies[i].Counts()
+		sum.Sent += c.Sent
+		sum.ReduceRead += c.ReduceRead
+		sum.ReduceWritten += c.ReduceWritten
+		sum.Copied += c.Copied
+	}
+	return sum
 }

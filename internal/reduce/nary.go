@@ -40,14 +40,7 @@ var naryScratches = sync.Pool{New: func() any { return new([naryScratch / 8]uint
 // panics, as Reduce does, on no inputs, a length mismatch, an invalid dt
 // or op, or ExactSum on floats.
 func ReduceN(dt DType, op Op, dst []byte, ins [][]byte) {
-	if len(ins) == 0 || !dt.Valid() || !op.Valid() || len(dst)&(dtypeInfo[dt].size-1) != 0 {
-		badReduceN(dt, op, dst, ins)
-	}
-	for _, in := range ins {
-		if len(in) != len(dst) {
-			badReduceN(dt, op, dst, ins)
-		}
-	}
+	checkNary(dt, op, dst, ins)
 	if op == ExactSum && dt.IsFloat() {
 		notReduced(op)
 	}
@@ -60,6 +53,19 @@ func ReduceN(dt DType, op Op, dst []byte, ins [][]byte) {
 		return
 	}
 	reduceChain(dt, op, dst, ins, naryVec(dt, op, dst, ins))
+}
+
+// checkNary panics, through badReduceN, unless ins is one or more
+// buffers of len(dst) bytes, whole elements of a valid dt, and op valid.
+func checkNary(dt DType, op Op, dst []byte, ins [][]byte) {
+	if len(ins) == 0 || !dt.Valid() || !op.Valid() || len(dst)&(dtypeInfo[dt].size-1) != 0 {
+		badReduceN(dt, op, dst, ins)
+	}
+	for _, in := range ins {
+		if len(in) != len(dst) {
+			badReduceN(dt, op, dst, ins)
+		}
+	}
 }
 
 // badReduceN panics with what is wrong with ReduceN's arguments.
@@ -116,14 +122,7 @@ func reduceChain(dt DType, op Op, dst []byte, ins [][]byte, lo int) {
 // Buffers and panics are as for ReduceN; it panics too unless Wide(dt,
 // op).
 func ReduceNWide(dt DType, op Op, dst []byte, ins [][]byte) {
-	if len(ins) == 0 || !dt.Valid() || !op.Valid() || len(dst)&(dtypeInfo[dt].size-1) != 0 {
-		badReduceN(dt, op, dst, ins)
-	}
-	for _, in := range ins {
-		if len(in) != len(dst) {
-			badReduceN(dt, op, dst, ins)
-		}
-	}
+	checkNary(dt, op, dst, ins)
 	if !Wide(dt, op) {
 		panic("reduce: ReduceNWide: " + dt.String() + "/" + op.String() + " does not accumulate in float32")
 	}

@@ -44,8 +44,14 @@ var aliasNames = [...]string{"own", "dst=ins[0]", "dst=ins[k-1]"}
 // between kernel levels), and checks that no byte outside dst changed.
 func checkReduceN(t *testing.T, dt DType, op Op, rows [][]byte, offs []int, alias naryAlias) {
 	t.Helper()
+	checkNaryAgainst(t, ReduceN, dt, op, rows, offs, alias, chainReduce(dt, op, rows))
+}
+
+// checkNaryAgainst is checkReduceN for reduceN (ReduceN or ReduceNWide)
+// against want.
+func checkNaryAgainst(t *testing.T, reduceN func(DType, Op, []byte, [][]byte), dt DType, op Op, rows [][]byte, offs []int, alias naryAlias, want []byte) {
+	t.Helper()
 	k := len(rows)
-	want := chainReduce(dt, op, rows)
 	ins := make([][]byte, k)
 	oks := make([]func() bool, k)
 	for j, r := range rows {
@@ -62,7 +68,7 @@ func checkReduceN(t *testing.T, dt DType, op Op, rows [][]byte, offs []int, alia
 	case lastDst:
 		dst = ins[k-1]
 	}
-	ReduceN(dt, op, dst, ins)
+	reduceN(dt, op, dst, ins)
 	n := len(want) / dt.Size()
 	if i := compareElems(dt, dst, want); i >= 0 {
 		t.Fatalf("%v %v k=%d n=%d %s offsets %v (level %v): element %d = %s, want %s",
@@ -98,22 +104,16 @@ func TestReduceNAgainstChain(t *testing.T) {
 			long := naryScratch/dt.Size() + 1 + 2*rng.Intn(1000) // crosses a scratch piece
 			for _, op := range naryOps(dt) {
 				t.Run(fmt.Sprintf("%v/%v/%v", l, dt, op), func(t *testing.T) {
-					for k := 1; k <= maxK; k++ {
-						ls := lengths
-						if k == 3 || k == maxK {
-							ls = append(ls[:len(ls):len(ls)], long)
+					eachNaryShape(maxK, lengths, long, func(k, n int) {
+						rows := make([][]byte, k)
+						offs := make([]int, k+1)
+						for j := range rows {
+							rows[j] = genValues(rng, dt, n)
+							offs[j] = randOffset(rng, dt)
 						}
-						for _, n := range ls {
-							rows := make([][]byte, k)
-							offs := make([]int, k+1)
-							for j := range rows {
-								rows[j] = genValues(rng, dt, n)
-								offs[j] = randOffset(rng, dt)
-							}
-							offs[k] = randOffset(rng, dt)
-							checkReduceN(t, dt, op, rows, offs, naryAlias(rng.Intn(3)))
-						}
-					}
+						offs[k] = randOffset(rng, dt)
+						checkReduceN(t, dt, op, rows, offs, naryAlias(rng.Intn(3)))
+					})
 				})
 			}
 		}
@@ -153,7 +153,7 @@ func wideChainReduce(dt DType, op Op, ins [][]byte) []byte {
 
 // TestReduceNWideAgainstChain checks ReduceNWide against the wide chain
 // (wideChainReduce) for Float16 and BFloat16 Sum, Avg and Prod, 1 to 17
-// inputs, odd lengths (past the wide kernels' blocks and the scratch
+// inputs (in -short too), odd lengths (past the wide kernels' blocks and the scratch
 // pieces), special values (NaN, Inf, subnormals, ties), inputs at odd
 // offsets and dst its own, the first or the last input, at every kernel
 // level; and against a float32 loop of its own that rounds once, so
@@ -162,28 +162,18 @@ func TestReduceNWideAgainstChain(t *testing.T) {
 	rng := rand.New(rand.NewSource(45))
 	lengths := []int{0, 1, 3, 7, 9, 15, 17, 31, 33, 65, 257, 1001 + 2*rng.Intn(500)}
 	long := naryScratch/2 + 1 + 2*rng.Intn(1000) // 16-bit elements crossing a scratch piece
-	maxK := 17
-	if testing.Short() {
-		maxK = 9
-	}
 	for _, l := range levels() {
 		useLevel(t, l)
 		for _, dt := range []DType{Float16, BFloat16} {
 			for _, op := range []Op{Sum, Avg, Prod} {
 				t.Run(fmt.Sprintf("%v/%v/%v", l, dt, op), func(t *testing.T) {
-					for k := 1; k <= maxK; k++ {
-						ls := lengths
-						if k == 3 || k == maxK {
-							ls = append(ls[:len(ls):len(ls)], long)
+					eachNaryShape(17, lengths, long, func(k, n int) {
+						rows := make([][]byte, k)
+						for j := range rows {
+							rows[j] = genValues(rng, dt, n)
 						}
-						for _, n := range ls {
-							rows := make([][]byte, k)
-							for j := range rows {
-								rows[j] = genValues(rng, dt, n)
-							}
-							checkReduceNWide(t, rng, dt, op, rows)
-						}
-					}
+						checkReduceNWide(t, rng, dt, op, rows)
+					})
 				})
 			}
 		}
@@ -192,8 +182,8 @@ func TestReduceNWideAgainstChain(t *testing.T) {
 
 // checkReduceNWide runs ReduceNWide on copies of rows at random offsets,
 // dst at a random place (see naryAlias), and compares the result with
-// wideChainReduce and with loopWide, and checks no byte outside dst
-// changed.
+// wideChainReduce, which it first compares with loopWide (see
+// checkNaryAgainst).
 func checkReduceNWide(t *testing.T, rng *rand.Rand, dt DType, op Op, rows [][]byte) {
 	t.Helper()
 	k := len(rows)
@@ -202,39 +192,11 @@ func checkReduceNWide(t *testing.T, rng *rand.Rand, dt DType, op Op, rows [][]by
 		t.Fatalf("%v %v k=%d: the wide kernels' chain gives %s at element %d, a float32 loop %s",
 			dt, op, k, fmtElem(dt, want, i), i, fmtElem(dt, loopWide(dt, op, rows), i))
 	}
-	ins := make([][]byte, k)
-	oks := make([]func() bool, k)
-	for j, r := range rows {
-		ins[j], oks[j] = placed(r, randOffset(rng, dt))
+	offs := make([]int, k+1)
+	for j := range offs {
+		offs[j] = randOffset(rng, dt)
 	}
-	alias := naryAlias(rng.Intn(3))
-	var dst []byte
-	switch alias {
-	case ownDst:
-		var ok func() bool
-		dst, ok = placed(make([]byte, len(rows[0])), randOffset(rng, dt))
-		oks = append(oks, ok)
-	case firstDst:
-		dst = ins[0]
-	case lastDst:
-		dst = ins[k-1]
-	}
-	ReduceNWide(dt, op, dst, ins)
-	n := len(want) / 2
-	if i := compareElems(dt, dst, want); i >= 0 {
-		t.Fatalf("%v %v k=%d n=%d %s (level %v): element %d = %s, want %s",
-			dt, op, k, n, aliasNames[alias], activeLevel, i, fmtElem(dt, dst, i), fmtElem(dt, want, i))
-	}
-	for j, ok := range oks {
-		if !ok() {
-			t.Fatalf("%v %v k=%d n=%d %s: wrote outside buffer %d", dt, op, k, n, aliasNames[alias], j)
-		}
-	}
-	for j := range ins {
-		if (alias != firstDst || j != 0) && (alias != lastDst || j != k-1) && !bytes.Equal(ins[j], rows[j]) {
-			t.Fatalf("%v %v k=%d n=%d %s: input %d modified", dt, op, k, n, aliasNames[alias], j)
-		}
-	}
+	checkNaryAgainst(t, ReduceNWide, dt, op, rows, offs, naryAlias(rng.Intn(3)), want)
 }
 
 // loopWide is the wide chain element by element in plain float32: from
@@ -259,53 +221,44 @@ func loopWide(dt DType, op Op, ins [][]byte) []byte {
 	return out
 }
 
-// TestReduceNWideMisuse: ReduceNWide refuses what does not accumulate
-// in float32, and ReduceN's misuse.
-func TestReduceNWideMisuse(t *testing.T) {
-	four := func() []byte { return make([]byte, 4) }
-	tests := []struct {
-		name string
-		dt   DType
-		op   Op
-		ins  [][]byte
-		msg  string
-	}{
-		{"float32", Float32, Sum, [][]byte{four(), four(), four()}, "does not accumulate in float32"},
-		{"bfloat16 max", BFloat16, Max, [][]byte{four(), four(), four()}, "does not accumulate in float32"},
-		{"no inputs", Float16, Sum, nil, "no inputs"},
-		{"short input", BFloat16, Sum, [][]byte{four(), make([]byte, 2)}, "length mismatch"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			defer func() {
-				r := recover()
-				if s, _ := r.(string); !bytes.Contains([]byte(s), []byte(tt.msg)) {
-					t.Errorf("panic %v, want one saying %q", r, tt.msg)
-				}
-			}()
-			ReduceNWide(tt.dt, tt.op, four(), tt.ins)
-		})
+// eachNaryShape calls f with every input count k from 1 to maxK and
+// every length of lengths, and long too for k 3 and maxK.
+func eachNaryShape(maxK int, lengths []int, long int, f func(k, n int)) {
+	for k := 1; k <= maxK; k++ {
+		ls := lengths
+		if k == 3 || k == maxK {
+			ls = append(ls[:len(ls):len(ls)], long)
+		}
+		for _, n := range ls {
+			f(k, n)
+		}
 	}
 }
 
 // TestReduceNMisuse checks that ReduceN panics, naming the problem, on
-// arguments Reduce would refuse too.
+// arguments Reduce would refuse too, and ReduceNWide (wide) on those and
+// on a type and op that do not accumulate in float32.
 func TestReduceNMisuse(t *testing.T) {
 	four := func() []byte { return make([]byte, 4) }
 	tests := []struct {
 		name string
+		wide bool
 		dt   DType
 		op   Op
 		dst  []byte
 		ins  [][]byte
 		msg  string
 	}{
-		{"no inputs", Float32, Sum, four(), nil, "no inputs"},
-		{"short input", Float32, Sum, four(), [][]byte{four(), four(), make([]byte, 8)}, "length mismatch"},
-		{"partial element", Float64, Sum, four(), [][]byte{four(), four(), four()}, "not a multiple"},
-		{"invalid dtype", 0, Sum, four(), [][]byte{four(), four(), four()}, "invalid dtype"},
-		{"invalid op", Int32, 0, four(), [][]byte{four(), four(), four()}, "invalid dtype/op"},
-		{"exact sum of floats", Float32, ExactSum, four(), [][]byte{four(), four(), four()}, "use Exact"},
+		{"no inputs", false, Float32, Sum, four(), nil, "no inputs"},
+		{"short input", false, Float32, Sum, four(), [][]byte{four(), four(), make([]byte, 8)}, "length mismatch"},
+		{"partial element", false, Float64, Sum, four(), [][]byte{four(), four(), four()}, "not a multiple"},
+		{"invalid dtype", false, 0, Sum, four(), [][]byte{four(), four(), four()}, "invalid dtype"},
+		{"invalid op", false, Int32, 0, four(), [][]byte{four(), four(), four()}, "invalid dtype/op"},
+		{"exact sum of floats", false, Float32, ExactSum, four(), [][]byte{four(), four(), four()}, "use Exact"},
+		{"wide float32", true, Float32, Sum, four(), [][]byte{four(), four(), four()}, "does not accumulate in float32"},
+		{"wide bfloat16 max", true, BFloat16, Max, four(), [][]byte{four(), four(), four()}, "does not accumulate in float32"},
+		{"wide no inputs", true, Float16, Sum, four(), nil, "no inputs"},
+		{"wide short input", true, BFloat16, Sum, four(), [][]byte{four(), make([]byte, 2)}, "length mismatch"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -315,6 +268,10 @@ func TestReduceNMisuse(t *testing.T) {
 					t.Errorf("panic %v, want one saying %q", r, tt.msg)
 				}
 			}()
+			if tt.wide {
+				ReduceNWide(tt.dt, tt.op, tt.dst, tt.ins)
+				return
+			}
 			ReduceN(tt.dt, tt.op, tt.dst, tt.ins)
 		})
 	}
