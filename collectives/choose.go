@@ -54,12 +54,12 @@ import (
 //     from Options.SingleCopyMin (from the job's plan); below it the
 //     single copy's three rounds of empty messages per peer cost
 //     more than the bytes it saves, and the rows after it decide. It
-//     takes no 16-bit data with float32 partials (the rows before it
-//     have their own algorithm for those on 3 to 8 ranks; elsewhere the
-//     rows after it decide), and the rows before it (one rank, an exact
-//     sum, GOCOLL_ALGO, ranks on several hosts) come first. The rows
-//     after it say, for such a buffer, why it did not take it
-//     (notSingle), so the log gives the reason either way.
+//     takes 16-bit data with float32 partials too, with the wide
+//     ring's bits (reduce.ReduceNWide), so it comes before the rows of
+//     the wide path; the rows before it (one rank, an exact sum,
+//     GOCOLL_ALGO, ranks on several hosts) come first. The rows after
+//     it say, for such a buffer, why it did not take it (notSingle), so
+//     the log gives the reason either way.
 //
 // GOCOLL_ALGO (Options.Algos) overrides every row but a job of one rank
 // and an exact sum (exact.go), whose bits must not depend on it.
@@ -83,6 +83,17 @@ var rules = [...]rule{
 	{AllReduce, Hier,
 		func(g *Group, s shape) bool { return g.hier },
 		func(g *Group, s shape) string { return hostsWhy(g.opts.Hosts, s.n) }},
+	{AllReduce, SingleCopy,
+		func(g *Group, s shape) bool {
+			return s.mapped && !s.exact && s.bytes >= g.opts.SingleCopyMin && !g.readTooMany(s)
+		},
+		func(g *Group, s shape) string {
+			why := fmt.Sprintf("%d bytes >= %d in buffers every rank reads (Alloc, Register): no copy through the rings", s.bytes, g.opts.SingleCopyMin)
+			if s.wide {
+				why += "; 16-bit summed in float32, with the wide ring's bits"
+			}
+			return why
+		}},
 	{AllReduce, RecursiveDoubling,
 		func(g *Group, s shape) bool {
 			small := g.opts.SmallAllReduce
@@ -95,13 +106,6 @@ var rules = [...]rule{
 		func(g *Group, s shape) bool { return pairwiseWide(s) },
 		func(g *Group, s shape) string {
 			return fmt.Sprintf("16-bit in float32, %d bytes on %d ranks: the pairwise reduce-scatter sends every block once, in 16 bits", s.bytes, s.n) + notSingle(g, s)
-		}},
-	{AllReduce, SingleCopy,
-		func(g *Group, s shape) bool {
-			return s.mapped && !s.wide && !s.exact && s.bytes >= g.opts.SingleCopyMin && !g.readTooMany(s)
-		},
-		func(g *Group, s shape) string {
-			return fmt.Sprintf("%d bytes >= %d in buffers every rank reads (Alloc, Register): no copy through the rings", s.bytes, g.opts.SingleCopyMin)
 		}},
 	{AllReduce, RecursiveDoubling,
 		func(g *Group, s shape) bool { return s.bytes <= g.smallAllReduce(s.n) },
@@ -175,8 +179,6 @@ func notSingle(g *Group, s shape) string {
 	switch {
 	case !s.mapped:
 		return ""
-	case s.wide:
-		return "; not the single copy, which takes no 16-bit data with float32 partials"
 	case s.bytes < g.opts.SingleCopyMin:
 		return fmt.Sprintf("; not the single copy: %d bytes < its floor %d (the job's plan)", s.bytes, g.opts.SingleCopyMin)
 	case g.readTooMany(s):

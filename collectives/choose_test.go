@@ -180,7 +180,9 @@ func TestChoiceWhy(t *testing.T) {
 // TestChoiceMapped: an allreduce of memory every rank maps reads it in
 // place from Options.SingleCopyMin bytes, and below takes the row a
 // buffer of the heap would, for the same reason; a 16-bit sum with
-// float32 partials keeps its own rows at every size.
+// float32 partials too (the single copy has the wide ring's bits), on 2
+// ranks (Avg), 3 to 8 (where its own rows would pick the pairwise
+// reduce-scatter) and more.
 func TestChoiceMapped(t *testing.T) {
 	shm := Options{SmallAllReduce: 64 << 10, SmallBroadcast: 64 << 10, SingleCopyMin: 256 << 10}
 	cases := []struct {
@@ -193,7 +195,11 @@ func TestChoiceMapped(t *testing.T) {
 		{4, 64 << 20, false, SingleCopy, "no copy through the rings"},
 		{2, 256<<10 - 4, false, Ring, "few ranks"},
 		{4, 8 << 10, false, RecursiveDoubling, "8192 bytes <= 65536 on 4 ranks"},
-		{4, 1 << 20, true, Pairwise, "16-bit in float32"},
+		{4, 1 << 20, true, SingleCopy, "no copy through the rings; 16-bit summed in float32, with the wide ring's bits"},
+		{2, 1 << 20, true, SingleCopy, "with the wide ring's bits"},
+		{9, 1 << 20, true, SingleCopy, "with the wide ring's bits"},
+		{4, 256<<10 - 2, true, Pairwise, "16-bit in float32, 262142 bytes on 4 ranks: the pairwise reduce-scatter sends every block once, in 16 bits; not the single copy: 262142 bytes < its floor 262144"},
+		{4, 8 << 10, true, RecursiveDoubling, "16-bit in float32, 8192 bytes on 4 ranks, below the pairwise reduce-scatter's floor: latency-bound; not the single copy: 8192 bytes < its floor"},
 	}
 	for _, tc := range cases {
 		t.Run(fmt.Sprintf("%d/%d/%v", tc.n, tc.bytes, tc.wide), func(t *testing.T) {
@@ -214,8 +220,9 @@ func TestChoiceMapped(t *testing.T) {
 // TestChoiceNotSingle: every condition of the single copy is a row of
 // the table, so the
 // reason logged for a buffer every rank maps says why it was not read in
-// place: one rank, an exact sum, GOCOLL_ALGO, several hosts, 16-bit data
-// with float32 partials, a size below the floor. The algorithm is the
+// place: one rank, an exact sum, GOCOLL_ALGO, several hosts, a size
+// below the floor (16-bit data with float32 partials is no reason: see
+// TestChoiceMapped). The algorithm is the
 // one a buffer of the heap gets.
 func TestChoiceNotSingle(t *testing.T) {
 	shm := Options{SmallAllReduce: 64 << 10, SingleCopyMin: 1 << 20}
@@ -235,9 +242,9 @@ func TestChoiceNotSingle(t *testing.T) {
 		{"exact", shm, 4, 4 << 20, false, true, Pairwise, "exactsum"},
 		{"forced", forced, 4, 4 << 20, false, false, Rabenseifner, "forced (GOCOLL_ALGO)"},
 		{"hosts", hosts, 4, 4 << 20, false, false, Hier, "2 hosts"},
-		{"wide 2 ranks", shm, 2, 4 << 20, true, false, Ring, "not the single copy, which takes no 16-bit data with float32 partials"},
-		{"wide 9 ranks", shm, 9, 4 << 20, true, false, Rabenseifner, "not the single copy, which takes no 16-bit data"},
-		{"wide 4 ranks", shm, 4, 4 << 20, true, false, Pairwise, "16-bit in float32, 4194304 bytes on 4 ranks: the pairwise reduce-scatter sends every block once, in 16 bits; not the single copy"},
+		{"wide below floor", shm, 4, 1<<20 - 2, true, false, Pairwise, "16-bit in float32, 1048574 bytes on 4 ranks: the pairwise reduce-scatter sends every block once, in 16 bits; not the single copy: 1048574 bytes < its floor 1048576"},
+		{"wide 9 ranks below floor", shm, 9, 1<<20 - 2, true, false, Rabenseifner, "many ranks; not the single copy: 1048574 bytes < its floor"},
+		{"wide forced", forced, 4, 4 << 20, true, false, Rabenseifner, "forced (GOCOLL_ALGO)"},
 		{"small", shm, 4, 8 << 10, false, false, RecursiveDoubling, "not the single copy: 8192 bytes < its floor 1048576"},
 		{"below floor", shm, 2, 1<<20 - 8, false, false, Ring, "few ranks; not the single copy: 1048568 bytes < its floor 1048576"},
 		{"floor", shm, 2, 1 << 20, false, false, SingleCopy, "1048576 bytes >= 1048576"},

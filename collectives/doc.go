@@ -38,7 +38,9 @@
 // Float16 and BFloat16 Sum, Avg and Prod keep their partial results in
 // float32, on the wire too, and round to 16 bits once (wide.go says what
 // travels in which width for each algorithm); the call header says so,
-// so that ranks that would disagree on the width get ErrMismatch.
+// so that ranks that would disagree on the width get ErrMismatch. The
+// single copy takes them too (reduce.ReduceNWide), with the bits of the
+// ring that keeps float32 partials.
 //
 // ExactSum (reduce.ExactSum) on a float type is the exact sum of every
 // rank's input rounded once: the same bits for any rank count, algorithm,

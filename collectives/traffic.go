@@ -75,10 +75,16 @@ func (c *call) reduce(dt reduce.DType, op reduce.Op, dst, a, b []byte) {
 	c.tally.reduced(len(a)+len(b), len(dst))
 }
 
-// reduceN is reduce.ReduceN, counted: every input read once, dst
-// written once.
-func (c *call) reduceN(dt reduce.DType, op reduce.Op, dst []byte, ins [][]byte) {
-	reduce.ReduceN(dt, op, dst, ins)
+// reduceN is reduce.ReduceN, or reduce.ReduceNWide if wide (Avg's
+// division included), counted: every input read once, dst written once
+// (the float32 partials of ReduceNWide stay in a scratch piece in cache,
+// as ReduceN's of the types without a register kernel do).
+func (c *call) reduceN(wide bool, dt reduce.DType, op reduce.Op, dst []byte, ins [][]byte) {
+	if wide {
+		reduce.ReduceNWide(dt, op, dst, ins)
+	} else {
+		reduce.ReduceN(dt, op, dst, ins)
+	}
 	c.tally.reduced(len(ins)*len(dst), len(dst))
 }
 

@@ -45,6 +45,10 @@ import (
 //   - Recursive doubling, chosen for small buffers, runs entirely on a
 //     float32 copy; every rank rounds the same float32 bits.
 //   - Reduce sums up its tree in float32 and rounds at the root.
+//   - The single copy (window.go) reduces each block from the n ranks'
+//     16-bit buffers in one pass, in the ring's order and with its
+//     roundings (reduce.ReduceNWide): the wide ring's bits; nothing
+//     travels.
 //
 // Avg divides the float32 sum before the one rounding.
 //

@@ -29,7 +29,14 @@ import (
 // takes. reduce.ReduceN does it in one pass over the n inputs, the
 // partial results kept in registers (or in a piece of scratch that
 // stays in cache): each input is read once and only the rank's own
-// buffer is written.
+// buffer is written. A 16-bit Sum, Avg or Prod with float32 partial
+// results (wideFor) goes through reduce.ReduceNWide instead, which
+// takes the wide ring's steps (wideRing) in the same order: the first
+// two inputs summed in float32, the others added in float32, the last
+// one with the one rounding to 16 bits (Avg: divided in float32 first,
+// by the owner), so the result has the wide ring's bits. That is not
+// the bits of the pairwise reduce-scatter, which the table picks for
+// such data on 3 to 8 ranks otherwise and which sums in rank order.
 
 // SingleCopyAllReduce reduces views[g.Rank()] across the ranks in place,
 // reading views[q], rank q's buffer as this rank maps it, straight from
@@ -39,8 +46,8 @@ import (
 // copy runs is a row of the algorithm table (rules, choose.go), whose
 // reason GOCOLL_DEBUG=info logs: from Options.SingleCopyMin bytes, on
 // several ranks of one host, with no allreduce algorithm forced
-// (GOCOLL_ALGO), neither an ExactSum of floats nor a 16-bit reduction
-// with float32 partial results; it then has the bits the ring's would.
+// (GOCOLL_ALGO), not an ExactSum of floats; it then has the bits the
+// ring's would (the wide ring's for 16-bit data with float32 partials).
 // Otherwise views[g.Rank()] is reduced as AllReduce would reduce it,
 // with the bits of the algorithm the table chose.
 func (g *Group) SingleCopyAllReduce(ctx context.Context, views [][]byte, dt reduce.DType, op reduce.Op, where uint32) error {
@@ -155,7 +162,7 @@ func (c *call) singleCopy(m memory, count int, dt reduce.DType, op reduce.Op) er
 	} else if err := c.readBlock(m.read, own, count, dt, op); err != nil {
 		return err
 	}
-	if op == reduce.Avg {
+	if op == reduce.Avg && !c.g.wideFor(dt, op) {
 		reduce.Scale(dt, chunk(own, count, n, r, es), n)
 	}
 	// Block r is final; block q is once rank q says so, and rank q has
@@ -219,7 +226,7 @@ func (c *call) reduceBlock(views [][]byte, count int, dt reduce.DType, op reduce
 	for j := range n {
 		ins = append(ins, chunk(views[mod(r-j, n)], count, n, r, es))
 	}
-	c.reduceN(dt, op, dst, ins)
+	c.reduceN(c.g.wideFor(dt, op), dt, op, dst, ins)
 }
 
 // readBlock is reduceBlock for buffers read through a PeerReader: a
@@ -247,7 +254,7 @@ func (c *call) readBlock(read PeerReader, own []byte, count int, dt reduce.DType
 			}
 			ins = append(ins, slot(j, end-at))
 		}
-		c.reduceN(dt, op, dst[at:end], ins)
+		c.reduceN(c.g.wideFor(dt, op), dt, op, dst[at:end], ins)
 	}
 	return nil
 }

@@ -39,10 +39,13 @@ type Shared[T Element] struct {
 // so it runs from 1 MiB (the job's plan, the same on every rank:
 // bench/results/onecopy-crossover.txt); a smaller buffer from Alloc
 // takes the usual path, as fast and with the same bits as a buffer
-// that is not (GOCOLL_DEBUG=info logs the choice). ExactSum of
-// floats, and Float16 and BFloat16 sums with float32 partial results
-// (more than two ranks, or Avg), take the usual path, as does every
-// allreduce when GOCOLL_ALGO forces an allreduce algorithm; so does
+// that is not (GOCOLL_DEBUG=info logs the choice). Float16 and
+// BFloat16 Sum, Avg and Prod summed with float32 partial results (the
+// default: GOCOLL_HALF_ACCUM) take it too, with the bits of the ring
+// that keeps float32 partials (GOCOLL_ALGO=allreduce=ring), which are
+// not those of the pairwise reduce-scatter a buffer of the heap takes
+// for them on 3 to 8 ranks. ExactSum of floats takes the usual path, as
+// does every allreduce when GOCOLL_ALGO forces an allreduce algorithm; so does
 // every call on ranks of several hosts, over TCP or RDMA, or off Linux,
 // where Alloc's memory is this rank's alone. Other collectives treat the
 // memory as any other.
