@@ -512,11 +512,15 @@ func (c *Communicator) Err() error {
 // running return ErrClosed. It is safe to call more than once.
 //
 // Close compares this rank's last calls with those of the ranks closing
-// with it (it waits up to 250 ms for them): ranks that named different
+// with it (it waits up to 2 s for them): ranks that named different
 // roots in a last broadcast or scatter can each finish it believing
 // their own result, and only then can it be seen. Close then returns an
 // error wrapping ErrMismatch, saying what each called; everything is
-// released all the same.
+// released all the same. Likewise, if every call passed on this rank
+// while another rank of the communicator died or left the job without
+// closing (it had no part in this rank's last calls: a leaf of a
+// broadcast, say), Close returns an error wrapping ErrPeerLost that
+// names it.
 func (c *Communicator) Close() error {
 	if c == nil {
 		return nil
@@ -540,6 +544,10 @@ func (c *Communicator) Close() error {
 		c.board().PublishLast(c.g.Recent())
 	}
 	mm := c.lastCallsAgree()
+	var lost error
+	if mm == nil {
+		lost = c.lossUntold()
+	}
 	c.board().SaidChecked()
 	if c.server != nil {
 		c.board().LingerForChecks()
@@ -564,6 +572,9 @@ func (c *Communicator) Close() error {
 	}
 	if mm != nil {
 		return fmt.Errorf("%s: close: the last calls did not match: %w", c.names().Prefix(), mm)
+	}
+	if lost != nil {
+		return lost
 	}
 	return err
 }

@@ -2,9 +2,12 @@ package comm
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/gocoll/gocoll/collectives"
 	"github.com/gocoll/gocoll/internal/probe"
 )
 
@@ -50,6 +53,32 @@ func (c *Communicator) lastCallsAgree() error {
 		}
 	}
 	return err
+}
+
+// lossUntold is the error of a Close whose calls all passed here while a
+// member of the communicator died or left without closing (see
+// probe.Board.LeftUnclosed), or nil: also when a call of this rank failed
+// (its error said why), when this rank aborted, or when it made no call.
+// A loss the watchdog saw while no call ran waits a moment for the store
+// to see the departure behind it.
+func (c *Communicator) lossUntold() error {
+	if c.g == nil || c.broken.Load() != nil || c.stopping.Load() || collectives.CallNumber(c.g.Recent()) == 0 {
+		return nil
+	}
+	c.faultMu.Lock()
+	fault, lost := c.fault, c.lostErr
+	c.faultMu.Unlock()
+	if fault != nil {
+		return nil // the call it failed said so
+	}
+	var wait time.Duration
+	if lost != nil {
+		wait = departuresWait
+	}
+	if err := c.board().LeftUnclosed(c.g.Recent(), wait); err != nil {
+		return fmt.Errorf("%s: close: %w", c.names().Prefix(), err)
+	}
+	return nil
 }
 
 // publishFault tells the communicator's other ranks, through the store,

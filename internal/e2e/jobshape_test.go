@@ -445,10 +445,11 @@ func TestExitWithoutClose(t *testing.T) {
 // the job beside the job's own, a random rank SIGKILLed at a random call
 // while the others are in their sub-communicators' allreduce. Every
 // survivor, those that see it through a sub-communicator and those that
-// see it only through the job's, and grun's summary name the killed job
-// rank. Seeded: GOCOLL_SHAPE_SEED replays the random case; the fixed
-// cases are seeds that once failed, each over one transport, which the
-// quick check runs them over alone (the random case over all three).
+// see it only through the job's (at Close, if the job's calls after the
+// kill passed without it), and grun's summary name the killed job rank.
+// Seeded: GOCOLL_SHAPE_SEED replays the random case; the fixed cases are
+// seeds that once failed, each over one transport, which the quick check
+// runs them over alone (the random case over all three).
 func TestKillWithSplit(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	if v := os.Getenv("GOCOLL_SHAPE_SEED"); v != "" {
@@ -470,13 +471,19 @@ func TestKillWithSplit(t *testing.T) {
 		// seen by a member as a failed connect (tcp).
 		{"relayed death of a non-member", 1795785075397141541, "shm"},
 		{"death seen as a failed connect", 1795785270176720055, "tcp"},
+		// Rank 0 killed after the job's allreduce #5 (tcp): the job's
+		// next call, a broadcast from rank 5, passes on ranks 1, 3, 5
+		// and 7, rank 0 being a leaf of its tree; only Close can tell
+		// them.
+		{"a job-wide call the killed rank was a leaf of", 1795793734985270039, "tcp"},
 		{"random", seed, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(tc.seed, 2))
 			for _, tr := range []string{"shm", "shm+tcp", "tcp"} {
-				// Drawn whether it runs or not, so that each
-				// transport's shape stays the seed's.
+				// Drawn before t.Run, whether it runs or not, so that
+				// a -run naming one transport replays the shape the
+				// full run drew.
 				s := shape{hosts: []int{8}, transport: tr, seed: rng.Uint64(), calls: 6, fault: "kill-split", culprit: rng.IntN(8), at: rng.IntN(5)}
 				if tr != "shm" {
 					s.hosts = []int{4, 3, 1}
@@ -485,6 +492,7 @@ func TestKillWithSplit(t *testing.T) {
 					continue // the full run (.ci/test) has it
 				}
 				t.Run(tr, func(t *testing.T) {
+					t.Logf("%v", s)
 					args := append([]string{"-n", fmt.Sprint(s.size()), filepath.Join(bin, "jobshape")}, s.args()...)
 					out, _ := grun(t, time.Minute, s.env(), args...)
 					res, faultAt := parseJob(out, s.size())

@@ -342,22 +342,47 @@ func (b Board) departedRanks(ctx context.Context) map[int]bool {
 // othersDeparted reports whether the store saw a rank other than this one
 // die, or leave without closing, by now. A rank that gave up does not
 // count: it may have given up because of the very calls compared here.
+// A sub-communicator counts any job rank's departure: it breaks the job
+// the sub-communicator shares.
 func (b Board) othersDeparted() bool {
-	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	return len(b.departed(b.Names.Members == nil, 0)) > 0
+}
+
+// departed is what othersDeparted looks for, first first: departures
+// of this communicator's members only, or, with members false, of any
+// rank other than this one. It waits up to wait for a first departure.
+func (b Board) departed(members bool, wait time.Duration) []bootstrap.Departure {
+	ctx, cancel := context.WithTimeout(context.Background(), wait+500*time.Millisecond)
 	defer cancel()
-	ds, err := b.Store.Departures(ctx, 0)
+	ds, err := b.Store.Departures(ctx, wait)
 	if err != nil {
-		return false
+		return nil
 	}
-	if b.Names.Members == nil {
-		ds = blame.OthersGone(b.Names, ds)
-	} else {
-		// A sub-communicator: departures name job ranks, and any rank's
-		// breaks the job it shares.
-		me := b.Names.JobRank(b.Names.Rank)
-		ds = slices.DeleteFunc(ds, func(d bootstrap.Departure) bool { return d.Rank == me })
+	me := b.Names.JobRank(b.Names.Rank)
+	return slices.DeleteFunc(ds, func(d bootstrap.Departure) bool {
+		return d.Rank == me || strings.HasPrefix(d.Why, "give up") || members && b.Names.FromJob(d.Rank) < 0
+	})
+}
+
+// LeftUnclosed is the error of a Close whose calls all passed here
+// while a member of the communicator died or left the job without
+// closing (the store saw it): the calls this rank made after that member
+// left passed only because it had no part in them (a leaf of a
+// broadcast, a point-to-point exchange between others), and no call of
+// this rank will ever say so. nil if no member left so; mine is this
+// rank's last calls (the group's Recent). It waits up to wait for the
+// store to see a first departure (a link lost may tell sooner).
+func (b Board) LeftUnclosed(mine []byte, wait time.Duration) error {
+	if b.Store == nil || b.Names.Size == 1 {
+		return nil
 	}
-	return slices.ContainsFunc(ds, func(d bootstrap.Departure) bool { return !strings.HasPrefix(d.Why, "give up") })
+	ds := b.departed(true, wait)
+	if len(ds) == 0 {
+		return nil
+	}
+	d := ds[0]
+	return fmt.Errorf("%s %s before it closed, so it may have missed this rank's calls up to %s: %w",
+		b.Names.WhoIs(b.Names.FromJob(d.Rank)), strings.Replace(d.Why, "die (", "died (", 1), collectives.DescribeCall(mine), transport.ErrPeerLost)
 }
 
 // scope names what a rank that closes leaves: the job, or a
