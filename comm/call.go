@@ -93,6 +93,7 @@ func (c *Communicator) runTurn(ctx context.Context, tk ticket, what string, f fu
 		c.ext.ended.Store(n)
 	}
 	c.g.Ended(err)
+	c.endedOK.Store(err == nil)
 	if err != nil {
 		return c.failed(what, err)
 	}
