@@ -207,8 +207,10 @@ var ErrUnconfirmed = sentinel.Unconfirmed
 // only while no rank is known lost and this one did not abort. It waits
 // until every other rank has published its last call as it closed, gone
 // on to a later one, given up, or left the job, for at most wait; a rank
-// not heard from by then (or by the time the store went away) makes it
-// return ErrUnconfirmed naming that rank, never nil.
+// not heard from by then makes it return ErrUnconfirmed naming that
+// rank, never nil. A store gone
+// meanwhile (its host closed, having waited for every rank's comparison)
+// ends it with nil, as before.
 func (b Board) CompareLast(mine []byte, wait time.Duration) error {
 	if b.Store == nil || b.Names.Size == 1 {
 		return nil
@@ -248,7 +250,13 @@ func (b Board) CompareLast(mine []byte, wait time.Duration) error {
 		}
 		m, err := b.Store.Scan(ctx, prefix)
 		if err != nil {
-			break // the store is gone (it lived in a rank that closed), or the bound passed
+			if ctx.Err() == nil {
+				// The store is gone: it lived in a rank that closed, which
+				// lingered (LingerForChecks) until every rank had compared
+				// or left.
+				return nil
+			}
+			break // the bound passed
 		}
 		for r := range b.Names.Size {
 			if _, gave := m[prefix+"gaveup/"+strconv.Itoa(r)]; gave && r != b.Names.Rank && !seen[r] {
