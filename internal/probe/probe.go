@@ -208,9 +208,9 @@ var ErrUnconfirmed = sentinel.Unconfirmed
 // until every other rank has published its last call as it closed, gone
 // on to a later one, given up, or left the job, for at most wait; a rank
 // not heard from by then makes it return ErrUnconfirmed naming that
-// rank, never nil. A store gone
-// meanwhile (its host closed, having waited for every rank's comparison)
-// ends it with nil, as before.
+// rank, never nil. A store gone meanwhile (its host closed, having
+// waited for every rank's comparison) ends the wait, and only what was
+// seen counts.
 func (b Board) CompareLast(mine []byte, wait time.Duration) error {
 	if b.Store == nil || b.Names.Size == 1 {
 		return nil
@@ -231,6 +231,7 @@ func (b Board) CompareLast(mine []byte, wait time.Duration) error {
 	var beyond []int // ranks seen in a later call, which this one never made
 	var later []byte // the first of those ranks' calls
 	var looked time.Time
+	storeGone := false
 	for {
 		if time.Since(looked) >= departedLookEvery {
 			// A rank that died or left without closing (the store saw
@@ -250,13 +251,11 @@ func (b Board) CompareLast(mine []byte, wait time.Duration) error {
 		}
 		m, err := b.Store.Scan(ctx, prefix)
 		if err != nil {
-			if ctx.Err() == nil {
-				// The store is gone: it lived in a rank that closed, which
-				// lingered (LingerForChecks) until every rank had compared
-				// or left.
-				return nil
-			}
-			break // the bound passed
+			// The store is gone (it lived in a rank that closed, which
+			// lingered, LingerForChecks, until every rank had compared or
+			// left), or the bound passed.
+			storeGone = ctx.Err() == nil
+			break
 		}
 		for r := range b.Names.Size {
 			if _, gave := m[prefix+"gaveup/"+strconv.Itoa(r)]; gave && r != b.Names.Rank && !seen[r] {
@@ -309,7 +308,7 @@ func (b Board) CompareLast(mine []byte, wait time.Duration) error {
 	}
 	if len(beyond) == 0 {
 		for r := range b.Names.Size {
-			if r != b.Names.Rank && !seen[r] {
+			if r != b.Names.Rank && !seen[r] && !storeGone {
 				// Neither its last call nor its departure came in time:
 				// passing would let a mismatch go unseen.
 				return fmt.Errorf("could not confirm %s's last call within %v: %w", b.Names.WhoIs(r), wait, ErrUnconfirmed)
