@@ -49,6 +49,7 @@ func (c *Communicator) admit(ctx context.Context, tk ticket, what string) error 
 func (c *Communicator) runAt(ctx context.Context, tk ticket, mine bool, what string, f func(context.Context) error) (err error) {
 	if !mine {
 		if err := c.admit(ctx, tk, what); err != nil {
+			c.endedOK.Store(false)
 			c.pass(tk, false, err)
 			return err
 		}
@@ -62,6 +63,7 @@ func (c *Communicator) runAt(ctx context.Context, tk ticket, mine bool, what str
 // communicator's state. The checks before f are loads of flags that are
 // almost never set; what they guard is out of line, in why.
 func (c *Communicator) runTurn(ctx context.Context, tk ticket, what string, f func(context.Context) error) error {
+	c.endedOK.Store(false) // until f returns nil: a call refused below told its caller
 	if c.stopping.Load() || c.broken.Load() != nil || c.faulted.Load() || ctx.Err() != nil {
 		if err := c.why(ctx, what); err != nil {
 			return err
@@ -93,6 +95,7 @@ func (c *Communicator) runTurn(ctx context.Context, tk ticket, what string, f fu
 		c.ext.ended.Store(n)
 	}
 	c.g.Ended(err)
+	c.endedOK.Store(err == nil)
 	if err != nil {
 		return c.failed(what, err)
 	}

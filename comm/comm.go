@@ -65,6 +65,11 @@ var (
 	// GOCOLL_TIMEOUT when the context has none). It is returned together
 	// with context.DeadlineExceeded, so either test works.
 	ErrTimeout = sentinel.Timeout
+	// ErrUnconfirmed: Close could not learn, within the communicator's
+	// timeout, the last call of the rank it names (alive, but it neither
+	// closed nor went on to another call), so it cannot say the last
+	// calls matched.
+	ErrUnconfirmed = sentinel.Unconfirmed
 )
 
 // Communicator is this process's membership in a job: its rank, its
@@ -119,6 +124,9 @@ type Communicator struct {
 	faulted atomic.Bool // fault or lostErr is set
 	fault   error
 	lostErr error // a peer lost while no collective ran
+	// endedOK: the latest collective returned nil, so its caller was
+	// told of no fault the watchdog found while it ran (see untold).
+	endedOK atomic.Bool
 
 	// life ends when a sub-communicator is aborted or breaks: its links
 	// are the job's, which stay up, so its running call is woken this way
@@ -512,15 +520,19 @@ func (c *Communicator) Err() error {
 // running return ErrClosed. It is safe to call more than once.
 //
 // Close compares this rank's last calls with those of the ranks closing
-// with it (it waits up to 2 s for them): ranks that named different
-// roots in a last broadcast or scatter can each finish it believing
-// their own result, and only then can it be seen. Close then returns an
-// error wrapping ErrMismatch, saying what each called; everything is
-// released all the same. Likewise, if every call passed on this rank
-// while another rank of the communicator died or left the job without
-// closing (it had no part in this rank's last calls: a leaf of a
-// broadcast, say), Close returns an error wrapping ErrPeerLost that
-// names it.
+// with it: ranks that named different roots in a last broadcast or
+// scatter can each finish it believing their own result, and only then
+// can it be seen. Close then returns an error wrapping ErrMismatch,
+// saying what each called; everything is released all the same. Like
+// MPI_Finalize, Close is collective: it waits until every other rank has
+// closed, gone on to a later call, failed, or left the job. A rank
+// neither heard from nor gone within the communicator's timeout
+// (WithTimeout, GOCOLL_TIMEOUT) makes Close return an error wrapping
+// ErrUnconfirmed naming it, never nil: the last calls might not have
+// matched. Likewise, if every call passed on this rank while another
+// rank of the communicator died or left the job without closing (it had
+// no part in this rank's last calls: a leaf of a broadcast, say), Close
+// returns an error wrapping ErrPeerLost that names it.
 func (c *Communicator) Close() error {
 	if c == nil {
 		return nil
@@ -550,7 +562,7 @@ func (c *Communicator) Close() error {
 	}
 	c.board().SaidChecked()
 	if c.server != nil {
-		c.board().LingerForChecks()
+		c.board().LingerForChecks(c.closeBound())
 	}
 	c.stopping.Store(true)
 	close(c.closed)
@@ -569,6 +581,9 @@ func (c *Communicator) Close() error {
 		if perr := c.ext.shrunkFrom.Close(); perr != nil && err == nil && !errors.Is(perr, ErrMismatch) {
 			err = perr
 		}
+	}
+	if errors.Is(mm, ErrUnconfirmed) {
+		return fmt.Errorf("%s: close: %w", c.names().Prefix(), mm)
 	}
 	if mm != nil {
 		return fmt.Errorf("%s: close: the last calls did not match: %w", c.names().Prefix(), mm)

@@ -356,7 +356,7 @@ func TestMismatch(t *testing.T) {
 func TestClosed(t *testing.T) {
 	cs := local(t, 2)
 	// Closed at once, as ranks in processes of their own do: one closed
-	// alone waits for the others' last calls (probe's closeCompareWait).
+	// alone waits for the others' last calls (Close is collective).
 	closeAll(t, cs)
 	for _, c := range cs {
 		if err := c.Close(); err != nil {

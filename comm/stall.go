@@ -2,6 +2,7 @@ package comm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -43,14 +44,17 @@ func (c *Communicator) probe(ctx context.Context) (mismatch error, at map[int]ui
 // comparison of the calls shows them mismatched. A mismatch found here is
 // published, so that the rank left waiting reads why this one went.
 func (c *Communicator) lastCallsAgree() error {
-	if c.g == nil || c.broken.Load() != nil || c.faulted.Load() || c.stopping.Load() {
-		return nil // a rank is lost or this one aborted: no rank to wait for
+	if c.g == nil || c.stopping.Load() {
+		return nil // this one aborted: no rank to wait for
 	}
-	err := c.board().CompareLast(c.g.Recent())
-	if err != nil {
-		if _, read := err.(probe.Told); !read {
-			c.publishMismatch(err)
-		}
+	if c.broken.Load() != nil || c.faulted.Load() {
+		return c.untold() // a rank is lost: no rank to wait for
+	}
+	err := c.board().CompareLast(c.g.Recent(), c.closeBound())
+	if _, read := err.(probe.Told); err != nil && !read && !errors.Is(err, ErrUnconfirmed) {
+		// Not an unconfirmed call: that is no mismatch the others should
+		// fail with.
+		c.publishMismatch(err)
 	}
 	return err
 }
@@ -79,6 +83,47 @@ func (c *Communicator) lossUntold() error {
 		return fmt.Errorf("%s: close: %w", c.names().Prefix(), err)
 	}
 	return nil
+}
+
+// untold is lastCallsAgree on a communicator a fault broke: the
+// mismatch behind it if this rank's latest call returned nil all the
+// same, else nil (its failed call said why). A peer that found that very
+// call mismatched drops its links; the watchdog here, seeing them go
+// while the call ran or after, records the mismatch the peer published
+// before it dropped them, but a call whose part here was done (a root's
+// buffered sends) still returns nil, and its caller must learn at Close.
+// The store is read again in case the watchdog's read came first. A loss
+// with no mismatch behind it (a peer that died) is not this rank's to
+// report.
+func (c *Communicator) untold() error {
+	if !c.endedOK.Load() {
+		return nil
+	}
+	c.faultMu.Lock()
+	found := []error{c.fault, c.lostErr}
+	c.faultMu.Unlock()
+	if b := c.broken.Load(); b != nil {
+		found = append(found, *b)
+	}
+	for _, err := range found {
+		if errors.Is(err, ErrMismatch) {
+			return err
+		}
+	}
+	if mm, _ := c.probe(context.Background()); errors.Is(mm, ErrMismatch) {
+		return mm
+	}
+	return nil
+}
+
+// closeBound is how long Close waits for the other ranks' last calls
+// (and, in the rank holding the store, for their comparisons): the
+// communicator's timeout, as for a collective, since Close is one.
+func (c *Communicator) closeBound() time.Duration {
+	if c.timeout > 0 {
+		return c.timeout
+	}
+	return DefaultTimeout
 }
 
 // publishFault tells the communicator's other ranks, through the store,

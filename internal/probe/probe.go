@@ -21,6 +21,7 @@ import (
 	"github.com/gocoll/gocoll/bootstrap"
 	"github.com/gocoll/gocoll/collectives"
 	"github.com/gocoll/gocoll/internal/blame"
+	"github.com/gocoll/gocoll/internal/sentinel"
 	"github.com/gocoll/gocoll/internal/stallreport"
 	"github.com/gocoll/gocoll/transport"
 )
@@ -181,30 +182,36 @@ func (b Board) ClosedBefore() error {
 	return fmt.Errorf("%s left %s after call #%d (it closed its communicator): %w", b.Names.WhoIs(first), b.scope(), at, transport.ErrPeerLost)
 }
 
-// closeCompareWait bounds how long Close waits for the other ranks'
-// last calls (see lastCallsAgree). Ranks that end together close within
-// milliseconds of one another, and a rank waiting in a call the others
-// never made publishes it within stallProbeAfter and a tick. Once a rank
-// is seen in a later call, Close waits closeVerdictWait at most for the
-// rest (a rank waiting in a point-to-point call publishes nothing); while
-// none is, it waits up to closeCompareWait, the latency on a machine so
-// overloaded that a rank waits seconds for a CPU: a mismatch missed here
-// passes silently, while the wait costs only a Close that ranks reach
-// unevenly (as MPI_Finalize, which waits for every rank). One still busy
-// after it is not waited for.
+// closeVerdictWait: once Close's comparison (CompareLast) sees a rank in
+// a later call, it waits this long at most for the rest (a rank waiting
+// in a point-to-point call publishes nothing). Until then it waits for
+// every rank's last call, or its departure, however long that takes
+// within the bound the caller gives: a mismatch is never let pass
+// because a rank was slow to close.
 const (
-	closeCompareWait = 2 * time.Second
 	closeVerdictWait = 500 * time.Millisecond
 	// departedLookEvery is how often Close's comparison asks the store
 	// whether a rank died meanwhile.
 	departedLookEvery = 50 * time.Millisecond
+	// storeWait bounds one request to the store at Close.
+	storeWait = 2 * time.Second
 )
+
+// ErrUnconfirmed is what CompareLast wraps when it could not learn a
+// rank's last call within its bound: comm.ErrUnconfirmed.
+var ErrUnconfirmed = sentinel.Unconfirmed
 
 // CompareLast compares mine, this rank's last calls as it closes, with
 // those the other ranks publish as they close (PublishLast) or while
 // they wait in a call (Probe): see comm's lastCallsAgree, which calls it
-// only while no rank is known lost and this one did not abort.
-func (b Board) CompareLast(mine []byte) error {
+// only while no rank is known lost and this one did not abort. It waits
+// until every other rank has published its last call as it closed, gone
+// on to a later one, given up, or left the job, for at most wait; a rank
+// not heard from by then makes it return ErrUnconfirmed naming that
+// rank, never nil. A store gone meanwhile (its host closed, having
+// waited for every rank's comparison) ends the wait, and only what was
+// seen counts.
+func (b Board) CompareLast(mine []byte, wait time.Duration) error {
 	if b.Store == nil || b.Names.Size == 1 {
 		return nil
 	}
@@ -212,7 +219,7 @@ func (b Board) CompareLast(mine []byte) error {
 	if n == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), closeCompareWait)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	verdictBy := time.Now().Add(closeVerdictWait)
 	prefix := b.Prefix
@@ -224,6 +231,7 @@ func (b Board) CompareLast(mine []byte) error {
 	var beyond []int // ranks seen in a later call, which this one never made
 	var later []byte // the first of those ranks' calls
 	var looked time.Time
+	storeGone := false
 	for {
 		if time.Since(looked) >= departedLookEvery {
 			// A rank that died or left without closing (the store saw
@@ -234,11 +242,20 @@ func (b Board) CompareLast(mine []byte) error {
 			if b.othersDeparted() {
 				return nil
 			}
+			// A rank that gave up and left (it said why itself) has no
+			// last call to wait for.
+			for r := range b.departedRanks(ctx) {
+				seen[r] = true
+			}
 			looked = time.Now()
 		}
 		m, err := b.Store.Scan(ctx, prefix)
 		if err != nil {
-			break // the store is gone (it lived in a rank that closed)
+			// The store is gone (it lived in a rank that closed, which
+			// lingered, LingerForChecks, until every rank had compared or
+			// left), or the bound passed.
+			storeGone = ctx.Err() == nil
+			break
 		}
 		for r := range b.Names.Size {
 			if _, gave := m[prefix+"gaveup/"+strconv.Itoa(r)]; gave && r != b.Names.Rank && !seen[r] {
@@ -283,10 +300,20 @@ func (b Board) CompareLast(mine []byte) error {
 		break
 	}
 	slices.Sort(beyond)
-	if len(beyond) == 0 || b.othersDeparted() {
-		// No call beyond, or a rank that left the job abnormally: the
-		// others went on to a call it left them waiting in, and that
-		// loss, which their errors name, is the cause.
+	if b.othersDeparted() {
+		// A rank that left the job abnormally: the others went on to a
+		// call it left them waiting in, and that loss, which their
+		// errors name, is the cause.
+		return nil
+	}
+	if len(beyond) == 0 {
+		for r := range b.Names.Size {
+			if r != b.Names.Rank && !seen[r] && !storeGone {
+				// Neither its last call nor its departure came in time:
+				// passing would let a mismatch go unseen.
+				return fmt.Errorf("could not confirm %s's last call within %v: %w", b.Names.WhoIs(r), wait, ErrUnconfirmed)
+			}
+		}
 		return nil
 	}
 	// The ranks made different numbers of calls. The odd ones are the
@@ -417,21 +444,21 @@ func (b Board) SaidChecked() {
 	if b.Store == nil || b.Names.Size == 1 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), closeCompareWait)
+	ctx, cancel := context.WithTimeout(context.Background(), storeWait)
 	defer cancel()
 	b.Store.Put(ctx, b.Prefix+"checked/"+strconv.Itoa(b.Names.Rank), nil)
 }
 
 // LingerForChecks keeps the store up, in the rank whose process holds it
 // (no launcher's store: see Config), until the other ranks closing with
-// it have compared their last calls (CompareLast), or for at most
-// closeCompareWait. A rank the store saw die or leave abnormally will
-// compare nothing: it is not waited for.
-func (b Board) LingerForChecks() {
+// it have compared their last calls (CompareLast), or for at most wait,
+// the bound they compare within. A rank the store saw leave will compare
+// nothing: it is not waited for.
+func (b Board) LingerForChecks(wait time.Duration) {
 	if b.Store == nil || b.Names.Size == 1 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), closeCompareWait)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	prefix := b.Prefix + "checked/"
 	var gone map[int]bool

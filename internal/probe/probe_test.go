@@ -116,7 +116,7 @@ func TestCompareLast(t *testing.T) {
 
 	bs := boards(t, 2, jobNames(2))
 	bs[1].PublishLast(one)
-	if err := bs[0].CompareLast(one); err != nil {
+	if err := bs[0].CompareLast(one, 5*time.Second); err != nil {
 		t.Errorf("the same last call: %v", err)
 	}
 
@@ -124,7 +124,7 @@ func TestCompareLast(t *testing.T) {
 	bs[1].PublishLast(two)
 	bs[2].PublishLast(two)
 	bs[0].PublishLast(one) // as Close does, before it compares
-	err := bs[0].CompareLast(one)
+	err := bs[0].CompareLast(one, 5*time.Second)
 	want := "this rank left the job after call #1 (it closed its communicator) while ranks 1 and 2 went on to barrier #2"
 	if !errors.Is(err, collectives.ErrMismatch) || !strings.HasPrefix(err.Error(), want) {
 		t.Errorf("closed early: %v, want %q... and ErrMismatch", err, want)
@@ -137,6 +137,47 @@ func TestCompareLast(t *testing.T) {
 	}
 	if left := bs[1].ClosedBefore(); !strings.Contains(left.Error(), "rank 0 left the job after call #1") {
 		t.Errorf("ClosedBefore = %v, want rank 0 after call #1", left)
+	}
+}
+
+// TestCompareLastUnheard: a rank whose last call never reaches the store
+// (alive, but slow to close) is waited for, not let pass: when the bound
+// expires Close's comparison says it could not confirm that rank's last
+// call (ErrUnconfirmed), never nil; once it publishes the same last call,
+// the ranks agree, and once it publishes another, they do not.
+func TestCompareLastUnheard(t *testing.T) {
+	one := calls(t, 4, false)
+	bs := boards(t, 3, jobNames(3))
+	bs[1].PublishLast(one)
+	const wait = 300 * time.Millisecond
+	start := time.Now()
+	err := bs[0].CompareLast(one, wait)
+	want := "could not confirm rank 2's last call within 300ms"
+	if !errors.Is(err, ErrUnconfirmed) || err.Error() != want+": "+ErrUnconfirmed.Error() {
+		t.Errorf("rank 2 silent: %v, want %q and ErrUnconfirmed", err, want)
+	}
+	if took := time.Since(start); took < wait {
+		t.Errorf("gave up after %v, before the bound %v", took, wait)
+	}
+
+	// Rank 2 closes late, after rank 0 began to wait: rank 0 waits for it.
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		bs[2].PublishLast(one)
+	}()
+	if err := bs[0].CompareLast(one, 5*time.Second); err != nil {
+		t.Errorf("rank 2 closed late with the same last call: %v", err)
+	}
+
+	bs = boards(t, 3, jobNames(3))
+	other := calls(t, 5, false) // another count, the same call number
+	bs[1].PublishLast(one)
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		bs[2].PublishLast(other)
+	}()
+	if err := bs[0].CompareLast(one, 5*time.Second); !errors.Is(err, collectives.ErrMismatch) {
+		t.Errorf("rank 2 closed late with another last call: %v, want ErrMismatch", err)
 	}
 }
 
@@ -161,7 +202,7 @@ func TestSchedule(t *testing.T) {
 }
 
 // TestLingerForChecks: the rank holding the store waits for every other
-// rank to say it compared its last calls, all of closeCompareWait for a
+// rank to say it compared its last calls, all of its bound for a
 // rank alive but silent, and not for a rank the store saw die.
 func TestLingerForChecks(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -179,13 +220,14 @@ func TestLingerForChecks(t *testing.T) {
 			bs[2].Store.(*bootstrap.Client).Close()
 		}
 		start := time.Now()
-		bs[0].LingerForChecks()
+		const wait = time.Second
+		bs[0].LingerForChecks(wait)
 		took := time.Since(start)
-		if died && took >= closeCompareWait {
-			t.Errorf("rank 2 died: lingered %v, want less than %v", took, closeCompareWait)
+		if died && took >= wait {
+			t.Errorf("rank 2 died: lingered %v, want less than %v", took, wait)
 		}
-		if !died && took < closeCompareWait {
-			t.Errorf("rank 2 alive and not done: lingered %v, want %v", took, closeCompareWait)
+		if !died && took < wait {
+			t.Errorf("rank 2 alive and not done: lingered %v, want %v", took, wait)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 // Package sentinel declares the errors package comm documents as its
 // own sentinels (comm.ErrClosed, comm.ErrBroken, comm.ErrUnsupported,
-// comm.ErrAborted, comm.ErrTimeout, comm.ErrExcluded): comm re-exports
+// comm.ErrAborted, comm.ErrTimeout, comm.ErrExcluded,
+// comm.ErrUnconfirmed): comm re-exports
 // these very values, so that the internal packages comm hands its jobs
 // to can wrap them and a program's errors.Is against comm's names still
 // holds. The texts are
@@ -24,4 +25,6 @@ var (
 	// Excluded: the others went on with an elastic communicator without
 	// this rank.
 	Excluded = errors.New("left out of the communicator the others went on with")
+	// Unconfirmed: Close could not learn a peer's last call in time.
+	Unconfirmed = errors.New("last call not confirmed")
 )
