@@ -7,11 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gocoll/gocoll/bootstrap"
+	"github.com/gocoll/gocoll/internal/conformance"
 	"github.com/gocoll/gocoll/transport"
 	"github.com/gocoll/gocoll/transport/tcp"
 )
@@ -47,48 +47,9 @@ type connectFunc func(ctx context.Context, store *bootstrap.Client, rank int, to
 func connectMesh(tb testing.TB, n int, connect connectFunc) []transport.Transport {
 	tb.Helper()
 	token := []byte("collbench-p2p")
-	srv, err := bootstrap.Listen("127.0.0.1:0", token)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { srv.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	ts := make([]transport.Transport, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			store, err := bootstrap.Dial(ctx, srv.Addr(), token)
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			// TCP makes its links on demand, through the store: it stays
-			// open as long as the transports.
-			tb.Cleanup(func() { store.Close() })
-			ts[r], errs[r] = connect(ctx, store, r, token)
-		}()
-	}
-	wg.Wait()
-	tb.Cleanup(func() {
-		var wg sync.WaitGroup
-		for _, t := range ts {
-			if t != nil {
-				wg.Add(1)
-				go func() { defer wg.Done(); t.Close() }()
-			}
-		}
-		wg.Wait()
+	return conformance.Job(tb, n, token, func(ctx context.Context, store *bootstrap.Client, r int) (transport.Transport, error) {
+		return connect(ctx, store, r, token)
 	})
-	for r, err := range errs {
-		if err != nil {
-			tb.Fatalf("rank %d: connect: %v", r, err)
-		}
-	}
-	return ts
 }
 
 // stamp writes the message number into p's first bytes, so that the

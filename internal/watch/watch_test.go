@@ -12,6 +12,7 @@ import (
 	"github.com/gocoll/gocoll/bootstrap"
 	"github.com/gocoll/gocoll/collectives"
 	"github.com/gocoll/gocoll/internal/blame"
+	"github.com/gocoll/gocoll/internal/conformance"
 	"github.com/gocoll/gocoll/internal/probe"
 	"github.com/gocoll/gocoll/internal/sentinel"
 	"github.com/gocoll/gocoll/transport"
@@ -107,42 +108,17 @@ func waitErr(t *testing.T, ch <-chan error, what string) error {
 // connection, joined as its rank.
 func mesh(t *testing.T, n int) ([]*tcp.Transport, []*bootstrap.Client) {
 	t.Helper()
+	stores := make([]*bootstrap.Client, n)
+	ts := conformance.Job(t, n, token, func(ctx context.Context, store *bootstrap.Client, r int) (*tcp.Transport, error) {
+		stores[r] = store
+		if err := store.Join(ctx, r, n, ""); err != nil {
+			return nil, err
+		}
+		return tcp.Connect(ctx, store, r, n, token, tcp.Options{})
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	srv, err := bootstrap.Listen("127.0.0.1:0", token)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
-	ts := make([]*tcp.Transport, n)
-	stores := make([]*bootstrap.Client, n)
-	errs := make([]error, n)
 	var wg sync.WaitGroup
-	for r := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if stores[r], errs[r] = bootstrap.Dial(ctx, srv.Addr(), token); errs[r] != nil {
-				return
-			}
-			if errs[r] = stores[r].Join(ctx, r, n, ""); errs[r] != nil {
-				return
-			}
-			ts[r], errs[r] = tcp.Connect(ctx, stores[r], r, n, token, tcp.Options{})
-		}()
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
-	t.Cleanup(func() {
-		for r := range n {
-			ts[r].Close()
-			stores[r].Close()
-		}
-	})
 	for r := 1; r < n; r++ {
 		wg.Add(2)
 		go func() {
