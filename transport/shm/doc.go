@@ -65,6 +65,18 @@
 // stream alone is a lost peer (ErrPeerLost), which is also how Abort
 // looks from the other side.
 //
+// Every message goes through the ring, however large: the transport
+// has no rendezvous in which the receiver copies a large message
+// straight out of the sender's memory (process_vm_readv), as Open MPI's
+// vader does. That would make the receiver's one copy the kernel's,
+// slower a byte than the ring's two (internal/cma's BenchmarkHop), save
+// nothing on a message that is reduced (it must land before it is
+// reduced), and hold Send until the receiver's pull, which the
+// algorithms' send-then-receive steps cannot wait for
+// (bench/results/cma-transport.txt). An allreduce of buffers the ranks
+// registered or allocated takes a single copy a whole call at a time
+// instead, outside the rings (comm.Register, comm.Alloc).
+//
 // Window (window_linux.go) is memory for comm.Alloc, which the ranks of
 // a host read in place rather than through rings: a sealed memfd like a
 // ring, but opened by each peer through the creator's descriptor table
