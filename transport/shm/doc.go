@@ -73,9 +73,10 @@
 // nothing on a message that is reduced (it must land before it is
 // reduced), and hold Send until the receiver's pull, which the
 // algorithms' send-then-receive steps cannot wait for
-// (bench/results/cma-transport.txt). An allreduce of buffers the ranks
-// registered or allocated takes a single copy a whole call at a time
-// instead, outside the rings (comm.Register, comm.Alloc).
+// (bench/results/cma-transport.txt). A large allreduce of buffers the
+// ranks allocated (comm.Alloc), or on 2 ranks registered
+// (comm.Register), takes a single copy a whole call at a time instead,
+// outside the rings.
 //
 // Window (window_linux.go) is memory for comm.Alloc, which the ranks of
 // a host read in place rather than through rings: a sealed memfd like a
