@@ -1,9 +1,13 @@
 package cma
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -89,26 +93,71 @@ func BenchmarkRead(b *testing.B) {
 	}
 }
 
+// The test binary doubles as the peer BenchmarkHop reads: with
+// GOCOLL_CMA_CHILD set it fills a buffer of hopMax bytes with hopByte,
+// prints the buffer's address and waits for its standard input to close.
+func TestMain(m *testing.M) {
+	if os.Getenv("GOCOLL_CMA_CHILD") != "" {
+		src := make([]byte, hopMax)
+		for i := range src {
+			src[i] = hopByte(i)
+		}
+		fmt.Println(uintptr(unsafe.Pointer(&src[0])))
+		io.Copy(io.Discard, os.Stdin)
+		runtime.KeepAlive(src)
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+const hopMax = 4 << 20
+
+func hopByte(i int) byte { return byte(i * 7) }
+
+// hopPeer starts the child TestMain describes and says where its buffer
+// is; the child ends with the benchmark.
+func hopPeer(b *testing.B) (pid int, addr uintptr) {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "GOCOLL_CMA_CHILD=1")
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { in.Close(); cmd.Wait() })
+	if _, err := fmt.Fscan(out, &addr); err != nil {
+		b.Fatal(err)
+	}
+	return cmd.Process.Pid, addr
+}
+
 // BenchmarkHop: one plain hop of a message through the shm transport's
 // ring (the sender copies each 256 KiB segment into one of 8 slots, the
-// receiver copies it out into its buffer) against the single copy a
-// rendezvous over cross-memory attach would make instead (the receiver
-// reads each segment straight into its buffer), at the sizes where a
-// 2-rank allreduce over shm trails Open MPI's (whose vader BTL does the
-// latter). Every buffer is touched first, so no run pays page faults
-// the other does not. Per byte moved, not per copy: a hop.
+// receiver copies it out into its buffer, here both on one core) against
+// the single copy a rendezvous over cross-memory attach would make
+// instead (the receiver reads each segment of another process's buffer
+// straight into its own), at the sizes where a 2-rank allreduce over shm
+// trails Open MPI's (whose vader BTL does the latter). Every buffer is
+// touched first, so no run pays page faults the other does not; the
+// bytes read are checked. Per byte moved, not per copy: a hop.
 func BenchmarkHop(b *testing.B) {
 	const seg, slots = 256 << 10, 8
+	pid, addr := hopPeer(b)
 	ring := make([]byte, slots*seg)
 	for i := range ring {
 		ring[i] = byte(i)
 	}
-	for _, size := range []int{256 << 10, 1 << 20, 4 << 20} {
+	for _, size := range []int{256 << 10, 1 << 20, hopMax} {
 		src, dst := make([]byte, size), make([]byte, size)
 		for i := range src {
-			src[i] = byte(i)
+			src[i] = hopByte(i)
 		}
-		copy(dst, src)
 		b.Run("ring/"+strconv.Itoa(size), func(b *testing.B) {
 			b.SetBytes(int64(size))
 			k := 0
@@ -121,14 +170,18 @@ func BenchmarkHop(b *testing.B) {
 				}
 			}
 		})
+		clear(dst)
 		b.Run("readv/"+strconv.Itoa(size), func(b *testing.B) {
 			b.SetBytes(int64(size))
 			for b.Loop() {
 				for off := 0; off < size; off += seg {
-					if err := Read(os.Getpid(), uintptr(unsafe.Pointer(&src[off])), dst[off:off+seg]); err != nil {
+					if err := Read(pid, addr+uintptr(off), dst[off:off+seg]); err != nil {
 						b.Fatal(err)
 					}
 				}
+			}
+			if !bytes.Equal(dst, src) {
+				b.Fatalf("read %d bytes of process %d that differ from what it wrote", size, pid)
 			}
 		})
 	}

@@ -65,16 +65,16 @@
 // stream alone is a lost peer (ErrPeerLost), which is also how Abort
 // looks from the other side.
 //
-// Every message goes through the ring, however large: the transport
-// has no rendezvous in which the receiver copies a large message
-// straight out of the sender's memory (process_vm_readv), as Open MPI's
-// vader does. That would make the receiver's one copy the kernel's,
-// slower a byte than the ring's two (internal/cma's BenchmarkHop), save
-// nothing on a message that is reduced (it must land before it is
-// reduced), and hold Send until the receiver's pull, which the
-// algorithms' send-then-receive steps cannot wait for
-// (bench/results/cma-transport.txt). A large allreduce of buffers the
-// ranks allocated (comm.Alloc), or on 2 ranks registered
+// Every message goes through the ring, however large: the transport has
+// no rendezvous in which the receiver copies a large message straight
+// out of the sender's memory (process_vm_readv), as Open MPI's vader
+// does. That would make the receiver's one copy the kernel's, which took
+// as long as the ring's two at 256 KiB and 1.5 to 2.5 times as long from
+// 1 MiB (internal/cma's BenchmarkHop), save nothing on a message that is
+// reduced (it must land before it is reduced), and hold Send until the
+// receiver's pull, which the algorithms' send-then-receive steps cannot
+// wait for (bench/results/cma-transport.txt). A large allreduce of
+// buffers the ranks allocated (comm.Alloc), or on 2 ranks registered
 // (comm.Register), takes a single copy a whole call at a time instead,
 // outside the rings.
 //
