@@ -164,30 +164,26 @@ func heavy(dt reduce.DType, op reduce.Op) bool {
 func testAllReduce(t *testing.T, ts []transport.Transport) {
 	n := len(ts)
 	maxMsg := ts[0].MaxMessage()
-	for name, j := range algoJobs(ts, collectives.AllReduce, "ring", "rd", "rabenseifner", "tree", "pairwise") {
-		for _, dt := range suiteTypes() {
-			for _, op := range suiteOps(dt) {
-				if reduce.Check(dt, op) != nil {
+	jobs := algoJobs(ts, collectives.AllReduce, "ring", "rd", "rabenseifner", "tree", "pairwise")
+	for _, dt := range suiteTypes() {
+		for _, op := range suiteOps(dt) {
+			if reduce.Check(dt, op) != nil {
+				continue
+			}
+			for _, count := range sizes(n, maxMsg, dt.Size()) {
+				if count > 4099 && !heavy(dt, op) {
 					continue
 				}
-				if (name == "rabenseifner" || name == "tree" || name == "pairwise") && !heavy(dt, op) {
-					// Their data paths do not depend on the type or op
-					// beyond what ring and rd already cover for every pair.
-					continue
-				}
-				for _, count := range sizes(n, maxMsg, dt.Size()) {
-					if count > 4099 && !heavy(dt, op) {
+				ins, want := reduceCase(op, dt, n, count)
+				for _, name := range []string{"auto", "ring", "rd", "rabenseifner", "tree", "pairwise"} {
+					if (name == "rabenseifner" || name == "tree" || name == "pairwise") && !heavy(dt, op) {
+						// Their data paths do not depend on the type or op
+						// beyond what ring and rd already cover for every pair.
 						continue
 					}
+					j := jobs[name]
 					t.Run(fmt.Sprintf("%s/%v/%v/%d", name, dt, op, count), func(t *testing.T) {
-						bufs := make([][]byte, n)
-						for r := range bufs {
-							bufs[r] = fill(op, dt, r, count)
-						}
-						want := alignedBytes(count * dt.Size())
-						for i := 0; i < count; i++ {
-							put(dt, want, i, reference(op, dt, n, i))
-						}
+						bufs := clone(ins)
 						j.mustRun(t, func(ctx context.Context, r int, g *collectives.Group) error {
 							return g.AllReduce(ctx, bufs[r], dt, op)
 						})
@@ -201,6 +197,21 @@ func testAllReduce(t *testing.T, ts []transport.Transport) {
 			}
 		}
 	}
+}
+
+// reduceCase is the n ranks' inputs of count elements for op and dt, and
+// their reduction: made once, and cloned for each algorithm, as making
+// them cost more than most calls they feed.
+func reduceCase(op reduce.Op, dt reduce.DType, n, count int) (ins [][]byte, want []byte) {
+	ins = make([][]byte, n)
+	for r := range ins {
+		ins[r] = fill(op, dt, r, count)
+	}
+	want = alignedBytes(count * dt.Size())
+	for i := 0; i < count; i++ {
+		put(dt, want, i, reference(op, dt, n, i))
+	}
+	return ins, want
 }
 
 func firstDiff(a, b []byte, es int) int {
@@ -218,16 +229,19 @@ func firstDiff(a, b []byte, es int) int {
 func testBroadcast(t *testing.T, ts []transport.Transport) {
 	n := len(ts)
 	maxMsg := ts[0].MaxMessage()
-	for name, j := range algoJobs(ts, collectives.Broadcast, "binomial", "chain") {
-		for _, dt := range []reduce.DType{reduce.Uint8, reduce.Float16, reduce.Float64} {
+	jobs := algoJobs(ts, collectives.Broadcast, "binomial", "chain")
+	for _, dt := range []reduce.DType{reduce.Uint8, reduce.Float16, reduce.Float64} {
+		for _, count := range sizes(n, maxMsg, dt.Size()) {
+			ins := make([][]byte, n)
+			for r := range ins {
+				ins[r] = fill(reduce.Sum, dt, r+1, count) // distinct per rank
+			}
 			for _, root := range uniq(0, n-1, n/2) {
-				for _, count := range sizes(n, maxMsg, dt.Size()) {
+				for _, name := range []string{"auto", "binomial", "chain"} {
+					j := jobs[name]
 					t.Run(fmt.Sprintf("%s/%v/root=%d/%d", name, dt, root, count), func(t *testing.T) {
-						bufs := make([][]byte, n)
-						for r := range bufs {
-							bufs[r] = fill(reduce.Sum, dt, r+1, count) // distinct per rank
-						}
-						want := bytes.Clone(bufs[root])
+						bufs := clone(ins)
+						want := ins[root]
 						j.mustRun(t, func(ctx context.Context, r int, g *collectives.Group) error {
 							return g.Broadcast(ctx, bufs[r], dt, root)
 						})
@@ -297,27 +311,28 @@ func testReduceScatter(t *testing.T, ts []transport.Transport) {
 	// Auto is the ring, or pairwise for the wide 16-bit reductions from 3
 	// ranks on (the rules of collectives, choose.go); each is also forced on the
 	// heavy pairs.
-	for name, j := range algoJobs(ts, collectives.ReduceScatter, "ring", "pairwise") {
-		for _, dt := range suiteTypes() {
-			for _, op := range suiteOps(dt) {
-				if reduce.Check(dt, op) != nil || name != "auto" && !heavy(dt, op) {
+	jobs := algoJobs(ts, collectives.ReduceScatter, "ring", "pairwise")
+	for _, dt := range suiteTypes() {
+		for _, op := range suiteOps(dt) {
+			if reduce.Check(dt, op) != nil {
+				continue
+			}
+			for _, count := range sizes(n, ts[0].MaxMessage(), dt.Size()) {
+				if count > 4099 && !heavy(dt, op) {
 					continue
 				}
-				for _, count := range sizes(n, ts[0].MaxMessage(), dt.Size()) {
-					if count > 4099 && !heavy(dt, op) {
+				ins, want := reduceCase(op, dt, n, n*count)
+				for _, name := range []string{"auto", "ring", "pairwise"} {
+					if name != "auto" && !heavy(dt, op) {
 						continue
 					}
+					j := jobs[name]
 					t.Run(fmt.Sprintf("%s/%v/%v/%d", name, dt, op, count), func(t *testing.T) {
 						es := dt.Size()
-						sends := make([][]byte, n)
+						sends := clone(ins) // the collective may use them as scratch
 						recvs := make([][]byte, n)
-						for r := range sends {
-							sends[r] = fill(op, dt, r, n*count)
+						for r := range recvs {
 							recvs[r] = alignedBytes(count * es)
-						}
-						want := alignedBytes(n * count * es)
-						for i := 0; i < n*count; i++ {
-							put(dt, want, i, reference(op, dt, n, i))
 						}
 						j.mustRun(t, func(ctx context.Context, r int, g *collectives.Group) error {
 							return g.ReduceScatter(ctx, sends[r], recvs[r], dt, op)
@@ -379,31 +394,34 @@ func FloatTolerance(dt reduce.DType, n int, absSum float64) float64 {
 // within FloatTolerance of the exact one.
 func testRandomFloats(t *testing.T, ts []transport.Transport) {
 	n := len(ts)
-	for name, j := range algoJobs(ts, collectives.AllReduce, "ring", "rd", "rabenseifner", "tree", "pairwise") {
-		for _, dt := range []reduce.DType{reduce.Float32, reduce.Float64, reduce.Float16, reduce.BFloat16} {
-			for _, op := range []reduce.Op{reduce.Sum, reduce.Max, reduce.Min, reduce.Prod} {
-				t.Run(fmt.Sprintf("%s/%v/%v", name, dt, op), func(t *testing.T) {
-					count := 10007
-					rng := rand.New(rand.NewSource(int64(n*1000 + int(dt)*10 + int(op))))
-					inputs := make([][]float64, n)
-					bufs := make([][]byte, n)
-					for r := range bufs {
-						bufs[r] = alignedBytes(count * dt.Size())
-						inputs[r] = make([]float64, count)
-						for i := range inputs[r] {
-							v := rng.NormFloat64() * 100
-							switch rng.Intn(200) {
-							case 0:
-								v = math.NaN()
-							case 1:
-								v = math.Inf(1)
-							case 2:
-								v = math.Copysign(0, -1)
-							}
-							put(dt, bufs[r], i, v)
-							inputs[r][i] = get(dt, bufs[r], i) // as rounded to dt
-						}
+	jobs := algoJobs(ts, collectives.AllReduce, "ring", "rd", "rabenseifner", "tree", "pairwise")
+	for _, dt := range []reduce.DType{reduce.Float32, reduce.Float64, reduce.Float16, reduce.BFloat16} {
+		for _, op := range []reduce.Op{reduce.Sum, reduce.Max, reduce.Min, reduce.Prod} {
+			count := 10007
+			rng := rand.New(rand.NewSource(int64(n*1000 + int(dt)*10 + int(op))))
+			inputs := make([][]float64, n)
+			ins := make([][]byte, n)
+			for r := range ins {
+				ins[r] = alignedBytes(count * dt.Size())
+				inputs[r] = make([]float64, count)
+				for i := range inputs[r] {
+					v := rng.NormFloat64() * 100
+					switch rng.Intn(200) {
+					case 0:
+						v = math.NaN()
+					case 1:
+						v = math.Inf(1)
+					case 2:
+						v = math.Copysign(0, -1)
 					}
+					put(dt, ins[r], i, v)
+					inputs[r][i] = get(dt, ins[r], i) // as rounded to dt
+				}
+			}
+			for _, name := range []string{"auto", "ring", "rd", "rabenseifner", "tree", "pairwise"} {
+				j := jobs[name]
+				t.Run(fmt.Sprintf("%s/%v/%v", name, dt, op), func(t *testing.T) {
+					bufs := clone(ins)
 					j.mustRun(t, func(ctx context.Context, r int, g *collectives.Group) error {
 						return g.AllReduce(ctx, bufs[r], dt, op)
 					})
