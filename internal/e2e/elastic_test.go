@@ -80,6 +80,9 @@ func TestElastic(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 2))
 	var plans []elasticPlan
 	setups := [][2]string{{"tcp", ""}, {"shm", ""}, {"auto", "1,3"}}
+	if testmode.Quick() {
+		setups = setups[2:] // shm and tcp both; the full run has each alone
+	}
 	if tr := os.Getenv("GOCOLL_ELASTIC_TRANSPORT"); tr != "" {
 		// One transport alone: rdma, in the VM (transport/rdma/vmtest/ci).
 		setups = [][2]string{{tr, ""}}

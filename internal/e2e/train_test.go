@@ -79,6 +79,9 @@ func TestTrainExample(t *testing.T) {
 		}
 	})
 	t.Run("elastic, rank 2 killed", func(t *testing.T) {
+		// Shrinking without a replacement: TestElastic's quick case has
+		// it; the next case, a loss and a replacement, stays.
+		testmode.SkipIfQuick(t)
 		out, code := grun(t, time.Minute, []string{"GOCOLL_TIMEOUT=30s"}, "-n", "4", "--elastic", "2", prog, "-kill", "2@100")
 		checkTrain(t, out, code, "3", "300")
 		if !strings.Contains(out, "grun: the job finished with 3 of 4 ranks; lost rank 2 (--elastic 2)") ||

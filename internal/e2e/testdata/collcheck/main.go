@@ -30,6 +30,7 @@ var (
 	addrs    = flag.Bool("addrs", false, "first print this rank's non-loopback IPv4 addresses (where did it run?)")
 	hold     = flag.String("hold", "", "after Init, wait until this file exists before the checks (a test's stranger knocks meanwhile)")
 	light    = flag.Bool("light", false, "check float32 alone (for tests about who may join, not about the data)")
+	small    = flag.Bool("small", false, "every type at the small sizes only; the large sizes stay in the float32 checks (the quick check's cut)")
 )
 
 type checker struct {
@@ -165,6 +166,9 @@ func run[T comm.Element](k *checker, float bool) error {
 		ops = append(ops, comm.Avg)
 	}
 	for _, count := range sizes {
+		if *small && count > 1009 {
+			break
+		}
 		for _, op := range ops {
 			if op == comm.Prod && count > 1009 {
 				continue // products of many ranks leave the exact range; small sizes cover Prod
