@@ -13,6 +13,7 @@ import (
 	"github.com/gocoll/gocoll/collectives"
 	"github.com/gocoll/gocoll/comm"
 	"github.com/gocoll/gocoll/internal/plan"
+	"github.com/gocoll/gocoll/internal/testmode"
 )
 
 // TestRegister: registering is collective and accepted on every
@@ -108,7 +109,11 @@ func TestRegisterTraffic(t *testing.T) {
 // int32, Sum and Max, at sizes around the single copy's floor, in
 // place (registerCases).
 func TestRegisterProcesses(t *testing.T) {
-	for _, n := range []int{2, 3, 4} {
+	counts := []int{2, 3, 4}
+	if testmode.Quick() {
+		counts = counts[:2] // the single copy (2) and the usual path (3)
+	}
+	for _, n := range counts {
 		t.Run(strconv.Itoa(n), func(t *testing.T) {
 			for _, err := range runAllocJob(t, n, "register") {
 				if err != nil {
