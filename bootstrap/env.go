@@ -61,9 +61,10 @@ type Config struct {
 	// HalfAccum is how Float16 and BFloat16 Sum, Avg and Prod accumulate:
 	// "" or "float32" (the default) keeps partial results in float32 and
 	// rounds once; "16bit" rounds every partial result to 16 bits (less
-	// accurate, faster from three ranks on). Every
-	// rank must say the same: calls of ranks that differ fail with
-	// ErrMismatch. FromEnv reads GOCOLL_HALF_ACCUM.
+	// accurate, faster from three ranks on). It is part of the job's
+	// plan, so every rank must say the same: comm's Init fails on a rank
+	// that differs from rank 0, naming the setting (ErrEnv), and the
+	// others learn why it gave up. FromEnv reads GOCOLL_HALF_ACCUM.
 	HalfAccum string
 }
 

@@ -2,6 +2,7 @@ package mesh
 
 import (
 	"net"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +25,29 @@ func TestSpin(t *testing.T) {
 	} {
 		if got := Spin(c.spin, c.crowded); got != c.want {
 			t.Errorf("Spin(%v, crowded=%v) = %v, want %v", c.spin, c.crowded, got, c.want)
+		}
+	}
+}
+
+// TestTurnEvery: a wait's own period of scheduler turns stands unless
+// the process has a single P, where it is at most SolePolls (and a wait
+// that gave none gives them every SolePolls polls).
+func TestTurnEvery(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	for _, c := range []struct {
+		procs, every, want int
+	}{
+		{2, 0, 0},
+		{2, 64, 64},
+		{2, 1024, 1024},
+		{1, 0, SolePolls},
+		{1, 64, 64},
+		{1, SolePolls, SolePolls},
+		{1, 1024, SolePolls},
+	} {
+		runtime.GOMAXPROCS(c.procs)
+		if got := TurnEvery(c.every); got != c.want {
+			t.Errorf("GOMAXPROCS=%d: TurnEvery(%d) = %d, want %d", c.procs, c.every, got, c.want)
 		}
 	}
 }

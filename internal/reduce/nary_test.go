@@ -328,6 +328,40 @@ func FuzzReduceN(f *testing.F) {
 	})
 }
 
+// FuzzReduceNWide compares ReduceNWide with the wide ring's chain of
+// kernel calls (wideChainReduce, itself checked against a float32 loop
+// that rounds once) on arbitrary bytes, at every kernel level: the first
+// byte picks Float16 or BFloat16 (bit 0) and Sum, Avg or Prod (the rest),
+// the second the number of inputs (1 to 17), the third the seed of the
+// offsets and of where dst is; the rest are the inputs, element by
+// element in turn.
+func FuzzReduceNWide(f *testing.F) {
+	dts := []DType{Float16, BFloat16}
+	ops := []Op{Sum, Avg, Prod}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) < 3 {
+			return
+		}
+		dt := dts[data[0]&1]
+		op := ops[int(data[0]>>1)%len(ops)]
+		k := 1 + int(data[1])%17
+		seed := int64(data[2])
+		data = data[3:]
+		count := len(data) / (2 * k)
+		rows := make([][]byte, k)
+		for j := range rows {
+			rows[j] = make([]byte, 2*count)
+			for i := range count {
+				copy(rows[j][2*i:2*i+2], data[2*(i*k+j):])
+			}
+		}
+		for _, l := range levels() {
+			useLevel(t, l)
+			checkReduceNWide(t, rand.New(rand.NewSource(seed)), dt, op, rows)
+		}
+	})
+}
+
 // BenchmarkReduceN reduces k 64 KiB float32 (and float64) blocks into
 // one, as the single copy does with a rank's block of k ranks' buffers:
 // ReduceN against the chain of two-operand Reduce calls through a

@@ -527,7 +527,8 @@ func (t *Transport) wait(ctx context.Context, p *peer, counter, flag *atomic.Uin
 		}
 		// Ranks of an in-process job share this process's cores: the
 		// Go scheduler gets a turn at every clock reading, and, where
-		// this goroutine holds the process's only P, more often still.
+		// this goroutine holds the process's only P, every
+		// mesh.SolePolls polls if that is more often.
 		schedEvery := clockEvery
 		// The clock is read only once the first polls found nothing: a
 		// small message is usually there within them.
@@ -538,8 +539,8 @@ func (t *Transport) wait(ctx context.Context, p *peer, counter, flag *atomic.Uin
 			}
 			if i > eagerPolls {
 				relax(relaxPerPoll)
-			} else if i == eagerPolls && runtime.GOMAXPROCS(0) == 1 {
-				schedEvery = min(schedEvery, solePolls)
+			} else if i == eagerPolls {
+				schedEvery = mesh.TurnEvery(schedEvery)
 			}
 			if i%clockEvery == 0 {
 				if err := t.stopped(ctx); err != nil {
@@ -591,16 +592,6 @@ const (
 	eagerPolls   = 64
 	relaxPerPoll = 1
 )
-
-// solePolls is how many polls a wait makes between turns it gives the Go
-// scheduler when this process has a single P (GOMAXPROCS=1, as a rank
-// bound to one CPU gets). A spinning wait holds that P: every other
-// goroutine of the rank (a pipelined algorithm's other stage, a mux's
-// reader, the watchdog, a program's own) runs only when the wait gives
-// it a turn, or when the runtime preempts the wait, 10 ms on. A turn
-// with nothing else to run costs about 0.1 µs, a few percent of 128
-// polls, and delays seeing a message by no more than that.
-const solePolls = 128
 
 func (t *Transport) stopped(ctx context.Context) error {
 	if t.closing.Load() {

@@ -45,7 +45,11 @@
 // becomes the progress engine, drains every linked peer's socket
 // (non-blocking reads on raw descriptors) and lands each payload straight
 // in the slot of that peer's receive slab, allocated with the link,
-// spinning briefly on poll(2) before it blocks in it. Draining
+// spinning briefly on poll(2) before it blocks in it. Where the process
+// has a single P (GOMAXPROCS=1, as a rank bound to one CPU has), the
+// spinning call gives the Go scheduler a turn every 128 polls, as shm's
+// does (mesh.TurnEvery), so that the rank's other goroutines run while
+// it waits. Draining
 // every peer, not just the one waited for, is what keeps two ranks writing
 // large frames to each other from deadlocking: inbound data always has a
 // slot, because a sender only sends with a credit. Sends go to the kernel

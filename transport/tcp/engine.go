@@ -382,7 +382,7 @@ func (t *Transport) await(ctx context.Context, p *peer, note chan struct{}, read
 func (t *Transport) drive(ctx context.Context, p *peer, ready func() bool) error {
 	start := time.Now()
 	spinUntil := start.Add(t.waits.Spin(t.opts.Spin))
-	spins := 0
+	spins, turnEvery := 0, -1 // turnEvery decided at the first empty poll
 	var stop func() bool
 	defer func() {
 		if stop != nil {
@@ -404,13 +404,24 @@ func (t *Transport) drive(ctx context.Context, p *peer, ready func() bool) error
 			t.waits.Done(time.Since(start))
 			return nil
 		}
-		if timeout == 0 && t.opts.Crowded {
-			// The peer we wait for is likely queued behind us on this
-			// CPU, or, in a job of one process, on this P: now and then
-			// the Go scheduler gets a turn too (on every poll it cost
-			// 10-20% at small sizes, 4 ranks on 2 cores).
-			yieldCPU()
-			if spins++; spins%64 == 0 {
+		if timeout == 0 {
+			if turnEvery < 0 {
+				// A crowded wait gives the Go scheduler a turn every 64
+				// polls (on every poll it cost 10-20% at small sizes, 4
+				// ranks on 2 cores), one with a core to itself none,
+				// unless it holds the process's only P (mesh.TurnEvery).
+				turnEvery = 0
+				if t.opts.Crowded {
+					turnEvery = 64
+				}
+				turnEvery = mesh.TurnEvery(turnEvery)
+			}
+			if t.opts.Crowded {
+				// The peer we wait for is likely queued behind us on
+				// this CPU, or, in a job of one process, on this P.
+				yieldCPU()
+			}
+			if spins++; turnEvery > 0 && spins%turnEvery == 0 {
 				runtime.Gosched()
 			}
 		}
