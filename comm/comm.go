@@ -555,11 +555,7 @@ func (c *Communicator) Close() error {
 	if c.g != nil && c.broken.Load() == nil {
 		c.board().PublishLast(c.g.Recent())
 	}
-	mm := c.lastCallsAgree()
-	var lost error
-	if mm == nil {
-		lost = c.lossUntold()
-	}
+	said := c.lastCallsAgree()
 	c.board().SaidChecked()
 	if c.server != nil {
 		c.board().LingerForChecks(c.closeBound())
@@ -582,14 +578,8 @@ func (c *Communicator) Close() error {
 			err = perr
 		}
 	}
-	if errors.Is(mm, ErrUnconfirmed) {
-		return fmt.Errorf("%s: close: %w", c.names().Prefix(), mm)
-	}
-	if mm != nil {
-		return fmt.Errorf("%s: close: the last calls did not match: %w", c.names().Prefix(), mm)
-	}
-	if lost != nil {
-		return lost
+	if said != nil {
+		return said
 	}
 	return err
 }
