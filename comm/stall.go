@@ -12,14 +12,11 @@ import (
 	"github.com/gocoll/gocoll/internal/probe"
 )
 
-// callsKey is where the ranks of this communicator publish their stalled
-// calls; the job and each sub-communicator have their own.
-func (c *Communicator) callsKey() string { return "calls/" + strconv.FormatUint(c.ext.id, 16) + "/" }
-
 // board is this communicator's page in the store, for the stall probe
-// and Close's comparison of the last calls (internal/probe).
+// and Close's comparison of the last calls (internal/probe): the job and
+// each sub-communicator have their own, under "calls/<id>/".
 func (c *Communicator) board() probe.Board {
-	b := probe.Board{Prefix: c.callsKey(), Names: c.names()}
+	b := probe.Board{Prefix: "calls/" + strconv.FormatUint(c.ext.id, 16) + "/", Names: c.names()}
 	if c.calls != nil {
 		b.Store = c.calls
 	}
