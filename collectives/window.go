@@ -85,15 +85,32 @@ func (g *Group) SingleCopyAllReduceRead(ctx context.Context, buf []byte, peers P
 	return g.singleCopyCall(ctx, memory{own: buf, read: peers}, dt, op, where)
 }
 
-// singleCopyCall runs the single copy on m if the table takes it, or
-// the algorithm it chose on m.own.
+// singleCopyCall checks an allreduce of m.own, which every rank can
+// read, and asks the table for its algorithm: the single copy on m, or
+// the one chosen on m.own. Whether the call takes the float32 path is
+// decided here, once, and handed down.
 func (g *Group) singleCopyCall(ctx context.Context, m memory, dt reduce.DType, op reduce.Op, where uint32) error {
-	count, op, algo, err := g.chooseMapped(ctx, m.own, dt, op, m.read != nil)
-	if algo != SingleCopy {
+	if err := reduce.Check(dt, op); err != nil {
 		return err
 	}
-	c := g.newCall(ctx, spec{what: tag(AllReduce, SingleCopy, dt, op), count: uint64(count), extra: where})
-	return c.singleCopy(m, count, dt, op)
+	count, whole := dt.Count(len(m.own))
+	if !whole {
+		return lenError("allreduce", m.own, dt)
+	}
+	s := shape{kind: AllReduce, n: g.n, bytes: len(m.own), exact: exactFloat(dt, op), mapped: true, read: m.read != nil}
+	op = exactOp(op)
+	if !s.exact {
+		s.wide = g.wideFor(dt, op)
+	}
+	switch algo := g.decide(s); {
+	case algo == SingleCopy:
+		c := g.newCall(ctx, spec{what: tag(AllReduce, SingleCopy, dt, op), count: uint64(count), extra: where})
+		return c.singleCopy(m, count, dt, op, s.wide)
+	case s.exact:
+		return g.exactAllReduce(ctx, m.own, count, dt)
+	default:
+		return g.allReduceWith(ctx, algo, s.wide, m.own, count, dt, op)
+	}
 }
 
 // memory is the ranks' buffers as the single copy reaches them: mapped,
@@ -124,33 +141,9 @@ func (c *call) readPeer(read PeerReader, q, off int, dst []byte) error {
 	return nil
 }
 
-// chooseMapped checks an allreduce of buf, which every rank can read,
-// and asks the table for its algorithm. Unless that is SingleCopy, it
-// runs the allreduce with the one chosen and returns its result.
-func (g *Group) chooseMapped(ctx context.Context, buf []byte, dt reduce.DType, op reduce.Op, read bool) (int, reduce.Op, Algo, error) {
-	if err := reduce.Check(dt, op); err != nil {
-		return 0, op, Auto, err
-	}
-	count, whole := dt.Count(len(buf))
-	if !whole {
-		return 0, op, Auto, lenError("allreduce", buf, dt)
-	}
-	s := shape{kind: AllReduce, n: g.n, bytes: len(buf), exact: exactFloat(dt, op), mapped: true, read: read}
-	op = exactOp(op)
-	if !s.exact {
-		s.wide = g.wideFor(dt, op)
-	}
-	switch algo := g.decide(s); {
-	case algo == SingleCopy:
-		return count, op, algo, nil
-	case s.exact:
-		return count, op, algo, g.exactAllReduce(ctx, buf, count, dt)
-	default:
-		return count, op, algo, g.allReduceWith(ctx, algo, s.wide, buf, count, dt, op)
-	}
-}
-
-func (c *call) singleCopy(m memory, count int, dt reduce.DType, op reduce.Op) error {
+// singleCopy is the single copy of m, on float32 partial results if wide
+// (wideFor).
+func (c *call) singleCopy(m memory, count int, dt reduce.DType, op reduce.Op, wide bool) error {
 	n, r, es := c.g.n, c.g.rank, dt.Size()
 	own := m.own
 	// Every peer is in the call: its input is in place.
@@ -158,11 +151,11 @@ func (c *call) singleCopy(m memory, count int, dt reduce.DType, op reduce.Op) er
 		return err
 	}
 	if m.read == nil {
-		c.reduceBlock(m.views, count, dt, op)
-	} else if err := c.readBlock(m.read, own, count, dt, op); err != nil {
+		c.reduceBlock(m.views, count, dt, op, wide)
+	} else if err := c.readBlock(m.read, own, count, dt, op, wide); err != nil {
 		return err
 	}
-	if op == reduce.Avg && !c.g.wideFor(dt, op) {
+	if op == reduce.Avg && !wide {
 		reduce.Scale(dt, chunk(own, count, n, r, es), n)
 	}
 	// Block r is final; block q is once rank q says so, and rank q has
@@ -215,7 +208,7 @@ func (c *call) heard(peer int) error {
 // reduceBlock reduces this rank's block of every rank's buffer into its
 // own, in the ring's order: ins[j] is rank r-j's block, so that ReduceN's
 // x_r op (x_{r-1} op (... op x_{r+1})) is the ring's.
-func (c *call) reduceBlock(views [][]byte, count int, dt reduce.DType, op reduce.Op) {
+func (c *call) reduceBlock(views [][]byte, count int, dt reduce.DType, op reduce.Op, wide bool) {
 	n, r, es := c.g.n, c.g.rank, dt.Size()
 	dst := chunk(views[r], count, n, r, es)
 	if len(dst) == 0 {
@@ -226,13 +219,13 @@ func (c *call) reduceBlock(views [][]byte, count int, dt reduce.DType, op reduce
 	for j := range n {
 		ins = append(ins, chunk(views[mod(r-j, n)], count, n, r, es))
 	}
-	c.reduceN(c.g.wideFor(dt, op), dt, op, dst, ins)
+	c.reduceN(wide, dt, op, dst, ins)
 }
 
 // readBlock is reduceBlock for buffers read through a PeerReader: a
 // piece of every peer's block r at a time is read into scratch, and
 // ReduceN reduces the pieces, in the ring's order, into own.
-func (c *call) readBlock(read PeerReader, own []byte, count int, dt reduce.DType, op reduce.Op) error {
+func (c *call) readBlock(read PeerReader, own []byte, count int, dt reduce.DType, op reduce.Op, wide bool) error {
 	n, k, es := c.g.n, c.g.rank, dt.Size()
 	dst := chunk(own, count, n, k, es)
 	if len(dst) == 0 {
@@ -254,7 +247,7 @@ func (c *call) readBlock(read PeerReader, own []byte, count int, dt reduce.DType
 			}
 			ins = append(ins, slot(j, end-at))
 		}
-		c.reduceN(c.g.wideFor(dt, op), dt, op, dst[at:end], ins)
+		c.reduceN(wide, dt, op, dst[at:end], ins)
 	}
 	return nil
 }

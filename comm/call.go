@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/gocoll/gocoll/collectives"
 )
 
 // run admits one collective at a time and turns the outcome into the
@@ -132,4 +134,13 @@ func (c *Communicator) bindLife(ctx context.Context) (context.Context, func()) {
 		stop()
 		cancel(nil)
 	}
+}
+
+// latestRunning reports whether the latest call the group numbered is
+// still running, from any goroutine. A call issued but not yet numbered
+// (in its preamble, or packing AllReduceMany's buffers) leaves the latest
+// numbered one, which returned, as the latest: a fault seen then must
+// name the call to come, not that one.
+func (c *Communicator) latestRunning() bool {
+	return collectives.CallNumber(c.g.Recent()) > c.ext.ended.Load()
 }

@@ -3,8 +3,6 @@ package comm
 import (
 	"sync/atomic"
 	"time"
-
-	"github.com/gocoll/gocoll/collectives"
 )
 
 // kindNames are the kinds of call Stats times, in the order of their
@@ -74,13 +72,4 @@ func (t *kindTimes) into(m map[string]time.Duration) {
 			m[kindNames[i]] = time.Duration(d)
 		}
 	}
-}
-
-// latestRunning reports whether the latest call the group numbered is
-// still running, from any goroutine. A call issued but not yet numbered
-// (in its preamble, or packing AllReduceMany's buffers) leaves the latest
-// numbered one, which returned, as the latest: a fault seen then must
-// name the call to come, not that one.
-func (c *Communicator) latestRunning() bool {
-	return collectives.CallNumber(c.g.Recent()) > c.ext.ended.Load()
 }

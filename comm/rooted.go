@@ -22,8 +22,8 @@ func broadcastJob[T Element](c *Communicator, buf []T, root int) job {
 	if c == nil {
 		return job{err: errNil("broadcast")}
 	}
-	if root < 0 || root >= c.Size() {
-		return job{err: fmt.Errorf("comm: broadcast: root %d out of range [0, %d): %w", root, c.Size(), ErrInvalid)}
+	if err := checkRoot(c, "broadcast", root); err != nil {
+		return job{err: err}
 	}
 	return job{what: "broadcast", f: func(ctx context.Context) error {
 		return c.g.Broadcast(ctx, bytesOf(buf), dtypeOf[T](), root)
@@ -85,25 +85,11 @@ func GatherAsync[T Element](ctx context.Context, c *Communicator, send, recv []T
 }
 
 func gatherJob[T Element](c *Communicator, send, recv []T, root int) job {
-	const what = "gather"
-	if c == nil {
-		return job{err: errNil(what)}
-	}
-	if err := checkRoot(c, what, root); err != nil {
+	s, r, err := rootBlocks(c, "gather", send, recv, "send", "recv", root)
+	if err != nil {
 		return job{err: err}
 	}
-	s, r := bytesOf(send), bytesOf(recv)
-	if c.Rank() == root {
-		if len(recv) != c.Size()*len(send) {
-			return job{err: fmt.Errorf("comm: gather: len(recv) = %d at the root, want Size() x len(send) = %d x %d: %w", len(recv), c.Size(), len(send), ErrInvalid)}
-		}
-		if overlap(s, r) && !same(s, r[root*len(s):(root+1)*len(s)]) {
-			return job{err: fmt.Errorf("comm: gather: send overlaps recv other than at the root's block: %w", ErrInvalid)}
-		}
-	} else {
-		r = nil
-	}
-	return job{what: what, f: func(ctx context.Context) error { return c.g.Gather(ctx, s, r, dtypeOf[T](), root) }}
+	return job{what: "gather", f: func(ctx context.Context) error { return c.g.Gather(ctx, s, r, dtypeOf[T](), root) }}
 }
 
 // Scatter hands block q of the root's send (Size() blocks of len(recv)
@@ -120,23 +106,36 @@ func ScatterAsync[T Element](ctx context.Context, c *Communicator, send, recv []
 }
 
 func scatterJob[T Element](c *Communicator, send, recv []T, root int) job {
-	const what = "scatter"
-	if c == nil {
-		return job{err: errNil(what)}
-	}
-	if err := checkRoot(c, what, root); err != nil {
+	r, s, err := rootBlocks(c, "scatter", recv, send, "recv", "send", root)
+	if err != nil {
 		return job{err: err}
 	}
-	s, r := bytesOf(send), bytesOf(recv)
-	if c.Rank() == root {
-		if len(send) != c.Size()*len(recv) {
-			return job{err: fmt.Errorf("comm: scatter: len(send) = %d at the root, want Size() x len(recv) = %d x %d: %w", len(send), c.Size(), len(recv), ErrInvalid)}
-		}
-		if overlap(s, r) && !same(r, s[root*len(r):(root+1)*len(r)]) {
-			return job{err: fmt.Errorf("comm: scatter: recv overlaps send other than at the root's block: %w", ErrInvalid)}
-		}
-	} else {
-		s = nil
+	return job{what: "scatter", f: func(ctx context.Context) error { return c.g.Scatter(ctx, s, r, dtypeOf[T](), root) }}
+}
+
+// rootBlocks checks the buffers of a gather or scatter (what): at the
+// root, whole (gather's recv, scatter's send) holds Size() blocks of
+// len(part) elements, and part, every rank's own block, may be the
+// root's block of whole but overlap it nowhere else. The buffers come
+// back as bytes, whole nil but at the root. partName and wholeName are
+// the arguments' names, for the error.
+func rootBlocks[T Element](c *Communicator, what string, part, whole []T, partName, wholeName string, root int) (p, w []byte, err error) {
+	if c == nil {
+		return nil, nil, errNil(what)
 	}
-	return job{what: what, f: func(ctx context.Context) error { return c.g.Scatter(ctx, s, r, dtypeOf[T](), root) }}
+	if err := checkRoot(c, what, root); err != nil {
+		return nil, nil, err
+	}
+	p, w = bytesOf(part), bytesOf(whole)
+	if c.Rank() != root {
+		return p, nil, nil
+	}
+	if len(whole) != c.Size()*len(part) {
+		return nil, nil, fmt.Errorf("comm: %s: len(%s) = %d at the root, want Size() x len(%s) = %d x %d: %w",
+			what, wholeName, len(whole), partName, c.Size(), len(part), ErrInvalid)
+	}
+	if overlap(p, w) && !same(p, w[root*len(p):(root+1)*len(p)]) {
+		return nil, nil, fmt.Errorf("comm: %s: %s overlaps %s other than at the root's block: %w", what, partName, wholeName, ErrInvalid)
+	}
+	return p, w, nil
 }

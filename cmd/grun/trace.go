@@ -25,7 +25,7 @@ Merges the ranks' GOCOLL_TRACE files into one Chrome trace-event file
 bench module, draws that file as a PNG: a bar per call, coloured by kind.
 `
 
-// traced is one line of a GOCOLL_TRACE file (see comm's traceLine).
+// traced is one line of a GOCOLL_TRACE file (see internal/calltrace).
 type traced struct {
 	JobRank int    `json:"rank"`
 	Comm    string `json:"comm"`
