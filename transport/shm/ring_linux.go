@@ -123,15 +123,15 @@ func (r *ring) lead(i uint64) *uint32 {
 }
 
 // place is where an n-byte message whose head has headLen bytes goes in
-// slot i; for a message past the inline limit it records the lead.
-func (r *ring) place(i uint64, n, headLen int) []byte {
-	off := r.base(i) + offInline
+// slot i, and, for a message past the inline limit, its lead, which the
+// sender records once the message is in (see put).
+func (r *ring) place(i uint64, n, headLen int) ([]byte, uint32) {
+	off, lead := r.base(i)+offInline, 0
 	if n > inlineMax {
-		lead := headLen & 63
-		*r.lead(i) = uint32(lead)
+		lead = headLen & 63
 		off = r.base(i) + slotHdr - lead
 	}
-	return r.mem[off : off+n : off+n]
+	return r.mem[off : off+n : off+n], uint32(lead)
 }
 
 // placed is where the n-byte message in slot i lies, or false if its lead
