@@ -35,7 +35,8 @@ import (
 // behind the head starts on the 128-byte boundary at the header's end:
 // the receiver reduces out of it, and the sender copies into it, at full
 // speed only from and to 64-byte-aligned addresses. The sender records
-// lead in the slot header, beside the length.
+// lead in the slot header, beside the length, once the body is in: the
+// line the receiver polls is stored to only when the message is ready.
 const (
 	offHead    = 0   // uint64, messages released; written by the receiver
 	offRxSleep = 128 // uint32, the receiver is (about to be) parked on a slot
