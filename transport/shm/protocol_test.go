@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/gocoll/gocoll/bootstrap"
 	"github.com/gocoll/gocoll/transport"
@@ -194,5 +195,65 @@ func TestSequenceWrap(t *testing.T) {
 	}
 	if rx.recvSeq != start+12 || r.head.Load() != start+12 {
 		t.Fatalf("after 12 messages: received %#x, released %#x, want %#x", rx.recvSeq, r.head.Load(), start+12)
+	}
+}
+
+// TestPlacement sends messages of two parts, on both sides of the inline
+// limit, through real rings: the receiver must get head and body as one
+// message, byte for byte, from where the slot header says; past the
+// limit the body must start on a 64-byte boundary, with the lead the
+// sender recorded once the body was in.
+func TestPlacement(t *testing.T) {
+	ts := pair(t, smallRings)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tests := []struct {
+		name       string
+		head, body int
+	}{
+		{"empty", 0, 0},
+		{"one line", 32, 24},
+		{"inline, a call header in front", 32, 256},
+		{"largest inline", 32, inlineMax - 32},
+		{"smallest past the limit", 32, inlineMax - 31},
+		{"past the limit, no head", 0, 1000},
+		{"past the limit, a 48-byte head", 48, 1000},
+		{"past the limit, a 63-byte head", 63, 600},
+		{"past the limit, a 64-byte head", 64, 600},
+		{"past the limit, a 100-byte head", 100, 3000},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			want := make([]byte, tt.head+tt.body)
+			for j := range want {
+				want[j] = byte(i*31 + j*7 + 1)
+			}
+			if sent, err := ts[0].SendParts(ctx, 1, want[:tt.head], want[tt.head:], true); !sent || err != nil {
+				t.Fatalf("SendParts: sent %v, %v", sent, err)
+			}
+			m, err := ts[1].Recv(ctx, 0)
+			if err != nil {
+				t.Fatalf("Recv: %v", err)
+			}
+			defer ts[1].Release(m)
+			if string(m.Data) != string(want) {
+				t.Fatalf("received %d bytes that differ from the %d sent", len(m.Data), len(want))
+			}
+			in := ts[1].lookup(0).in
+			slot := uint64(m.Slot)
+			if n := int(*in.len(slot)); n != len(want) {
+				t.Errorf("slot header length %d, want %d", n, len(want))
+			}
+			if len(want) <= inlineMax {
+				return
+			}
+			if lead := int(*in.lead(slot)); lead != tt.head&63 {
+				t.Errorf("recorded lead %d, want %d (the head's length mod 64)", lead, tt.head&63)
+			}
+			body := uintptr(unsafe.Pointer(unsafe.SliceData(m.Data))) + uintptr(tt.head)
+			if body%64 != 0 {
+				t.Errorf("the body starts %d bytes past a 64-byte boundary", body%64)
+			}
+		})
 	}
 }

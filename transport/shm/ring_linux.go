@@ -35,7 +35,8 @@ import (
 // behind the head starts on the 128-byte boundary at the header's end:
 // the receiver reduces out of it, and the sender copies into it, at full
 // speed only from and to 64-byte-aligned addresses. The sender records
-// lead in the slot header, beside the length.
+// lead in the slot header, beside the length, once the body is in: the
+// line the receiver polls is stored to only when the message is ready.
 const (
 	offHead    = 0   // uint64, messages released; written by the receiver
 	offRxSleep = 128 // uint32, the receiver is (about to be) parked on a slot
@@ -123,15 +124,15 @@ func (r *ring) lead(i uint64) *uint32 {
 }
 
 // place is where an n-byte message whose head has headLen bytes goes in
-// slot i; for a message past the inline limit it records the lead.
-func (r *ring) place(i uint64, n, headLen int) []byte {
-	off := r.base(i) + offInline
+// slot i, and, for a message past the inline limit, its lead, which the
+// sender records once the message is in (see put).
+func (r *ring) place(i uint64, n, headLen int) ([]byte, uint32) {
+	off, lead := r.base(i)+offInline, 0
 	if n > inlineMax {
-		lead := headLen & 63
-		*r.lead(i) = uint32(lead)
+		lead = headLen & 63
 		off = r.base(i) + slotHdr - lead
 	}
-	return r.mem[off : off+n : off+n]
+	return r.mem[off : off+n : off+n], uint32(lead)
 }
 
 // placed is where the n-byte message in slot i lies, or false if its lead

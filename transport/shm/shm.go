@@ -412,8 +412,16 @@ func (t *Transport) put(ctx context.Context, p *peer, head, body []byte, wait bo
 	}
 	n := len(head) + len(body)
 	slot := r.slot(seq)
-	dst := r.place(slot, n, len(head))
+	dst, lead := r.place(slot, n, len(head))
 	copy(dst[copy(dst, head):], body)
+	if n > inlineMax {
+		// Stored with the length and the sequence word, not before the
+		// copy: they share the line the receiver polls, and a store to
+		// it first would take the line from the receiver only for its
+		// next poll to take it back while the body is copied, and the
+		// sequence word's store would wait for it a second time.
+		*r.lead(slot) = lead
+	}
 	*r.len(slot) = uint32(n)
 	// The store publishes the payload and its length: Go's atomics are
 	// sequentially consistent, and on amd64 stores are not reordered
