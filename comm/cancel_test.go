@@ -50,18 +50,27 @@ func TestCancelMidCall(t *testing.T) {
 
 			cs = local(t, 3, opts...)
 
-			// Cancelled while it waits for rank 2, which comes late.
+			// Cancelled while it waits for rank 2, which comes late: once
+			// ranks 0 and 1 have returned, so that on a loaded machine too
+			// rank 1's call cannot complete before the cancel lands, nor
+			// rank 2's with rank 0 before rank 0 hears of it (over shm+tcp
+			// rank 1 has handed its share to rank 0 by then).
 			start := time.Now()
 			took := make([]time.Duration, len(cs))
+			back := []chan struct{}{make(chan struct{}), make(chan struct{})}
 			errs := each(t, cs, func(ctx context.Context, c *comm.Communicator) error {
 				defer func() { took[c.Rank()] = time.Since(start) }()
 				switch c.Rank() {
+				case 0:
+					defer close(back[0])
 				case 1:
+					defer close(back[1])
 					cctx, cancel := context.WithCancel(ctx)
 					time.AfterFunc(50*time.Millisecond, cancel)
 					return comm.AllReduce(cctx, c, make([]float32, 1000), comm.Sum)
 				case 2:
-					time.Sleep(300 * time.Millisecond)
+					<-back[0]
+					<-back[1]
 				}
 				return comm.AllReduce(ctx, c, make([]float32, 1000), comm.Sum)
 			})
@@ -79,8 +88,8 @@ func TestCancelMidCall(t *testing.T) {
 					t.Errorf("rank %d: %v, want ErrPeerLost naming rank 1", r, errs[r])
 				}
 			}
-			if took[0] > 2*time.Second || took[2] > 2300*time.Millisecond {
-				t.Errorf("peers took %v and %v to fail", took[0], took[2])
+			if took[0]-took[1] > 2*time.Second || took[2]-took[0] > 2*time.Second {
+				t.Errorf("peers took %v and %v to fail (rank 1's call returned after %v)", took[0], took[2], took[1])
 			}
 		})
 	}
