@@ -40,11 +40,11 @@ type Shared[T Element] struct {
 // bench/results/onecopy-crossover.txt); a smaller buffer from Alloc
 // takes the usual path, as fast and with the same bits as a buffer
 // that is not (GOCOLL_DEBUG=info logs the choice). Float16 and
-// BFloat16 Sum, Avg and Prod summed with float32 partial results (the
-// default: GOCOLL_HALF_ACCUM) take it too, with the bits of the ring
-// that keeps float32 partials (GOCOLL_ALGO=allreduce=ring), which are
-// not those of the pairwise reduce-scatter a buffer of the heap takes
-// for them on 3 to 8 ranks. ExactSum of floats takes the usual path, as
+// BFloat16 Sum, Avg and Prod take it too, with the bits of the ring
+// (GOCOLL_ALGO=allreduce=ring) under the job's GOCOLL_HALF_ACCUM; with
+// the default float32 partial results, those are not the bits of the
+// pairwise reduce-scatter a buffer of the heap takes for them on 3 to
+// 8 ranks. ExactSum of floats takes the usual path, as
 // does every allreduce when GOCOLL_ALGO forces an allreduce algorithm; so does
 // every call on ranks of several hosts, over TCP or RDMA, or off Linux,
 // where Alloc's memory is this rank's alone. Other collectives treat the
