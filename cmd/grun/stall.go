@@ -66,6 +66,9 @@ func (j *job) stallReport(k int, why string, quit bool, reported map[string]time
 	}
 	start := time.Now()
 	answers := stallreport.Gather(ctx, scan, k, len(j.originals))
+	for end := start.Add(lateAnswers); len(answers) < len(j.originals) && time.Now().Before(end) && ctx.Err() == nil && j.awaited(answers); {
+		answers = stallreport.Gather(ctx, scan, k, len(j.originals))
+	}
 	r := stallreport.Build(why, len(j.originals), answers, j.rankNote)
 	if r.Call != "" {
 		// The answers came after start: start less how long they say
@@ -99,6 +102,29 @@ func waitBegan(now time.Time, answers map[int]stallreport.Status, call string) t
 		}
 	}
 	return now.Add(-longest)
+}
+
+// lateAnswers bounds how long a report waits for the answer of a rank
+// of this host whose process runs, where stallreport.Wait is enough for
+// a live rank on a machine with CPU to spare: on one so busy that the
+// answer takes longer, the report would say that a rank waiting in the
+// call had not entered it.
+const lateAnswers = 2500 * time.Millisecond
+
+// awaited says whether a rank that has not answered is a process of this
+// host that runs, and may yet answer. As in rankNote, only pid and
+// remote are read.
+func (j *job) awaited(answers map[int]stallreport.Status) bool {
+	for id, r := range j.originals {
+		if _, ok := answers[id]; ok || r.proc == nil || r.remote {
+			continue
+		}
+		switch procState(r.proc.pid()) {
+		case 'R', 'S', 'D':
+			return true
+		}
+	}
+	return false
 }
 
 // rankNote says what grun knows of a rank that did not answer: whether
