@@ -18,9 +18,18 @@ import (
 // having waited GOCOLL_STALL, and when SIGQUIT reaches grun. The report
 // goes to grun's stderr and, with the laggards' goroutine stacks, to a
 // file.
+//
+// A stall gets one report. Each rank whose call waits GOCOLL_STALL asks
+// for one, naming its own call, and the ranks waiting in one call share
+// a request; but ranks that went on past the laggard's call (a broadcast
+// whose part they finished, say) wait in a later call and ask apart, for
+// a report about the same oldest unfinished call. A rank's request whose
+// report would be about a call already reported, whose wait began before
+// that report, is answered and not printed. SIGQUIT always prints.
 func (j *job) watchStalls(quits <-chan os.Signal, stop <-chan struct{}) {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
+	reported := map[string]time.Time{} // oldest unfinished call: when reported
 	for k := 1; ; {
 		select {
 		case <-stop:
@@ -28,19 +37,21 @@ func (j *job) watchStalls(quits <-chan os.Signal, stop <-chan struct{}) {
 		case <-quits:
 			why := "SIGQUIT to grun"
 			j.store.Set(stallreport.RequestKey(k), []byte(why))
-			j.stallReport(k, why, stop)
+			j.stallReport(k, why, true, reported, stop)
 			k++
 		case <-tick.C:
 			if v, ok := j.store.Value(stallreport.RequestKey(k)); ok {
-				j.stallReport(k, string(v), stop)
+				j.stallReport(k, string(v), false, reported, stop)
 				k++
 			}
 		}
 	}
 }
 
-// stallReport gathers the answers to request k and prints the report.
-func (j *job) stallReport(k int, why string, stop <-chan struct{}) {
+// stallReport gathers the answers to request k and prints the report,
+// unless it is a rank's request (not SIGQUIT) for the stall of a call in
+// reported, and records the call it is about there.
+func (j *job) stallReport(k int, why string, quit bool, reported map[string]time.Time, stop <-chan struct{}) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
@@ -53,13 +64,67 @@ func (j *job) stallReport(k int, why string, stop <-chan struct{}) {
 	scan := func(context.Context, string) (map[string][]byte, error) {
 		return j.store.Entries(stallreport.AnswerPrefix(k)), nil
 	}
+	start := time.Now()
 	answers := stallreport.Gather(ctx, scan, k, len(j.originals))
+	for end := start.Add(lateAnswers); len(answers) < len(j.originals) && time.Now().Before(end) && ctx.Err() == nil && j.awaited(answers); {
+		answers = stallreport.Gather(ctx, scan, k, len(j.originals))
+	}
 	r := stallreport.Build(why, len(j.originals), answers, j.rankNote)
+	if r.Call != "" {
+		// The answers came after start: start less how long they say
+		// a rank has waited is no later than when the wait began.
+		if at, ok := reported[r.Call]; ok && !quit && waitBegan(start, answers, r.Call).Before(at) {
+			return
+		}
+		reported[r.Call] = time.Now()
+	}
 	path := r.WriteFile(fmt.Sprintf("grun-stall-%d-%d.txt", os.Getpid(), k))
 	for _, line := range strings.Split(strings.TrimSuffix(r.Text, "\n"), "\n") {
 		j.out.say("%s", line)
 	}
 	j.out.say("stall report written, with the laggards' goroutine stacks, to %s", path)
+}
+
+// waitBegan is when the wait in call (as a Report names it) began, as
+// far as answers given after now tell: now less the longest any rank
+// has been in it.
+func waitBegan(now time.Time, answers map[int]stallreport.Status, call string) time.Time {
+	var longest time.Duration
+	for _, s := range answers {
+		for _, c := range s.Comms {
+			name := c.Call
+			if c.Name != "" {
+				name += " of " + c.Name
+			}
+			if c.Running && name == call {
+				longest = max(longest, c.For)
+			}
+		}
+	}
+	return now.Add(-longest)
+}
+
+// lateAnswers bounds how long a report waits for the answer of a rank
+// of this host whose process runs, where stallreport.Wait is enough for
+// a live rank on a machine with CPU to spare: on one so busy that the
+// answer takes longer, the report would say that a rank waiting in the
+// call had not entered it.
+const lateAnswers = 2500 * time.Millisecond
+
+// awaited says whether a rank that has not answered is a process of this
+// host that runs, and may yet answer. As in rankNote, only pid and
+// remote are read.
+func (j *job) awaited(answers map[int]stallreport.Status) bool {
+	for id, r := range j.originals {
+		if _, ok := answers[id]; ok || r.proc == nil || r.remote {
+			continue
+		}
+		switch procState(r.proc.pid()) {
+		case 'R', 'S', 'D':
+			return true
+		}
+	}
+	return false
 }
 
 // rankNote says what grun knows of a rank that did not answer: whether

@@ -95,24 +95,37 @@ func joinLines(ls []line) string {
 // the ranks waiting in it and rank 3 with what it last did (or that it
 // is stopped), and writes it to a file with rank 3's goroutine stacks.
 // SIGQUIT to grun asks for the same report when GOCOLL_STALL is off.
+// When rank 3 is late to a broadcast, the ranks before it in the chain
+// finish their part and wait in the next call, and ask for a report of
+// their own: still one report, of the broadcast.
 func TestStallReport(t *testing.T) {
 	t.Parallel()
 	const stall = time.Second
+	const ar3 = `allreduce #3 \(algo ring, 262144 x float32, sum\)`
 	cases := []struct {
-		name   string
-		how    string
-		env    []string
-		quit   bool   // SIGQUIT to grun instead of GOCOLL_STALL
-		says   string // what the report says of rank 3
-		stacks bool   // its goroutine stacks are in the file
-		code   int
+		name string
+		args []string // the straggler's
+		env  []string
+		quit bool // SIGQUIT to grun instead of GOCOLL_STALL
+		// call is the oldest unfinished call and in the ranks in it;
+		// says what the report says of the others (regexps).
+		call, in string
+		says     []string
+		stacks   bool // rank 3's goroutine stacks are in the file
+		code     int
 	}{
-		{"sleep", "sleep", []string{"GOCOLL_STALL=1s"}, false,
-			`rank 3 finished allreduce #2 \(algo ring, 262144 x float32, sum\) [0-9.]+m?s ago and has not entered #3`, true, 0},
-		{"stop", "stop", []string{"GOCOLL_STALL=1s", "GOCOLL_TIMEOUT=4s"}, false,
-			`rank 3 has not entered #3 and did not answer \(pid \d+, stopped`, false, 1},
-		{"sigquit", "sleep", []string{"GOCOLL_STALL=off"}, true,
-			`rank 3 finished allreduce #2 .* ago and has not entered #3`, true, 0},
+		{"sleep", []string{"-how", "sleep"}, []string{"GOCOLL_STALL=1s"}, false, ar3, "ranks 0-2",
+			[]string{`rank 3 finished allreduce #2 \(algo ring, 262144 x float32, sum\) [0-9.]+m?s ago and has not entered #3`}, true, 0},
+		{"stop", []string{"-how", "stop"}, []string{"GOCOLL_STALL=1s", "GOCOLL_TIMEOUT=4s"}, false, ar3, "ranks 0-2",
+			[]string{`rank 3 has not entered #3 and did not answer \(pid \d+, stopped`}, false, 1},
+		{"sigquit", []string{"-how", "sleep"}, []string{"GOCOLL_STALL=off"}, true, ar3, "ranks 0-2",
+			[]string{`rank 3 finished allreduce #2 .* ago and has not entered #3`}, true, 0},
+		// Call 1 (-mix's second call) is a broadcast from rank 1 down the
+		// chain 1, 2, 3, 0: ranks 1 and 2 go on to the allgather.
+		{"gone-on", []string{"-how", "sleep", "-mix", "-at", "1", "-calls", "3"}, []string{"GOCOLL_STALL=1s"}, false,
+			`broadcast #2 \(algo chain, 262144 x float32, root 1\)`, "rank 0",
+			[]string{`rank 1 is in allgather #3 \(`, `rank 2 is in allgather #3 \(`,
+				`rank 3 finished allreduce #1 \(algo ring, 262144 x float32, sum\) [0-9.]+m?s ago and has not entered #2`}, true, 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -129,8 +142,8 @@ func TestStallReport(t *testing.T) {
 					p.Signal(syscall.SIGQUIT)
 				}
 			}
-			lines, code := streamGrun(t, dir, time.Minute, tc.env, during,
-				"-n", "4", "--grace", "1s", filepath.Join(bin, "straggler"), "-how", tc.how, "-for", "3s")
+			args := append([]string{"-n", "4", "--grace", "1s", filepath.Join(bin, "straggler"), "-for", "3s"}, tc.args...)
+			lines, code := streamGrun(t, dir, time.Minute, tc.env, during, args...)
 			out := joinLines(lines)
 			if code != tc.code {
 				t.Errorf("grun exited %d, want %d:\n%s", code, tc.code, out)
@@ -160,11 +173,11 @@ func TestStallReport(t *testing.T) {
 			} else {
 				t.Logf("report %v after the straggler was late (or SIGQUIT)", d.Round(time.Millisecond))
 			}
-			for _, want := range []string{
-				`grun: oldest unfinished call: allreduce #3 \(algo ring, 262144 x float32, sum\)`,
-				`grun:   in it: ranks 0-2, waiting up to`,
-				"grun:   " + tc.says,
-			} {
+			wants := []string{"grun: oldest unfinished call: " + tc.call + "\n", "grun:   in it: " + tc.in + ", waiting up to"}
+			for _, say := range tc.says {
+				wants = append(wants, "grun:   "+say)
+			}
+			for _, want := range wants {
 				if !regexp.MustCompile(want).MatchString(out) {
 					t.Errorf("report does not say %q:\n%s", want, out)
 				}
@@ -177,13 +190,13 @@ func TestStallReport(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if has := strings.Contains(string(file), "main.dawdle"); has != tc.stacks || !strings.Contains(string(file), "oldest unfinished call: allreduce #3") {
+			if has := strings.Contains(string(file), "main.dawdle"); has != tc.stacks || !regexp.MustCompile("oldest unfinished call: "+tc.call).Match(file) {
 				t.Errorf("report file (stacks of the user's code: %v, want %v):\n%.2000s", has, tc.stacks, file)
 			}
 			if tc.stacks && !strings.Contains(out, "its main goroutine [sleep] is in main.dawdle (main.go:") {
 				t.Errorf("the report does not say where rank 3's own code is:\n%s", out)
 			}
-			if tc.how == "stop" {
+			if tc.name == "stop" {
 				// The others' timeouts say what the report saw.
 				if !strings.Contains(out, "rank 3 never reached call #3 (nor answered the stall report") {
 					t.Errorf("the timed-out ranks do not say rank 3 did not answer the report:\n%s", out)

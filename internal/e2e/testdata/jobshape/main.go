@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -241,12 +242,14 @@ func (k call) run(ctx context.Context, c, sub *comm.Communicator, f string, guil
 		syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		time.Sleep(time.Second)
 	case f == "stop" && guilty:
-		// A signal to itself stops a multi-threaded process only once
-		// another thread has taken it, which may take a while: without
-		// the pause, the call below could run first (a small allreduce
-		// takes microseconds) and nothing would be waiting for this rank.
-		syscall.Kill(os.Getpid(), syscall.SIGSTOP)
-		time.Sleep(200 * time.Millisecond)
+		// Sent to the process, the signal stops it only once the thread
+		// the kernel gave it is scheduled, and this goroutine, on another
+		// thread, could run the call below first (a small allreduce takes
+		// microseconds): sent to this thread, it is taken on the way out
+		// of the system call.
+		runtime.LockOSThread()
+		syscall.Tgkill(os.Getpid(), syscall.Gettid(), syscall.SIGSTOP)
+		runtime.UnlockOSThread()
 	case f == "close" && guilty:
 		// Closes while the others go on to this call, and exits 0, as a
 		// program that ignores Close's error would.

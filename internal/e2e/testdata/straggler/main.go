@@ -1,6 +1,7 @@
 // Command straggler is a job in which one rank comes late to a
 // collective, for the stall report tests: it sleeps in its own code
 // (-how sleep) or stops itself with SIGSTOP (-how stop) before call -at.
+// Every allreduce's result is checked, element by element.
 package main
 
 import (
@@ -8,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -41,7 +43,7 @@ func run(ctx context.Context, c *comm.Communicator) int {
 		if i == *at && c.Rank() == *late {
 			fmt.Printf("straggler: rank %d late at %d\n", c.Rank(), time.Now().UnixNano())
 			if *how == "stop" {
-				syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+				stop()
 			} else {
 				dawdle(*nap)
 			}
@@ -57,8 +59,8 @@ func run(ctx context.Context, c *comm.Communicator) int {
 
 // step is call i: an allreduce, or with -mix one of five kinds in turn.
 func step(ctx context.Context, c *comm.Communicator, i int, buf []float32) error {
-	if !*mix {
-		return comm.AllReduce(ctx, c, buf, comm.Sum)
+	if !*mix || i%5 == 0 {
+		return allReduce(ctx, c, i, buf)
 	}
 	n := c.Size()
 	switch i % 5 {
@@ -69,10 +71,39 @@ func step(ctx context.Context, c *comm.Communicator, i int, buf []float32) error
 		return comm.AllGather(ctx, c, part, buf[:len(part)*n])
 	case 3:
 		return comm.ReduceScatter(ctx, c, buf[:len(buf)/n*n], make([]float32, len(buf)/n), comm.Sum)
-	case 4:
-		return c.Barrier(ctx)
 	}
-	return comm.AllReduce(ctx, c, buf, comm.Sum)
+	return c.Barrier(ctx)
+}
+
+// allReduce sums, as call i, a buffer whose element j is rank + i + j%61
+// on each rank, and checks every element of the result.
+func allReduce(ctx context.Context, c *comm.Communicator, i int, buf []float32) error {
+	rank, n := c.Rank(), c.Size()
+	for j := range buf {
+		buf[j] = float32(rank + i + j%61)
+	}
+	if err := comm.AllReduce(ctx, c, buf, comm.Sum); err != nil {
+		return err
+	}
+	for j, got := range buf {
+		if want := float32(n*(n-1)/2 + n*(i+j%61)); got != want {
+			return fmt.Errorf("allreduce %d: element %d is %v, want %v", i, j, got, want)
+		}
+	}
+	return nil
+}
+
+// stop stops this process with SIGSTOP before it returns. kill(2) of the
+// process's own pid hands the signal to a thread the kernel picks,
+// usually the main thread, and this goroutine may run on another: it goes
+// on until that thread is scheduled and stops the process, which under
+// load was long enough to enter the next call and send part of it.
+// Sent to the calling thread itself (tgkill), the signal is taken on the
+// way out of the system call, before this goroutine runs again.
+func stop() {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	syscall.Tgkill(os.Getpid(), syscall.Gettid(), syscall.SIGSTOP)
 }
 
 // dawdle is the user's code the stall report's goroutine stacks show.
