@@ -92,11 +92,20 @@ func sizes(n, maxMsg, es int) []int {
 }
 
 // Run runs the whole suite over mesh.
-func Run(t *testing.T, mesh Mesh) {
+func Run(t *testing.T, mesh Mesh) { run(t, mesh, []int{2, 3}) }
+
+// RunVariant runs the whole suite over mesh, a variant of a transport
+// whose own mesh Run tests (tiny slots, encryption, a hybrid of two):
+// in the quick check on 3 ranks alone, beside the 2 and 3 of Run's
+// quick run; otherwise as Run does.
+func RunVariant(t *testing.T, mesh Mesh) { run(t, mesh, []int{3}) }
+
+// run is Run, with quick the rank counts of the quick check.
+func run(t *testing.T, mesh Mesh, quick []int) {
 	counts := RankCounts
 	switch {
 	case testmode.Quick():
-		counts = []int{2, 3}
+		counts = quick
 	case testmode.Sampled():
 		// 5 ranks, neither a power of two nor the smallest such, tells a
 		// transport nothing that 3 and 8 do not, nor 4, a power of two

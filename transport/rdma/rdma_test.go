@@ -196,7 +196,7 @@ func TestConformanceSmallSlots(t *testing.T) {
 	if !haveDevice(t) {
 		return
 	}
-	conformance.Run(t, func(t testing.TB, n int) []transport.Transport {
+	conformance.RunVariant(t, func(t testing.TB, n int) []transport.Transport {
 		return newMesh(t, n, Options{LinkOptions: transport.LinkOptions{Slots: 2, SlotSize: 4 << 10, Eager: true}, MaxInline: -1})
 	})
 }

@@ -109,7 +109,7 @@ func hybridMesh(t testing.TB, hosts []int) []transport.Transport {
 // TestConformanceHybrid runs the whole suite over ranks split between two
 // fake hosts: every algorithm works through the per-peer routing.
 func TestConformanceHybrid(t *testing.T) {
-	conformance.Run(t, func(t testing.TB, n int) []transport.Transport { return hybridMesh(t, twoHosts(n)) })
+	conformance.RunVariant(t, func(t testing.TB, n int) []transport.Transport { return hybridMesh(t, twoHosts(n)) })
 }
 
 // syncBuffer is a log sink shared by the ranks' goroutines.

@@ -45,7 +45,7 @@ func TestConformance(t *testing.T) {
 // fewest of them, so that every size spans many messages and senders wait
 // on credits all the time.
 func TestConformanceSmallSlots(t *testing.T) {
-	conformance.Run(t, func(t testing.TB, n int) []transport.Transport {
+	conformance.RunVariant(t, func(t testing.TB, n int) []transport.Transport {
 		return asTransports(mesh(t, n, shm.Options{LinkOptions: transport.LinkOptions{Slots: 2, SlotSize: 4 << 10}}))
 	})
 }

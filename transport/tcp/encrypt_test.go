@@ -21,7 +21,7 @@ import (
 )
 
 func TestConformanceEncrypted(t *testing.T) {
-	conformance.Run(t, func(t testing.TB, n int) []transport.Transport {
+	conformance.RunVariant(t, func(t testing.TB, n int) []transport.Transport {
 		return mesh(t, n, tcp.Options{Encrypt: true})
 	})
 }
@@ -30,7 +30,7 @@ func TestConformanceEncrypted(t *testing.T) {
 // with two small slots, so that every size spans many frames and credit
 // frames, sealed too, go back all the time.
 func TestConformanceEncryptedSmallSlots(t *testing.T) {
-	conformance.Run(t, func(t testing.TB, n int) []transport.Transport {
+	conformance.RunVariant(t, func(t testing.TB, n int) []transport.Transport {
 		return mesh(t, n, tcp.Options{LinkOptions: transport.LinkOptions{Slots: 2, SlotSize: 4 << 10}, Encrypt: true})
 	})
 }
