@@ -52,6 +52,7 @@ func checkOneLine(t *testing.T, who string, err error, culprit int, sentinel err
 // there (issue 26, case 6: one such chain was 480 bytes long and named
 // the rank that timed out first, never the stopped one).
 func TestCallErrorOneLine(t *testing.T) {
+	t.Parallel() // it mostly waits (timeouts, stall timers): beside the other such tests
 	for _, tr := range []string{"tcp", "shm"} {
 		t.Run(tr+"/late rank", func(t *testing.T) {
 			// Rank 3 comes late: the others time out naming it, and

@@ -86,6 +86,7 @@ func TestDefaultTimeout(t *testing.T) {
 // timeout runs until its own deadline; and having run one does not spare
 // the next collective, which has none.
 func TestTimeoutSparesDeadlines(t *testing.T) {
+	t.Parallel() // it mostly waits (timeouts, stall timers): beside the other such tests
 	const timeout = 200 * time.Millisecond
 	t.Run("own deadline", func(t *testing.T) {
 		cs := local(t, 2, comm.WithTimeout(timeout))

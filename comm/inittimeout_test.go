@@ -18,6 +18,7 @@ import (
 // naming the rank that never arrived, and without blaming the rendezvous,
 // which answered all along.
 func TestInitTimeout(t *testing.T) {
+	t.Parallel() // it mostly waits (timeouts, stall timers): beside the other such tests
 	token := []byte("0123456789abcdef0123456789abcdef")
 	srv, err := bootstrap.Listen("127.0.0.1:0", token)
 	if err != nil {

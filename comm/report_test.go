@@ -17,6 +17,7 @@ import (
 // it last did and its goroutine stacks; when the stalled call is a
 // sub-communicator's and the job's is idle, the report is about it.
 func TestStallReportWithoutGrun(t *testing.T) {
+	t.Parallel() // it mostly waits (timeouts, stall timers): beside the other such tests
 	cases := []struct {
 		name string
 		run  func(ctx context.Context, c *comm.Communicator) error
