@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gocoll/gocoll/comm"
+	"github.com/gocoll/gocoll/internal/testmode"
 )
 
 // TestSoak runs thousands of mixed collectives of random kinds, element
@@ -22,7 +23,10 @@ import (
 // run, which also runs the 3000 without the race detector).
 func TestSoak(t *testing.T) {
 	calls := 3000
-	if testing.Short() {
+	switch {
+	case testmode.Quick():
+		calls = 300
+	case testing.Short():
 		calls = 1000 // .ci/test runs the 3000 without -race too
 	}
 	if v, err := strconv.Atoi(os.Getenv("GOCOLL_SOAK")); err == nil && v > 0 {

@@ -279,7 +279,7 @@ func TestJobShapes(t *testing.T) {
 		jobs = len(faultKinds)
 	}
 	if testmode.Quick() {
-		jobs = 4
+		jobs = 3
 	}
 	if v := os.Getenv("GOCOLL_SHAPE_JOBS"); v != "" {
 		jobs, _ = strconv.Atoi(v)
