@@ -143,14 +143,23 @@ func run(t *testing.T, mesh Mesh, quick []int) {
 	})
 }
 
-func algoJobs(ts []transport.Transport, kind collectives.Kind, names ...string) map[string]*job {
-	jobs := map[string]*job{"auto": newJob(ts, nil)}
+// algoJob is a job whose calls of one kind run the algorithm name
+// forces ("auto": the table's choice).
+type algoJob struct {
+	name string
+	*job
+}
+
+// algoJobs is a job for the table's choice, first, and one forcing each
+// of names on kind, in that order.
+func algoJobs(ts []transport.Transport, kind collectives.Kind, names ...string) []algoJob {
+	jobs := []algoJob{{"auto", newJob(ts, nil)}}
 	for _, name := range names {
 		algos, err := collectives.ParseAlgos(kind.String() + "=" + name)
 		if err != nil {
 			panic(err)
 		}
-		jobs[name] = newJob(ts, algos)
+		jobs = append(jobs, algoJob{name, newJob(ts, algos)})
 	}
 	return jobs
 }
@@ -184,14 +193,13 @@ func testAllReduce(t *testing.T, ts []transport.Transport) {
 					continue
 				}
 				ins, want := reduceCase(op, dt, n, count)
-				for _, name := range []string{"auto", "ring", "rd", "rabenseifner", "tree", "pairwise"} {
-					if (name == "rabenseifner" || name == "tree" || name == "pairwise") && !heavy(dt, op) {
+				for _, j := range jobs {
+					if (j.name == "rabenseifner" || j.name == "tree" || j.name == "pairwise") && !heavy(dt, op) {
 						// Their data paths do not depend on the type or op
 						// beyond what ring and rd already cover for every pair.
 						continue
 					}
-					j := jobs[name]
-					t.Run(fmt.Sprintf("%s/%v/%v/%d", name, dt, op, count), func(t *testing.T) {
+					t.Run(fmt.Sprintf("%s/%v/%v/%d", j.name, dt, op, count), func(t *testing.T) {
 						bufs := clone(ins)
 						j.mustRun(t, func(ctx context.Context, r int, g *collectives.Group) error {
 							return g.AllReduce(ctx, bufs[r], dt, op)
@@ -246,9 +254,8 @@ func testBroadcast(t *testing.T, ts []transport.Transport) {
 				ins[r] = fill(reduce.Sum, dt, r+1, count) // distinct per rank
 			}
 			for _, root := range uniq(0, n-1, n/2) {
-				for _, name := range []string{"auto", "binomial", "chain"} {
-					j := jobs[name]
-					t.Run(fmt.Sprintf("%s/%v/root=%d/%d", name, dt, root, count), func(t *testing.T) {
+				for _, j := range jobs {
+					t.Run(fmt.Sprintf("%s/%v/root=%d/%d", j.name, dt, root, count), func(t *testing.T) {
 						bufs := clone(ins)
 						want := ins[root]
 						j.mustRun(t, func(ctx context.Context, r int, g *collectives.Group) error {
@@ -331,12 +338,11 @@ func testReduceScatter(t *testing.T, ts []transport.Transport) {
 					continue
 				}
 				ins, want := reduceCase(op, dt, n, n*count)
-				for _, name := range []string{"auto", "ring", "pairwise"} {
-					if name != "auto" && !heavy(dt, op) {
+				for _, j := range jobs {
+					if j.name != "auto" && !heavy(dt, op) {
 						continue
 					}
-					j := jobs[name]
-					t.Run(fmt.Sprintf("%s/%v/%v/%d", name, dt, op, count), func(t *testing.T) {
+					t.Run(fmt.Sprintf("%s/%v/%v/%d", j.name, dt, op, count), func(t *testing.T) {
 						es := dt.Size()
 						sends := clone(ins) // the collective may use them as scratch
 						recvs := make([][]byte, n)
@@ -427,9 +433,8 @@ func testRandomFloats(t *testing.T, ts []transport.Transport) {
 					inputs[r][i] = get(dt, ins[r], i) // as rounded to dt
 				}
 			}
-			for _, name := range []string{"auto", "ring", "rd", "rabenseifner", "tree", "pairwise"} {
-				j := jobs[name]
-				t.Run(fmt.Sprintf("%s/%v/%v", name, dt, op), func(t *testing.T) {
+			for _, j := range jobs {
+				t.Run(fmt.Sprintf("%s/%v/%v", j.name, dt, op), func(t *testing.T) {
 					bufs := clone(ins)
 					j.mustRun(t, func(ctx context.Context, r int, g *collectives.Group) error {
 						return g.AllReduce(ctx, bufs[r], dt, op)
