@@ -404,6 +404,9 @@ func readSettings(opts []Option) (settings, error) {
 			}
 		}
 	}
+	if env.SHMNonTemporal != 0 && s.SHM.NonTemporalMin == 0 {
+		s.SHM.NonTemporalMin = env.SHMNonTemporal
+	}
 	switch env.TCPConnect {
 	case "warm":
 		s.TCPWarm = true

@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/gocoll/gocoll/comm"
+	"github.com/gocoll/gocoll/transport/shm"
 )
 
 type lockedBuffer struct {
@@ -162,6 +164,32 @@ func TestSHMNeedsOneHost(t *testing.T) {
 	_, err := comm.NewLocal(context.Background(), 4, comm.WithTransport("shm"), comm.WithFakeHosts(2))
 	if !errors.Is(err, comm.ErrInvalid) || !strings.Contains(err.Error(), "fake-host-1") {
 		t.Fatalf("err = %v, want ErrInvalid naming the other host", err)
+	}
+}
+
+// TestNonTemporalEnv: GOCOLL_SHM_NONTEMPORAL sets the shared-memory
+// transport's non-temporal floor, off turning it off, an option given in
+// code wins over it, and the info log says which floor a rank took; the
+// sums are right either way (runAllReduce checks them, across the floor).
+func TestNonTemporalEnv(t *testing.T) {
+	for _, tc := range []struct {
+		env  string
+		opt  int
+		says string
+	}{
+		{"", 0, "shm_nontemporal_from=4096"},
+		{"off", 0, "shm_nontemporal_from=off"},
+		{"1", 0, "shm_nontemporal_from=1"},
+		{"off", 256, "shm_nontemporal_from=256"},
+	} {
+		t.Run(tc.env+"/"+strconv.Itoa(tc.opt), func(t *testing.T) {
+			t.Setenv("GOCOLL_SHM_NONTEMPORAL", tc.env)
+			cs, logs := newLocalLogged(t, 3, comm.WithTransport("shm"), comm.WithSHMOptions(shm.Options{NonTemporalMin: tc.opt}))
+			runAllReduce(t, cs, 100_003)
+			if !strings.Contains(logs.String(), tc.says) {
+				t.Errorf("log does not say %s:\n%s", tc.says, logs.String())
+			}
+		})
 	}
 }
 

@@ -50,22 +50,26 @@ type Settings struct {
 	StallSet bool
 	Trace    string // GOCOLL_TRACE: a file name pattern
 	// Spin is GOCOLL_SPIN, if SpinSet: -1 is no busy-polling at all.
-	Spin        time.Duration
-	SpinSet     bool
-	TCPConnect  string // GOCOLL_TCP_CONNECT: lazy (unset), warm or eager
-	RDMAConnect string // GOCOLL_RDMA_CONNECT: lazy (unset) or eager
-	IBDev       string // GOCOLL_IB_DEV
-	IBGIDIndex  int    // GOCOLL_IB_GID_INDEX
-	Elastic     bool   // GOCOLL_ELASTIC
-	Encrypt     bool   // GOCOLL_ENCRYPT: seal every TCP frame (AES-GCM)
-	Insecure    bool   // GOCOLL_INSECURE: a job without GRUN_TOKEN may span hosts
-	MungeSocket string // GOCOLL_MUNGE_SOCKET: munged's socket; "" is munge's default
-	FakeHosts   FakeHosts
-	HalfAccum   string     // GOCOLL_HALF_ACCUM: "" (unset), float32 or 16bit
-	Debug       slog.Level // GOCOLL_DEBUG: warn (unset), info, debug, off
-	SIMD        string     // GOCOLL_SIMD: auto (unset), off, sse2, avx2, avx512
-	Quick       bool       // GOCOLL_QUICK, for the project's tests
-	Conformance string     // GOCOLL_CONFORMANCE, for the project's tests
+	Spin    time.Duration
+	SpinSet bool
+	// SHMNonTemporal is GOCOLL_SHM_NONTEMPORAL: the shortest message
+	// body written into shared memory with non-temporal stores; 0 is
+	// unset (the transport's default), -1 off.
+	SHMNonTemporal int
+	TCPConnect     string // GOCOLL_TCP_CONNECT: lazy (unset), warm or eager
+	RDMAConnect    string // GOCOLL_RDMA_CONNECT: lazy (unset) or eager
+	IBDev          string // GOCOLL_IB_DEV
+	IBGIDIndex     int    // GOCOLL_IB_GID_INDEX
+	Elastic        bool   // GOCOLL_ELASTIC
+	Encrypt        bool   // GOCOLL_ENCRYPT: seal every TCP frame (AES-GCM)
+	Insecure       bool   // GOCOLL_INSECURE: a job without GRUN_TOKEN may span hosts
+	MungeSocket    string // GOCOLL_MUNGE_SOCKET: munged's socket; "" is munge's default
+	FakeHosts      FakeHosts
+	HalfAccum      string     // GOCOLL_HALF_ACCUM: "" (unset), float32 or 16bit
+	Debug          slog.Level // GOCOLL_DEBUG: warn (unset), info, debug, off
+	SIMD           string     // GOCOLL_SIMD: auto (unset), off, sse2, avx2, avx512
+	Quick          bool       // GOCOLL_QUICK, for the project's tests
+	Conformance    string     // GOCOLL_CONFORMANCE, for the project's tests
 }
 
 // FakeHosts is GOCOLL_FAKE_HOSTS, for tests: Hosts hosts with the ranks
@@ -137,6 +141,18 @@ var variables = []variable{
 		if d == 0 {
 			s.Spin = -1
 		}
+		return nil
+	}},
+	{"GOCOLL_SHM_NONTEMPORAL", func(v string, s *Settings) error {
+		if v == "off" {
+			s.SHMNonTemporal = -1
+			return nil
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 64<<20 {
+			return want("a message size in bytes from 1 to 67108864, or off")
+		}
+		s.SHMNonTemporal = n
 		return nil
 	}},
 	{"GOCOLL_TCP_CONNECT", func(v string, s *Settings) error {

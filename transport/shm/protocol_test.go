@@ -19,6 +19,12 @@ import (
 // Connect (Eager), with o's options.
 func pair(t *testing.T, o transport.LinkOptions) [2]*Transport {
 	t.Helper()
+	return pairWith(t, Options{LinkOptions: o})
+}
+
+// pairWith is pair with the transport's own options too.
+func pairWith(t *testing.T, opts Options) [2]*Transport {
+	t.Helper()
 	token := []byte("protocol-token")
 	srv, err := bootstrap.Listen("127.0.0.1:0", token)
 	if err != nil {
@@ -27,7 +33,7 @@ func pair(t *testing.T, o transport.LinkOptions) [2]*Transport {
 	defer srv.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	o.Eager = true
+	opts.Eager = true
 	var ts [2]*Transport
 	var errs [2]error
 	var wg sync.WaitGroup
@@ -41,7 +47,7 @@ func pair(t *testing.T, o transport.LinkOptions) [2]*Transport {
 				return
 			}
 			defer store.Close()
-			ts[r], errs[r] = Connect(ctx, store, r, 2, token, Options{LinkOptions: o})
+			ts[r], errs[r] = Connect(ctx, store, r, 2, token, opts)
 		}()
 	}
 	wg.Wait()

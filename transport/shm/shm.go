@@ -27,6 +27,7 @@ import (
 type Transport struct {
 	rank, size int
 	opts       Options
+	ntMin      int // opts.NonTemporalMin, or 0 for never: see copyBody
 	links      *mesh.Links[peer]
 	store      transport.Store
 	token      []byte
@@ -77,6 +78,7 @@ func Connect(ctx context.Context, store transport.Store, rank, size int, token [
 		rank:   rank,
 		size:   size,
 		opts:   opts,
+		ntMin:  max(opts.NonTemporalMin, 0),
 		store:  store,
 		token:  token,
 		closed: make(chan struct{}),
@@ -413,7 +415,7 @@ func (t *Transport) put(ctx context.Context, p *peer, head, body []byte, wait bo
 	n := len(head) + len(body)
 	slot := r.slot(seq)
 	dst, lead := r.place(slot, n, len(head))
-	copy(dst[copy(dst, head):], body)
+	t.copyBody(dst[copy(dst, head):], body)
 	if n > inlineMax {
 		// Stored with the length and the sequence word, not before the
 		// copy: they share the line the receiver polls, and a store to

@@ -1,0 +1,7 @@
+//go:build !amd64 || purego
+
+package shm
+
+// streamCopy is an ordinary copy where the transport has no
+// non-temporal stores of its own (see nontemporal.go).
+func streamCopy(dst, src []byte) { copy(dst, src) }
