@@ -404,8 +404,14 @@ func readSettings(opts []Option) (settings, error) {
 			}
 		}
 	}
-	if env.SHMNonTemporal != 0 && s.SHM.NonTemporalMin == 0 {
-		s.SHM.NonTemporalMin = env.SHMNonTemporal
+	if s.SHM.NonTemporal == shm.NonTemporalAuto {
+		// An option given in code wins, as for GOCOLL_SPIN.
+		switch env.SHMNonTemporal {
+		case "on":
+			s.SHM.NonTemporal = shm.NonTemporalOn
+		case "off":
+			s.SHM.NonTemporal = shm.NonTemporalOff
+		}
 	}
 	switch env.TCPConnect {
 	case "warm":

@@ -122,7 +122,7 @@
 //   - GOCOLL_STALL: how long a call may make no progress before the stall report, from 1ms to 8760h, or off (default 1m).
 //   - GOCOLL_TRACE: write each rank's calls to this file (%r is the rank).
 //   - GOCOLL_SPIN: how long a waiting call busy-polls, 0 to 1s.
-//   - GOCOLL_SHM_NONTEMPORAL: the shortest message, in bytes, written into shared memory with non-temporal stores (amd64; default 4096), or off.
+//   - GOCOLL_SHM_NONTEMPORAL: auto (default: each shared-memory link measures), on or off: non-temporal stores for messages of 4 KiB or more into shared memory (amd64).
 //   - GOCOLL_IB_DEV and GOCOLL_IB_GID_INDEX (0..255): the RDMA device and GID.
 //   - GOCOLL_DEBUG: warn (default), info (the choices made and why), debug, or off.
 //   - GOCOLL_SIMD: auto (default), off, sse2, avx2 or avx512: the reduction kernels, read at start-up.

@@ -50,12 +50,9 @@ type Settings struct {
 	StallSet bool
 	Trace    string // GOCOLL_TRACE: a file name pattern
 	// Spin is GOCOLL_SPIN, if SpinSet: -1 is no busy-polling at all.
-	Spin    time.Duration
-	SpinSet bool
-	// SHMNonTemporal is GOCOLL_SHM_NONTEMPORAL: the shortest message
-	// body written into shared memory with non-temporal stores; 0 is
-	// unset (the transport's default), -1 off.
-	SHMNonTemporal int
+	Spin           time.Duration
+	SpinSet        bool
+	SHMNonTemporal string // GOCOLL_SHM_NONTEMPORAL: auto (unset), on or off
 	TCPConnect     string // GOCOLL_TCP_CONNECT: lazy (unset), warm or eager
 	RDMAConnect    string // GOCOLL_RDMA_CONNECT: lazy (unset) or eager
 	IBDev          string // GOCOLL_IB_DEV
@@ -144,16 +141,7 @@ var variables = []variable{
 		return nil
 	}},
 	{"GOCOLL_SHM_NONTEMPORAL", func(v string, s *Settings) error {
-		if v == "off" {
-			s.SHMNonTemporal = -1
-			return nil
-		}
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 64<<20 {
-			return want("a message size in bytes from 1 to 67108864, or off")
-		}
-		s.SHMNonTemporal = n
-		return nil
+		return oneOf(v, &s.SHMNonTemporal, "auto, on or off", "auto", "on", "off")
 	}},
 	{"GOCOLL_TCP_CONNECT", func(v string, s *Settings) error {
 		return oneOf(v, &s.TCPConnect, "warm, lazy or eager", "lazy", "warm", "eager")

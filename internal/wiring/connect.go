@@ -123,7 +123,7 @@ func (w *builder) connect(ctx context.Context, store *bootstrap.Client, s Option
 	s.SHM.Crowded = s.SHM.Crowded || crowded
 	w.log.Info("crowding judged", "crowded", crowded, "ranks_on_machine", j.ranksHere, "cpus_they_share", j.cpusHere,
 		"this_rank_cpus", runtime.NumCPU(), "spin_shm", mesh.Spin(s.SHM.Spin, s.SHM.Crowded), "spin_tcp", mesh.Spin(s.TCP.Spin, false),
-		"shm_nontemporal_from", nonTemporalFrom(s.SHM.NonTemporalMin))
+		"shm_nontemporal", s.SHM.NonTemporal)
 	// The network between hosts: RDMA when every rank has a usable device.
 	network := "rdma"
 	switch {
@@ -331,16 +331,4 @@ func (w *builder) connectNetwork(ctx context.Context, store *bootstrap.Client, n
 		return nil, err
 	}
 	return t, nil
-}
-
-// nonTemporalFrom is what the log says of shm.Options.NonTemporalMin:
-// the floor the transport takes from it.
-func nonTemporalFrom(min int) any {
-	switch {
-	case min < 0:
-		return "off"
-	case min == 0:
-		return shm.DefaultNonTemporalMin
-	}
-	return min
 }

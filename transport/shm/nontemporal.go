@@ -1,27 +1,199 @@
 package shm
 
-// A long message written into a peer's slot with ordinary stores crosses
-// between the cores twice per cache line: the sender's store first takes
-// the line from the receiver, which read it a lap of the ring earlier, and
-// the receiver's read then takes it back. Non-temporal stores skip the
-// first: they write whole lines towards memory without reading them,
-// and the receiver reads each line once. Where a line moves from core to
-// core slower than from memory (as on the 2-vCPU machine whose figures
-// are in docs/performance.md, "Non-temporal stores into the rings") that
-// is the cheaper path from a few KiB up; below DefaultNonTemporalMin,
-// and for the short messages whose latency is the point, the ordinary
-// stores stay. The data stays the caller's: only the slot is written so.
-// On amd64 only, with SSE2's MOVNTDQ, which every amd64 CPU has.
+import (
+	"slices"
+	"sync/atomic"
+	"time"
+)
 
-// DefaultNonTemporalMin is Options.NonTemporalMin's default.
-const DefaultNonTemporalMin = 4 << 10
+// A long message written into a peer's slot with ordinary stores first
+// takes each of the slot's cache lines from the receiver, which read it a
+// lap of the ring earlier, and the receiver's read then takes it back:
+// two transfers between the cores per line. Non-temporal stores write
+// whole lines towards memory without reading them first, and the
+// receiver reads each line from there. Which is cheaper depends on where
+// the two cores sit: where they share a cache, a line moves between them
+// faster than from memory, and ordinary stores were 1.8x faster; where
+// they do not (different core complexes, sockets, or the vCPUs of a VM
+// placed apart by its host), non-temporal stores were 2-3x faster (both
+// on one VM whose host moved its vCPUs: docs/performance.md,
+// "Non-temporal stores into the rings").
+//
+// So by default (NonTemporalAuto) each ring measures. Its receiver
+// judges: of a sample of the long messages, it adds the time the sender
+// took to copy one in (which the sender writes in the slot header) to the
+// time from handing it out to its release (the reduction or copy that
+// reads it), per byte, and keeps the median of the last few of each way
+// of writing. It asks for the cheaper in a word of the ring's header,
+// which the sender reads before each long message; the sender times one
+// long message in timeEvery written the way asked, and writes one in
+// exploreEvery the other way, so that a change of placement shows.
+// Neither side times anything in the ring's first lap, whose pages are
+// still being faulted in. Short messages, whose latency is the point,
+// keep ordinary stores, and the caller's buffers are never written so. On
+// amd64 only, with SSE2's MOVNTDQ, which every amd64 CPU has; elsewhere
+// the copy is ordinary whatever is asked.
 
-// copyBody copies a message's body into its slot, dst, with non-temporal
-// stores from the transport's floor on.
-func (t *Transport) copyBody(dst, body []byte) {
-	if t.ntMin > 0 && len(body) >= t.ntMin {
-		streamCopy(dst, body)
+// NonTemporal says how a message body of nonTemporalMin bytes or more is
+// written into a peer's slot.
+type NonTemporal int
+
+const (
+	// NonTemporalAuto measures, per peer, which stores copy faster.
+	NonTemporalAuto NonTemporal = iota
+	// NonTemporalOff writes every message with ordinary stores.
+	NonTemporalOff
+	// NonTemporalOn writes long bodies with non-temporal stores.
+	NonTemporalOn
+)
+
+func (m NonTemporal) String() string {
+	switch m {
+	case NonTemporalAuto:
+		return "auto"
+	case NonTemporalOff:
+		return "off"
+	case NonTemporalOn:
+		return "on"
+	}
+	return "NonTemporal(?)"
+}
+
+// nonTemporalMin is the shortest body written with non-temporal stores:
+// below it a message is latency, not bandwidth.
+const nonTemporalMin = 4 << 10
+
+// Of the long bodies sent to a peer, one in timeEvery is timed, and one
+// in exploreEvery (offset by half of it) is written and timed the other
+// way. The receiver judges from the median of the last judgeSamples of
+// each way, once it has judgeFirst of both, and switches when the other
+// way's cost is under switchBelow of the current's, so that noise between
+// two near costs does not flap.
+const (
+	timeEvery    = 8
+	exploreEvery = 64
+	judgeSamples = 5
+	judgeFirst   = 3
+	switchBelow  = 0.9
+)
+
+// The mark a sender writes in the slot header of a message of more than
+// inlineMax bytes.
+const (
+	markNonTemporal = 1 << 0 // written with non-temporal stores
+	markTimed       = 1 << 1 // the sender timed its copy: copyNS holds it
+)
+
+// storeSender is how a sender writes the long bodies for one peer, owned
+// by the goroutine sending to it.
+type storeSender struct {
+	mode  NonTemporal
+	sent  uint64 // long bodies sent
+	timed [2]int // sent timed, ordinary [0] and non-temporal [1]
+}
+
+// plan says how to write the next long body, message seq of a ring of
+// slots slots whose receiver asks for non-temporal stores if asked, and
+// whether to time it.
+func (s *storeSender) plan(asked bool, seq, slots uint64) (nt, timed bool) {
+	switch s.mode {
+	case NonTemporalOff:
+		return false, false
+	case NonTemporalOn:
+		return true, false
+	}
+	k := s.sent
+	s.sent++
+	switch {
+	case seq < slots:
+		return asked, false
+	case s.timed[0] < judgeFirst || s.timed[1] < judgeFirst:
+		nt = k%2 == 1
+	case k%exploreEvery == exploreEvery/2:
+		nt = !asked
+	case k%timeEvery == 0:
+		nt = asked
+	default:
+		return asked, false
+	}
+	if nt {
+		s.timed[1]++
+	} else {
+		s.timed[0]++
+	}
+	return nt, true
+}
+
+// storeJudge is a receiver's judgement of the ways its sender writes
+// long bodies. Recv arms it with a timed message and the Release of that
+// message finishes it: they may run on different goroutines, one at a
+// time for a message, so armed hands the message's fields over.
+type storeJudge struct {
+	armed  atomic.Bool
+	slot   int32
+	nt     bool
+	n      int
+	sendNS uint32
+	start  time.Time
+
+	samples [2][judgeSamples]float64 // ns per byte, the latest last
+	count   [2]int
+	asks    bool // non-temporal asked for
+}
+
+// arm starts timing message m, which the sender marked and timed, unless
+// a message being timed is still out.
+func (j *storeJudge) arm(slot int32, mark, sendNS uint32, n int) {
+	if mark&markTimed == 0 || j.armed.Load() {
 		return
 	}
-	copy(dst, body)
+	j.slot, j.nt, j.n, j.sendNS = slot, mark&markNonTemporal != 0, n, sendNS
+	j.start = time.Now()
+	j.armed.Store(true)
+}
+
+// released finishes timing if slot's message is the one armed, and says
+// whether the stores to ask for changed, and to which.
+func (j *storeJudge) released(slot int32) (changed, nt bool) {
+	if !j.armed.Load() || j.slot != slot {
+		return false, false
+	}
+	d := time.Since(j.start) + time.Duration(j.sendNS)
+	was := j.asks
+	j.record(j.nt, float64(d)/float64(max(j.n, 1)))
+	j.armed.Store(false)
+	return j.asks != was, j.asks
+}
+
+// record takes one message's cost, written non-temporally or not, and
+// judges.
+func (j *storeJudge) record(nt bool, cost float64) {
+	i := 0
+	if nt {
+		i = 1
+	}
+	copy(j.samples[i][:], j.samples[i][1:])
+	j.samples[i][judgeSamples-1] = cost
+	j.count[i]++
+	if j.count[0] < judgeFirst || j.count[1] < judgeFirst {
+		return
+	}
+	cur, other := j.median(0), j.median(1)
+	if j.asks {
+		cur, other = other, cur
+	}
+	if other < cur*switchBelow {
+		j.asks = !j.asks
+	}
+}
+
+// median is the median of the samples of way i taken so far (of the
+// latest judgeSamples): a copy cut by preemption, or one that faulted a
+// page in, does not move it.
+func (j *storeJudge) median(i int) float64 {
+	k := min(j.count[i], judgeSamples)
+	var v [judgeSamples]float64
+	copy(v[:], j.samples[i][judgeSamples-k:])
+	slices.Sort(v[:k])
+	return v[k/2]
 }

@@ -5,9 +5,10 @@ package shm
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"testing"
 	"time"
+
+	"github.com/gocoll/gocoll/transport"
 	"unsafe"
 )
 
@@ -48,21 +49,18 @@ func TestStreamCopy(t *testing.T) {
 
 // TestNonTemporalBodies sends messages on both sides of the
 // non-temporal floor through real rings, after heads of every placement,
-// with the floor at its default, at 1 byte (every body) and off, and
-// checks every byte that arrives.
+// with each way of writing long bodies, and checks every byte that
+// arrives; measuring (auto) has by then written long bodies both ways.
 func TestNonTemporalBodies(t *testing.T) {
-	for _, floor := range []int{0, 1, -1} {
-		t.Run(fmt.Sprintf("floor=%d", floor), func(t *testing.T) {
-			ts := pairWith(t, Options{LinkOptions: smallRings, NonTemporalMin: floor})
-			if want := map[int]int{0: DefaultNonTemporalMin, 1: 1, -1: 0}[floor]; ts[0].ntMin != want {
-				t.Fatalf("floor %d: the transport's floor is %d, want %d", floor, ts[0].ntMin, want)
-			}
+	for _, mode := range []NonTemporal{NonTemporalAuto, NonTemporalOn, NonTemporalOff} {
+		t.Run(mode.String(), func(t *testing.T) {
+			ts := pairWith(t, Options{LinkOptions: transport.LinkOptions{Slots: 2, SlotSize: 16 << 10}, NonTemporal: mode})
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			max := ts[0].MaxMessage()
 			for i, tt := range []struct{ head, body int }{
-				{0, 1}, {32, 24}, {32, inlineMax - 32}, {32, inlineMax - 31},
-				{16, 1000}, {48, 3000}, {63, 2048}, {0, max}, {32, max - 32}, {100, max - 100},
+				{0, 1}, {32, 24}, {32, inlineMax - 32}, {32, inlineMax - 31}, {16, 1000},
+				{48, nonTemporalMin - 1}, {63, nonTemporalMin}, {0, max}, {32, max - 32}, {100, max - 100}, {16, max - 16}, {0, nonTemporalMin + 1},
 			} {
 				want := make([]byte, tt.head+tt.body)
 				for j := range want {
@@ -80,7 +78,98 @@ func TestNonTemporalBodies(t *testing.T) {
 				}
 				ts[1].Release(m)
 			}
+			// The receiver judged every message the sender timed.
+			sent, judged := ts[0].lookup(1).sender.timed, ts[1].lookup(0).judge.count
+			want := [2]int{}
+			if mode == NonTemporalAuto {
+				want = [2]int{judgeFirst, judgeFirst}
+			}
+			if sent != want || judged != want {
+				t.Errorf("%v: timed (ordinary, non-temporal) %v sent and %v judged, want %v", mode, sent, judged, want)
+			}
 		})
+	}
+}
+
+// TestStoreJudge feeds a receiver's judge the costs of the messages its
+// sender times, as plan schedules them, and checks the stores it then
+// asks for: the cheaper once both are measured, not flapping between two
+// near costs, unmoved by a few outliers, and back when the costs turn.
+func TestStoreJudge(t *testing.T) {
+	type phase struct {
+		from    int     // long messages sent before the phase
+		ord, nt float64 // ns per byte of each way in the phase
+		wantNT  bool    // asked for at its end
+	}
+	tests := []struct {
+		name     string
+		phases   []phase
+		outliers bool // every 7th timed message costs 50x
+	}{
+		{"cores apart: non-temporal", []phase{{0, 0.20, 0.08, true}}, false},
+		{"cores sharing a cache: ordinary", []phase{{0, 0.025, 0.05, false}}, false},
+		{"near costs: no flapping", []phase{{0, 0.10, 0.095, false}}, false},
+		{"outliers", []phase{{0, 0.025, 0.05, false}}, true},
+		{"placement changes", []phase{{0, 0.025, 0.05, false}, {1000, 0.20, 0.08, true}, {3000, 0.025, 0.05, false}}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, j := storeSender{mode: NonTemporalAuto}, storeJudge{}
+			const slots = 8
+			flips, timed := 0, 0
+			seq := uint64(slots) // past the first lap
+			for i, ph := range tt.phases {
+				end := 5000
+				if i+1 < len(tt.phases) {
+					end = tt.phases[i+1].from
+				}
+				for k := ph.from; k < end; k++ {
+					nt, isTimed := s.plan(j.asks, seq, slots)
+					seq++
+					if !isTimed {
+						continue
+					}
+					timed++
+					c := ph.ord
+					if nt {
+						c = ph.nt
+					}
+					if tt.outliers && timed%7 == 0 {
+						c *= 50
+					}
+					was := j.asks
+					j.record(nt, c)
+					if j.asks != was {
+						flips++
+					}
+				}
+				if j.asks != ph.wantNT {
+					t.Errorf("phase %d: non-temporal asked %v, want %v (medians %.3f, %.3f)", i, j.asks, ph.wantNT, j.median(0), j.median(1))
+				}
+			}
+			if flips > len(tt.phases) {
+				t.Errorf("the ask flipped %d times over %d phases", flips, len(tt.phases))
+			}
+			if max := 5000/timeEvery + 5000/exploreEvery + 2*judgeFirst; timed > max {
+				t.Errorf("%d of 5000 long messages timed, want at most %d", timed, max)
+			}
+		})
+	}
+	t.Run("first lap", func(t *testing.T) {
+		s := storeSender{mode: NonTemporalAuto}
+		for seq := range uint64(8) {
+			if nt, timed := s.plan(true, seq, 8); !nt || timed {
+				t.Fatalf("message %d of the first lap: non-temporal %v, timed %v; want as asked, untimed", seq, nt, timed)
+			}
+		}
+	})
+	for _, mode := range []NonTemporal{NonTemporalOn, NonTemporalOff} {
+		s := storeSender{mode: mode}
+		for seq := range uint64(100) {
+			if nt, timed := s.plan(mode == NonTemporalOff, seq+8, 8); nt != (mode == NonTemporalOn) || timed {
+				t.Fatalf("%v: plan says non-temporal %v, timed %v", mode, nt, timed)
+			}
+		}
 	}
 }
 

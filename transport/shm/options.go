@@ -2,6 +2,7 @@ package shm
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/gocoll/gocoll/internal/mesh"
@@ -13,14 +14,14 @@ import (
 // (Eager: a pair of rings, 2 x Slots x SlotSize bytes of shared memory,
 // and a socket for every peer at Connect). A waiting call polls its ring
 // for Spin, then parks in a futex; a crowded one also gives its CPU away
-// (sched_yield) every few polls. A message body of NonTemporalMin bytes
-// or more goes into the peer's slot with non-temporal stores.
+// (sched_yield) every few polls. A long message goes into the peer's
+// slot with the stores NonTemporal says.
 type Options struct {
 	transport.LinkOptions
-	// NonTemporalMin is the shortest message body written into a peer's
-	// slot with non-temporal stores (see nontemporal.go): 0 is
-	// DefaultNonTemporalMin, a negative value never.
-	NonTemporalMin int
+	// NonTemporal says how a body of 4 KiB or more is written into a
+	// peer's slot (see nontemporal.go): by default, with the stores each
+	// link measures to copy faster.
+	NonTemporal NonTemporal
 	// JobRanks is the job rank of each rank of this mesh, when it joins
 	// only one host's ranks of a larger job (see NewHybrid): the texts a
 	// peer's goodbye reaches others in name it by its job rank, as every
@@ -42,8 +43,8 @@ const (
 var errProtocol = mesh.ErrProtocol
 
 func (o *Options) fill() error {
-	if o.NonTemporalMin == 0 {
-		o.NonTemporalMin = DefaultNonTemporalMin
+	if o.NonTemporal < NonTemporalAuto || o.NonTemporal > NonTemporalOn {
+		return fmt.Errorf("shm: non-temporal stores %d: want NonTemporalAuto, NonTemporalOff or NonTemporalOn", o.NonTemporal)
 	}
 	rings := mesh.Rings{Slots: DefaultSlots, MaxSlots: 1 << 12, SlotSize: DefaultSlotSize, MaxSlotSize: MaxSlotSize}
 	return rings.Fill("shm", &o.LinkOptions, true)

@@ -42,14 +42,17 @@ const (
 	offRxSleep = 128 // uint32, the receiver is (about to be) parked on a slot
 	offTxSleep = 256 // uint32, the sender is (about to be) parked on head
 	offMagic   = 384 // uint64, set by the creator
+	offStores  = 512 // uint32, the stores the receiver asks for (nontemporal.go)
 	pageSize   = 4096
-	ringMagic  = 0x344d4853 // "SHM4": the layout's version
+	ringMagic  = 0x354d4853 // "SHM5": the layout's version
 
 	slotHdr    = 128 // bytes before each slot's payload
 	offSeq     = 0   // uint32 in the slot header: message number + 1, mod 2^32
 	offLen     = 4   // uint32 in the slot header: payload length
 	offInline  = 8   // payloads of up to inlineMax bytes start here
 	offLead    = 8   // uint32 in the slot header of a larger message: its lead
+	offMark    = 12  // uint32 in the slot header of a larger message: how it was written (nontemporal.go)
+	offCopyNS  = 16  // uint32 in the slot header of a larger message: the sender's copy time, if timed
 	inlineMax  = 512 - offInline
 	slotsStart = pageSize
 )
@@ -121,6 +124,23 @@ func (r *ring) len(i uint64) *uint32 {
 // bytes sets.
 func (r *ring) lead(i uint64) *uint32 {
 	return (*uint32)(unsafe.Pointer(&r.mem[r.base(i)+offLead]))
+}
+
+// mark and copyNS are slot i's words saying how a message of more than
+// inlineMax bytes was written and, if the sender timed it, how long its
+// copy took.
+func (r *ring) mark(i uint64) *uint32 {
+	return (*uint32)(unsafe.Pointer(&r.mem[r.base(i)+offMark]))
+}
+
+func (r *ring) copyNS(i uint64) *uint32 {
+	return (*uint32)(unsafe.Pointer(&r.mem[r.base(i)+offCopyNS]))
+}
+
+// stores is the ring's word in which the receiver asks for the stores a
+// long message is written with (nontemporal.go).
+func (r *ring) stores() *atomic.Uint32 {
+	return (*atomic.Uint32)(unsafe.Pointer(&r.mem[offStores]))
 }
 
 // place is where an n-byte message whose head has headLen bytes goes in

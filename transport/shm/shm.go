@@ -27,7 +27,6 @@ import (
 type Transport struct {
 	rank, size int
 	opts       Options
-	ntMin      int // opts.NonTemporalMin, or 0 for never: see copyBody
 	links      *mesh.Links[peer]
 	store      transport.Store
 	token      []byte
@@ -55,9 +54,11 @@ type peer struct {
 	in   *ring // peer -> us, in the memfd we created
 	out  *ring // us -> peer, in the memfd the peer created
 
-	recvSeq  uint64 // messages received (only the receiving goroutine)
-	sendSeq  uint64 // messages sent (only the sending goroutine)
-	headSeen uint64 // the peer's head when last read (sending goroutine)
+	recvSeq  uint64      // messages received (only the receiving goroutine)
+	sendSeq  uint64      // messages sent (only the sending goroutine)
+	headSeen uint64      // the peer's head when last read (sending goroutine)
+	sender   storeSender // how long bodies are written (sending goroutine)
+	judge    storeJudge  // which way of writing them is cheaper (receiving side)
 
 	mesh.Fault // how the link failed, once
 }
@@ -78,7 +79,6 @@ func Connect(ctx context.Context, store transport.Store, rank, size int, token [
 		rank:   rank,
 		size:   size,
 		opts:   opts,
-		ntMin:  max(opts.NonTemporalMin, 0),
 		store:  store,
 		token:  token,
 		closed: make(chan struct{}),
@@ -415,7 +415,7 @@ func (t *Transport) put(ctx context.Context, p *peer, head, body []byte, wait bo
 	n := len(head) + len(body)
 	slot := r.slot(seq)
 	dst, lead := r.place(slot, n, len(head))
-	t.copyBody(dst[copy(dst, head):], body)
+	mark := p.copyBody(r, slot, seq, dst[copy(dst, head):], body)
 	if n > inlineMax {
 		// Stored with the length and the sequence word, not before the
 		// copy: they share the line the receiver polls, and a store to
@@ -423,6 +423,7 @@ func (t *Transport) put(ctx context.Context, p *peer, head, body []byte, wait bo
 		// next poll to take it back while the body is copied, and the
 		// sequence word's store would wait for it a second time.
 		*r.lead(slot) = lead
+		*r.mark(slot) = mark
 	}
 	*r.len(slot) = uint32(n)
 	// The store publishes the payload and its length: Go's atomics are
@@ -489,6 +490,9 @@ func (t *Transport) Recv(ctx context.Context, from int) (transport.Message, erro
 				p.fail(fmt.Errorf("%w: message of %d bytes starting %d bytes before the end of the slot header (at most 63): %w", transport.ErrPeerLost, n, *r.lead(slot), errProtocol))
 				break
 			}
+			if n > inlineMax {
+				p.judge.arm(int32(slot), *r.mark(slot), *r.copyNS(slot), n)
+			}
 			p.recvSeq = seq + 1
 			// The reference taken by enter now belongs to the message:
 			// Release returns it.
@@ -518,6 +522,13 @@ func (t *Transport) Release(m transport.Message) {
 		return
 	}
 	r := p.in
+	if changed, nt := p.judge.released(m.Slot); changed {
+		var v uint32
+		if nt {
+			v = 1
+		}
+		r.stores().Store(v)
+	}
 	r.head.Add(1)
 	if r.txSleep.Load() != 0 {
 		wake(low(r.head))
