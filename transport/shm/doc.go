@@ -38,7 +38,9 @@
 // behind the slot header: the receiver reduces or copies out of it, and
 // the sender copies into it, at 64-byte-aligned addresses, which the
 // vector kernels need for full speed. Single producer, single consumer,
-// no locks and no system calls while both sides are busy.
+// no locks and no system calls while both sides are busy. A body of 4
+// KiB or more is written with ordinary or non-temporal stores, whichever
+// the ring's receiver measures to be cheaper (nontemporal.go).
 //
 // A waiting call spins on its word for Options.Spin and then parks in a
 // futex on the word (on head, its low 32 bits), after raising a flag that

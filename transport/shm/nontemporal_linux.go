@@ -2,14 +2,11 @@ package shm
 
 import "time"
 
-// copyBody copies a message's body into slot i of ring r, dst, the
-// message being number seq, choosing the stores for a long one, and
-// returns the mark for the slot header.
-func (p *peer) copyBody(r *ring, i, seq uint64, dst, body []byte) (mark uint32) {
-	if len(body) < nonTemporalMin {
-		copy(dst, body)
-		return 0
-	}
+// copyLong copies a body of nonTemporalMin bytes or more into slot i of
+// ring r, dst, the message being number seq, with the stores the
+// receiver asks for or the sender's plan tries, and returns the mark for
+// the slot header.
+func (p *peer) copyLong(r *ring, i, seq uint64, dst, body []byte) (mark uint32) {
 	nt, timed := p.sender.plan(r.stores().Load() != 0, seq, r.slots)
 	if nt {
 		mark = markNonTemporal

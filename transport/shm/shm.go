@@ -415,7 +415,12 @@ func (t *Transport) put(ctx context.Context, p *peer, head, body []byte, wait bo
 	n := len(head) + len(body)
 	slot := r.slot(seq)
 	dst, lead := r.place(slot, n, len(head))
-	mark := p.copyBody(r, slot, seq, dst[copy(dst, head):], body)
+	var mark uint32
+	if len(body) < nonTemporalMin {
+		copy(dst[copy(dst, head):], body)
+	} else {
+		mark = p.copyLong(r, slot, seq, dst[copy(dst, head):], body)
+	}
 	if n > inlineMax {
 		// Stored with the length and the sequence word, not before the
 		// copy: they share the line the receiver polls, and a store to
@@ -491,7 +496,9 @@ func (t *Transport) Recv(ctx context.Context, from int) (transport.Message, erro
 				break
 			}
 			if n > inlineMax {
-				p.judge.arm(int32(slot), *r.mark(slot), *r.copyNS(slot), n)
+				if mark := *r.mark(slot); mark&markTimed != 0 {
+					p.judge.arm(int32(slot), mark, *r.copyNS(slot), n)
+				}
 			}
 			p.recvSeq = seq + 1
 			// The reference taken by enter now belongs to the message:
@@ -522,12 +529,14 @@ func (t *Transport) Release(m transport.Message) {
 		return
 	}
 	r := p.in
-	if changed, nt := p.judge.released(m.Slot); changed {
-		var v uint32
-		if nt {
-			v = 1
+	if p.judge.armed.Load() {
+		if changed, nt := p.judge.released(m.Slot); changed {
+			var v uint32
+			if nt {
+				v = 1
+			}
+			r.stores().Store(v)
 		}
-		r.stores().Store(v)
 	}
 	r.head.Add(1)
 	if r.txSleep.Load() != 0 {
