@@ -84,8 +84,9 @@ func Encode(s Status) []byte {
 type Report struct {
 	// Text is the screen: a few lines.
 	Text string
-	// Laggards are the job ranks not in the oldest unfinished call, in
-	// order; Call is that call, as errors name it.
+	// Laggards are the job ranks not known to be in the oldest
+	// unfinished call (behind it, or silent), in order; Call is that
+	// call, as errors name it.
 	Laggards []int
 	Call     string
 	// Stacks holds the goroutine stacks the laggards sent, for the file.
@@ -200,7 +201,9 @@ func Build(why string, size int, answers map[int]Status, notes func(rank int) st
 			if note == "" {
 				note = "stopped, frozen or gone?"
 			}
-			fmt.Fprintf(&b, "  %s has not entered #%d and did not answer (%s)\n", who(rank), oldest, note)
+			// Whether it entered the call is not known: a rank stopped
+			// inside it answers no more than one stopped before it.
+			fmt.Fprintf(&b, "  %s did not answer (%s)\n", who(rank), note)
 		case c.Running:
 			fmt.Fprintf(&b, "  %s is in %s, for %s\n", who(rank), c.Call, round(c.For))
 		case c.CallNo == 0:

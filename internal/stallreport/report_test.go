@@ -49,7 +49,7 @@ func TestBuild(t *testing.T) {
 			3,
 			map[int]Status{0: in(0, time.Second), 2: in(2, time.Second)},
 			func(r int) string { return "pid 12, stopped" },
-			[]string{"in it: ranks 0, 2", "rank 1 has not entered #7 and did not answer (pid 12, stopped)"},
+			[]string{"in it: ranks 0, 2", "rank 1 did not answer (pid 12, stopped)"},
 			[]int{1},
 		},
 		{
