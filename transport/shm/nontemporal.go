@@ -126,11 +126,12 @@ func (s *storeSender) plan(asked bool, seq, slots uint64) (nt, timed bool) {
 
 // storeJudge is a receiver's judgement of the ways its sender writes
 // long bodies. Recv arms it with a timed message and the Release of that
-// message finishes it: they may run on different goroutines, one at a
-// time for a message, so armed hands the message's fields over.
+// message finishes it. They may run on different goroutines, and other
+// messages' Releases beside them: armed hands the message's fields over,
+// and only the goroutine releasing the armed slot reads them and disarms.
 type storeJudge struct {
 	armed  atomic.Bool
-	slot   int32
+	slot   atomic.Int32
 	nt     bool
 	n      int
 	sendNS uint32
@@ -147,7 +148,8 @@ func (j *storeJudge) arm(slot int32, mark, sendNS uint32, n int) {
 	if mark&markTimed == 0 || j.armed.Load() {
 		return
 	}
-	j.slot, j.nt, j.n, j.sendNS = slot, mark&markNonTemporal != 0, n, sendNS
+	j.slot.Store(slot)
+	j.nt, j.n, j.sendNS = mark&markNonTemporal != 0, n, sendNS
 	j.start = time.Now()
 	j.armed.Store(true)
 }
@@ -155,7 +157,7 @@ func (j *storeJudge) arm(slot int32, mark, sendNS uint32, n int) {
 // released finishes timing if slot's message is the one armed, and says
 // whether the stores to ask for changed, and to which.
 func (j *storeJudge) released(slot int32) (changed, nt bool) {
-	if !j.armed.Load() || j.slot != slot {
+	if !j.armed.Load() || j.slot.Load() != slot {
 		return false, false
 	}
 	d := time.Since(j.start) + time.Duration(j.sendNS)

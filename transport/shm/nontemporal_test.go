@@ -5,6 +5,7 @@ package shm
 import (
 	"bytes"
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -174,3 +175,51 @@ func TestStoreJudge(t *testing.T) {
 }
 
 func sliceAddr(b []byte) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(b)) }
+
+// TestJudgeConcurrentReleases has the receiver hold several long
+// messages at once and release them from other goroutines, in any order,
+// while Recv arms the judge with the timed ones: under -race, nothing
+// may be read that another goroutine writes unordered, and the judge
+// must still have judged, and every byte arrived.
+func TestJudgeConcurrentReleases(t *testing.T) {
+	ts := pairWith(t, Options{LinkOptions: transport.LinkOptions{Slots: 8, SlotSize: 16 << 10}, NonTemporal: NonTemporalAuto})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const msgs = 400
+	body := make([]byte, 8<<10)
+	go func() {
+		for i := range msgs {
+			body[0] = byte(i)
+			if err := ts[0].Send(ctx, 1, body); err != nil {
+				t.Errorf("Send %d: %v", i, err)
+				return
+			}
+		}
+	}()
+	held := make(chan transport.Message, 4)
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for m := range held {
+				ts[1].Release(m)
+			}
+		}()
+	}
+	for i := range msgs {
+		m, err := ts[1].Recv(ctx, 0)
+		if err != nil {
+			t.Fatalf("Recv %d: %v", i, err)
+		}
+		if len(m.Data) != len(body) || m.Data[0] != byte(i) {
+			t.Fatalf("message %d: %d bytes starting %d", i, len(m.Data), m.Data[0])
+		}
+		held <- m
+	}
+	close(held)
+	wg.Wait()
+	if j := &ts[1].lookup(0).judge; j.count[0]+j.count[1] == 0 {
+		t.Errorf("no message judged of %d timed by the sender", ts[0].lookup(1).sender.timed)
+	}
+}
