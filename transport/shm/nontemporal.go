@@ -28,8 +28,9 @@ import (
 // which the sender reads before each long message; the sender times one
 // long message in timeEvery written the way asked, and writes one in
 // exploreEvery the other way, so that a change of placement shows.
-// Neither side times anything in the ring's first lap, whose pages are
-// still being faulted in. Short messages, whose latency is the point,
+// Neither side times a message that reaches further into its slot than
+// any before it: its pages are still being faulted in, which in a first
+// trial made the first samples 200 times the later ones. Short messages, whose latency is the point,
 // keep ordinary stores, and the caller's buffers are never written so. On
 // amd64 only, with SSE2's MOVNTDQ, which every amd64 CPU has; elsewhere
 // the copy is ordinary whatever is asked.
@@ -88,24 +89,32 @@ const (
 // by the goroutine sending to it.
 type storeSender struct {
 	mode  NonTemporal
-	sent  uint64 // long bodies sent
-	timed [2]int // sent timed, ordinary [0] and non-temporal [1]
+	sent  uint64   // long bodies sent
+	timed [2]int   // sent timed, ordinary [0] and non-temporal [1]
+	reach []uint32 // per slot, the longest message written into it
 }
 
-// plan says how to write the next long body, message seq of a ring of
-// slots slots whose receiver asks for non-temporal stores if asked, and
-// whether to time it.
-func (s *storeSender) plan(asked bool, seq, slots uint64) (nt, timed bool) {
+// plan says how to write the next long body, an n-byte message into
+// slot i of slots, whose receiver asks for non-temporal stores if asked,
+// and whether to time it.
+func (s *storeSender) plan(asked bool, i, slots uint64, n int) (nt, timed bool) {
 	switch s.mode {
 	case NonTemporalOff:
 		return false, false
 	case NonTemporalOn:
 		return true, false
 	}
+	if s.reach == nil {
+		s.reach = make([]uint32, slots)
+	}
+	fresh := uint32(n) > s.reach[i]
+	if fresh {
+		s.reach[i] = uint32(n)
+	}
 	k := s.sent
 	s.sent++
 	switch {
-	case seq < slots:
+	case fresh:
 		return asked, false
 	case s.timed[0] < judgeFirst || s.timed[1] < judgeFirst:
 		nt = k%2 == 1

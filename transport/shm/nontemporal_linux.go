@@ -3,11 +3,11 @@ package shm
 import "time"
 
 // copyLong copies a body of nonTemporalMin bytes or more into slot i of
-// ring r, dst, the message being number seq, with the stores the
+// ring r, dst, with the stores the
 // receiver asks for or the sender's plan tries, and returns the mark for
 // the slot header.
-func (p *peer) copyLong(r *ring, i, seq uint64, dst, body []byte) (mark uint32) {
-	nt, timed := p.sender.plan(r.stores().Load() != 0, seq, r.slots)
+func (p *peer) copyLong(r *ring, i uint64, dst, body []byte) (mark uint32) {
+	nt, timed := p.sender.plan(r.stores().Load() != 0, i, r.slots, len(body))
 	if nt {
 		mark = markNonTemporal
 	}

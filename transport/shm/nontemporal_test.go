@@ -62,6 +62,8 @@ func TestNonTemporalBodies(t *testing.T) {
 			for i, tt := range []struct{ head, body int }{
 				{0, 1}, {32, 24}, {32, inlineMax - 32}, {32, inlineMax - 31}, {16, 1000},
 				{48, nonTemporalMin - 1}, {63, nonTemporalMin}, {0, max}, {32, max - 32}, {100, max - 100}, {16, max - 16}, {0, nonTemporalMin + 1},
+				// Enough within memory already written for auto to time both ways.
+				{32, 8 << 10}, {32, 8 << 10}, {32, 8 << 10}, {32, 8 << 10}, {32, 8 << 10}, {32, 8 << 10}, {32, 8 << 10}, {32, 8 << 10},
 			} {
 				want := make([]byte, tt.head+tt.body)
 				for j := range want {
@@ -79,14 +81,11 @@ func TestNonTemporalBodies(t *testing.T) {
 				}
 				ts[1].Release(m)
 			}
-			// The receiver judged every message the sender timed.
+			// The receiver judged every message the sender timed, and
+			// auto timed both ways.
 			sent, judged := ts[0].lookup(1).sender.timed, ts[1].lookup(0).judge.count
-			want := [2]int{}
-			if mode == NonTemporalAuto {
-				want = [2]int{judgeFirst, judgeFirst}
-			}
-			if sent != want || judged != want {
-				t.Errorf("%v: timed (ordinary, non-temporal) %v sent and %v judged, want %v", mode, sent, judged, want)
+			if auto := mode == NonTemporalAuto; sent != judged || auto != (sent[0] >= judgeFirst && sent[1] >= judgeFirst) || !auto && sent != [2]int{} {
+				t.Errorf("%v: timed (ordinary, non-temporal) %v sent and %v judged", mode, sent, judged)
 			}
 		})
 	}
@@ -118,14 +117,14 @@ func TestStoreJudge(t *testing.T) {
 			s, j := storeSender{mode: NonTemporalAuto}, storeJudge{}
 			const slots = 8
 			flips, timed := 0, 0
-			seq := uint64(slots) // past the first lap
+			seq := uint64(0)
 			for i, ph := range tt.phases {
 				end := 5000
 				if i+1 < len(tt.phases) {
 					end = tt.phases[i+1].from
 				}
 				for k := ph.from; k < end; k++ {
-					nt, isTimed := s.plan(j.asks, seq, slots)
+					nt, isTimed := s.plan(j.asks, seq%slots, slots, 64<<10)
 					seq++
 					if !isTimed {
 						continue
@@ -156,18 +155,23 @@ func TestStoreJudge(t *testing.T) {
 			}
 		})
 	}
-	t.Run("first lap", func(t *testing.T) {
+	t.Run("fresh memory", func(t *testing.T) {
+		// Messages that reach further into their slot than any before
+		// fault pages in: never timed, written as asked.
 		s := storeSender{mode: NonTemporalAuto}
-		for seq := range uint64(8) {
-			if nt, timed := s.plan(true, seq, 8); !nt || timed {
-				t.Fatalf("message %d of the first lap: non-temporal %v, timed %v; want as asked, untimed", seq, nt, timed)
+		for k := range 64 {
+			if nt, timed := s.plan(true, uint64(k%8), 8, 4096+k*512); !nt || timed {
+				t.Fatalf("message %d, reaching further: non-temporal %v, timed %v; want as asked, untimed", k, nt, timed)
 			}
+		}
+		if _, timed := s.plan(true, 0, 8, 4096); !timed {
+			t.Errorf("a message within memory written before was not timed while nothing was measured")
 		}
 	})
 	for _, mode := range []NonTemporal{NonTemporalOn, NonTemporalOff} {
 		s := storeSender{mode: mode}
 		for seq := range uint64(100) {
-			if nt, timed := s.plan(mode == NonTemporalOff, seq+8, 8); nt != (mode == NonTemporalOn) || timed {
+			if nt, timed := s.plan(mode == NonTemporalOff, seq%8, 8, 8192); nt != (mode == NonTemporalOn) || timed {
 				t.Fatalf("%v: plan says non-temporal %v, timed %v", mode, nt, timed)
 			}
 		}

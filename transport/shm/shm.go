@@ -419,7 +419,7 @@ func (t *Transport) put(ctx context.Context, p *peer, head, body []byte, wait bo
 	if len(body) < nonTemporalMin {
 		copy(dst[copy(dst, head):], body)
 	} else {
-		mark = p.copyLong(r, slot, seq, dst[copy(dst, head):], body)
+		mark = p.copyLong(r, slot, dst[copy(dst, head):], body)
 	}
 	if n > inlineMax {
 		// Stored with the length and the sequence word, not before the
