@@ -123,7 +123,7 @@ func (w *builder) connect(ctx context.Context, store *bootstrap.Client, s Option
 	s.SHM.Crowded = s.SHM.Crowded || crowded
 	w.log.Info("crowding judged", "crowded", crowded, "ranks_on_machine", j.ranksHere, "cpus_they_share", j.cpusHere,
 		"this_rank_cpus", runtime.NumCPU(), "spin_shm", mesh.Spin(s.SHM.Spin, s.SHM.Crowded), "spin_tcp", mesh.Spin(s.TCP.Spin, false),
-		"shm_nontemporal", s.SHM.NonTemporal)
+		"shm_nontemporal", s.SHM.NonTemporal.Here())
 	// The network between hosts: RDMA when every rank has a usable device.
 	network := "rdma"
 	switch {

@@ -60,6 +60,17 @@ func (m NonTemporal) String() string {
 	return "NonTemporal(?)"
 }
 
+// Here is the way m means on this build: NonTemporalOff where the
+// transport has no non-temporal stores of its own (not amd64, or the
+// purego tag), whatever was asked, so that nothing is timed for a
+// choice between two equal copies.
+func (m NonTemporal) Here() NonTemporal {
+	if !haveNonTemporal {
+		return NonTemporalOff
+	}
+	return m
+}
+
 // nonTemporalMin is the shortest body written with non-temporal stores:
 // below it a message is latency, not bandwidth.
 const nonTemporalMin = 4 << 10

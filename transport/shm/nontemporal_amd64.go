@@ -27,3 +27,6 @@ func streamCopy(dst, src []byte) {
 	}
 	copy(dst[mid:len(src)], src[mid:])
 }
+
+// haveNonTemporal says whether streamCopy writes with non-temporal stores.
+const haveNonTemporal = true

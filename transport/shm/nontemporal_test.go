@@ -84,7 +84,7 @@ func TestNonTemporalBodies(t *testing.T) {
 			// The receiver judged every message the sender timed, and
 			// auto timed both ways.
 			sent, judged := ts[0].lookup(1).sender.timed, ts[1].lookup(0).judge.count
-			if auto := mode == NonTemporalAuto; sent != judged || auto != (sent[0] >= judgeFirst && sent[1] >= judgeFirst) || !auto && sent != [2]int{} {
+			if auto := mode.Here() == NonTemporalAuto; sent != judged || auto != (sent[0] >= judgeFirst && sent[1] >= judgeFirst) || !auto && sent != [2]int{} {
 				t.Errorf("%v: timed (ordinary, non-temporal) %v sent and %v judged", mode, sent, judged)
 			}
 		})
