@@ -26,8 +26,8 @@ import (
 // reads it), per byte, and keeps the median of the last few of each way
 // of writing. It asks for the cheaper in a word of the ring's header,
 // which the sender reads before each long message; the sender times one
-// long message in timeEvery written the way asked, and writes one in
-// exploreEvery the other way, so that a change of placement shows.
+// long message in timeEvery written the way asked, and now and then
+// writes a burst the other way, so that a change of placement shows.
 // Neither side times a message that reaches further into its slot than
 // any before it: its pages are still being faulted in, which in a first
 // trial made the first samples 200 times the later ones. Short messages, whose latency is the point,
@@ -75,15 +75,21 @@ func (m NonTemporal) Here() NonTemporal {
 // below it a message is latency, not bandwidth.
 const nonTemporalMin = 4 << 10
 
-// Of the long bodies sent to a peer, one in timeEvery is timed, and one
-// in exploreEvery (offset by half of it) is written and timed the other
-// way. The receiver judges from the median of the last judgeSamples of
-// each way, once it has judgeFirst of both, and switches when the other
-// way's cost is under switchBelow of the current's, so that noise between
-// two near costs does not flap.
+// Of the long bodies sent to a peer, one in timeEvery is timed. The other
+// way is tried in bursts: a message written one way into lines the other
+// way left (in the reader's cache, or in memory) costs what neither way
+// costs once it runs, so a burst writes a lap of the ring (every slot)
+// first and times the burstTimed messages after it. The first two
+// bursts, ordinary then non-temporal, measure both ways; later ones come
+// every exploreEvery long messages, costing about (slots+burstTimed) /
+// exploreEvery of them the dearer way. The receiver judges from the
+// median of the last judgeSamples of each way, once it has judgeFirst of
+// both, and switches when the other way's cost is under switchBelow of
+// the current's, so that noise between two near costs does not flap.
 const (
 	timeEvery    = 8
-	exploreEvery = 64
+	exploreEvery = 1024
+	burstTimed   = 3
 	judgeSamples = 5
 	judgeFirst   = 3
 	switchBelow  = 0.9
@@ -99,10 +105,13 @@ const (
 // storeSender is how a sender writes the long bodies for one peer, owned
 // by the goroutine sending to it.
 type storeSender struct {
-	mode  NonTemporal
-	sent  uint64   // long bodies sent
-	timed [2]int   // sent timed, ordinary [0] and non-temporal [1]
-	reach []uint32 // per slot, the longest message written into it
+	mode   NonTemporal
+	since  int      // long bodies sent since the last burst began
+	bursts int      // bursts begun
+	left   int      // messages left in the current burst
+	burst  bool     // the current burst's way: non-temporal
+	timed  [2]int   // sent timed, ordinary [0] and non-temporal [1]
+	reach  []uint32 // per slot, the longest message written into it
 }
 
 // plan says how to write the next long body, an n-byte message into
@@ -122,19 +131,24 @@ func (s *storeSender) plan(asked bool, i, slots uint64, n int) (nt, timed bool) 
 	if fresh {
 		s.reach[i] = uint32(n)
 	}
-	k := s.sent
-	s.sent++
-	switch {
-	case fresh:
-		return asked, false
-	case s.timed[0] < judgeFirst || s.timed[1] < judgeFirst:
-		nt = k%2 == 1
-	case k%exploreEvery == exploreEvery/2:
-		nt = !asked
-	case k%timeEvery == 0:
-		nt = asked
-	default:
-		return asked, false
+	s.since++
+	if s.left == 0 && (s.bursts < 2 || s.since >= exploreEvery) {
+		// The first bursts try ordinary, then non-temporal stores;
+		// later ones the way not asked for.
+		s.burst = !asked
+		if s.bursts < 2 {
+			s.burst = s.bursts == 1
+		}
+		s.left, s.since = int(slots)+burstTimed, 0
+		s.bursts++
+	}
+	nt, timed = asked, s.since%timeEvery == 0
+	if s.left > 0 {
+		nt, timed = s.burst, s.left <= burstTimed
+		s.left--
+	}
+	if fresh || !timed {
+		return nt, false
 	}
 	if nt {
 		s.timed[1]++

@@ -5,6 +5,9 @@ package shm
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -63,6 +66,7 @@ func TestNonTemporalBodies(t *testing.T) {
 				{0, 1}, {32, 24}, {32, inlineMax - 32}, {32, inlineMax - 31}, {16, 1000},
 				{48, nonTemporalMin - 1}, {63, nonTemporalMin}, {0, max}, {32, max - 32}, {100, max - 100}, {16, max - 16}, {0, nonTemporalMin + 1},
 				// Enough within memory already written for auto to time both ways.
+				{32, 8 << 10}, {32, 8 << 10}, {32, 8 << 10}, {32, 8 << 10}, {32, 8 << 10}, {32, 8 << 10}, {32, 8 << 10}, {32, 8 << 10},
 				{32, 8 << 10}, {32, 8 << 10}, {32, 8 << 10}, {32, 8 << 10}, {32, 8 << 10}, {32, 8 << 10}, {32, 8 << 10}, {32, 8 << 10},
 			} {
 				want := make([]byte, tt.head+tt.body)
@@ -150,22 +154,60 @@ func TestStoreJudge(t *testing.T) {
 			if flips > len(tt.phases) {
 				t.Errorf("the ask flipped %d times over %d phases", flips, len(tt.phases))
 			}
-			if max := 5000/timeEvery + 5000/exploreEvery + 2*judgeFirst; timed > max {
+			if max := 5000/timeEvery + (5000/exploreEvery+2)*burstTimed; timed > max {
 				t.Errorf("%d of 5000 long messages timed, want at most %d", timed, max)
 			}
 		})
 	}
 	t.Run("fresh memory", func(t *testing.T) {
 		// Messages that reach further into their slot than any before
-		// fault pages in: never timed, written as asked.
+		// fault pages in: never timed.
 		s := storeSender{mode: NonTemporalAuto}
 		for k := range 64 {
-			if nt, timed := s.plan(true, uint64(k%8), 8, 4096+k*512); !nt || timed {
-				t.Fatalf("message %d, reaching further: non-temporal %v, timed %v; want as asked, untimed", k, nt, timed)
+			if _, timed := s.plan(true, uint64(k%8), 8, 4096+k*512); timed {
+				t.Fatalf("message %d, reaching further, was timed", k)
 			}
 		}
-		if _, timed := s.plan(true, 0, 8, 4096); !timed {
-			t.Errorf("a message within memory written before was not timed while nothing was measured")
+		timed := 0
+		for k := range 64 {
+			if _, ok := s.plan(true, uint64(k%8), 8, 4096); ok {
+				timed++
+			}
+		}
+		if timed == 0 {
+			t.Errorf("of 64 messages within memory written before, none was timed")
+		}
+	})
+	t.Run("bursts", func(t *testing.T) {
+		// Each way is tried for a lap of the ring before it is timed,
+		// ordinary first, then non-temporal, then the way not asked for.
+		s := storeSender{mode: NonTemporalAuto}
+		const slots = 8
+		var got []string
+		for k := range 2*(slots+burstTimed) + exploreEvery + slots + burstTimed {
+			nt, timed := s.plan(false, uint64(k%slots), slots, 8192)
+			if k < slots {
+				continue // fresh memory
+			}
+			if timed {
+				got = append(got, fmt.Sprintf("%d:%v", k, nt))
+			}
+		}
+		// The first burst's lap is the fresh one; its timed messages
+		// are 8-10, the second burst's 19-21 (after 11-18), then one in
+		// 8 the way asked, and a burst the other way.
+		want := []string{"8:false", "9:false", "10:false", "19:true", "20:true", "21:true"}
+		if len(got) < len(want) || !slices.Equal(got[:len(want)], want) {
+			t.Errorf("timed messages %v, want %v first", got, want)
+		}
+		var later []string
+		for _, g := range got[len(want):] {
+			if strings.HasSuffix(g, ":true") {
+				later = append(later, g)
+			}
+		}
+		if len(later) != burstTimed {
+			t.Errorf("after the first bursts, %v timed with non-temporal stores (not asked for), want %d in one burst", later, burstTimed)
 		}
 	})
 	for _, mode := range []NonTemporal{NonTemporalOn, NonTemporalOff} {
