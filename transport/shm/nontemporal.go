@@ -30,17 +30,19 @@ import (
 // writes a burst the other way, so that a change of placement shows.
 // Neither side times a message that reaches further into its slot than
 // any before it: its pages are still being faulted in, which in a first
-// trial made the first samples 200 times the later ones. Short messages, whose latency is the point,
-// keep ordinary stores, and the caller's buffers are never written so. On
-// amd64 only, with SSE2's MOVNTDQ, which every amd64 CPU has; elsewhere
-// the copy is ordinary whatever is asked.
+// trial made the first samples 200 times the later ones. Short messages,
+// whose latency is the point, keep ordinary stores, and the caller's
+// buffers are never written so. On amd64 only, with SSE2's MOVNTDQ,
+// which every amd64 CPU has; elsewhere the copy is ordinary whatever is
+// asked.
 
 // NonTemporal says how a message body of nonTemporalMin bytes or more is
 // written into a peer's slot.
 type NonTemporal int
 
 const (
-	// NonTemporalAuto measures, per peer, which stores copy faster.
+	// NonTemporalAuto has each ring measure which way its messages
+	// cost less, from the sender's copy to the receiver's release.
 	NonTemporalAuto NonTemporal = iota
 	// NonTemporalOff writes every message with ordinary stores.
 	NonTemporalOff
