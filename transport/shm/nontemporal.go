@@ -86,15 +86,23 @@ const nonTemporalMin = 4 << 10
 // every exploreEvery long messages, costing about (slots+burstTimed) /
 // exploreEvery of them the dearer way. The receiver judges from the
 // median of the last judgeSamples of each way, once it has judgeFirst of
-// both, and switches when the other way's cost is under switchBelow of
-// the current's, so that noise between two near costs does not flap.
+// both. It asks for non-temporal stores only when they cost under
+// toNonTemporal of the ordinary ones, and back when ordinary ones cost
+// under toOrdinary of them: between two near costs noise must not make it
+// flap, and in doubt the ordinary stores stay, which leave the lines in a
+// cache. (Where the cores shared none, non-temporal stores cost 0.35-0.6
+// of the ordinary ones; where they did, 1.3-1.8 times; with 4 ranks
+// sharing 2 cores the timings spread enough that a 10% margin let
+// some rings choose non-temporal stores, 0.89x the ordinary speed at
+// 32 MiB.)
 const (
-	timeEvery    = 8
-	exploreEvery = 1024
-	burstTimed   = 3
-	judgeSamples = 5
-	judgeFirst   = 3
-	switchBelow  = 0.9
+	timeEvery     = 8
+	exploreEvery  = 1024
+	burstTimed    = 3
+	judgeSamples  = 5
+	judgeFirst    = 3
+	toNonTemporal = 0.75
+	toOrdinary    = 0.95
 )
 
 // The mark a sender writes in the slot header of a message of more than
@@ -216,12 +224,11 @@ func (j *storeJudge) record(nt bool, cost float64) {
 	if j.count[0] < judgeFirst || j.count[1] < judgeFirst {
 		return
 	}
-	cur, other := j.median(0), j.median(1)
+	ordinary, nonTemporal := j.median(0), j.median(1)
 	if j.asks {
-		cur, other = other, cur
-	}
-	if other < cur*switchBelow {
-		j.asks = !j.asks
+		j.asks = !(ordinary < nonTemporal*toOrdinary)
+	} else {
+		j.asks = nonTemporal < ordinary*toNonTemporal
 	}
 }
 

@@ -113,6 +113,8 @@ func TestStoreJudge(t *testing.T) {
 		{"cores apart: non-temporal", []phase{{0, 0.20, 0.08, true}}, false},
 		{"cores sharing a cache: ordinary", []phase{{0, 0.025, 0.05, false}}, false},
 		{"near costs: no flapping", []phase{{0, 0.10, 0.095, false}}, false},
+		{"non-temporal 15% cheaper: ordinary stays", []phase{{0, 0.10, 0.085, false}}, false},
+		{"ordinary 10% cheaper: back to it", []phase{{0, 0.20, 0.08, true}, {2000, 0.09, 0.10, false}}, false},
 		{"outliers", []phase{{0, 0.025, 0.05, false}}, true},
 		{"placement changes", []phase{{0, 0.025, 0.05, false}, {1000, 0.20, 0.08, true}, {3000, 0.025, 0.05, false}}, false},
 	}
