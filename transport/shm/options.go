@@ -19,8 +19,8 @@ import (
 type Options struct {
 	transport.LinkOptions
 	// NonTemporal says how a body of 4 KiB or more is written into a
-	// peer's slot (see nontemporal.go): by default, with the stores each
-	// link measures to copy faster.
+	// peer's slot (see nontemporal.go): by default, with ordinary or
+	// non-temporal stores, whichever each ring measures to cost less.
 	NonTemporal NonTemporal
 	// JobRanks is the job rank of each rank of this mesh, when it joins
 	// only one host's ranks of a larger job (see NewHybrid): the texts a
