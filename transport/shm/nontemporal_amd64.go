@@ -10,7 +10,7 @@ import "unsafe"
 //go:noescape
 func streamLines(dst, src unsafe.Pointer, lines uintptr)
 
-// streamCopy copies src into dst (as long) with non-temporal stores for
+// streamCopy copies src into dst, as long, with non-temporal stores for
 // the 64-byte lines of dst that src fills, and ordinary ones for the
 // bytes before the first such line and after the last.
 func streamCopy(dst, src []byte) {
