@@ -73,7 +73,7 @@ func (j *job) stallReport(k int, why string, quit bool, reported map[string]time
 	if r.Call != "" {
 		// The answers came after start: start less how long they say
 		// a rank has waited is no later than when the wait began.
-		if at, ok := reported[r.Call]; ok && !quit && waitBegan(start, answers, r.Call).Before(at) {
+		if at, ok := reported[r.Call]; ok && !quit && start.Add(-r.Waited).Before(at) {
 			return
 		}
 		reported[r.Call] = time.Now()
@@ -83,25 +83,6 @@ func (j *job) stallReport(k int, why string, quit bool, reported map[string]time
 		j.out.say("%s", line)
 	}
 	j.out.say("stall report written, with the laggards' goroutine stacks, to %s", path)
-}
-
-// waitBegan is when the wait in call (as a Report names it) began, as
-// far as answers given after now tell: now less the longest any rank
-// has been in it.
-func waitBegan(now time.Time, answers map[int]stallreport.Status, call string) time.Time {
-	var longest time.Duration
-	for _, s := range answers {
-		for _, c := range s.Comms {
-			name := c.Call
-			if c.Name != "" {
-				name += " of " + c.Name
-			}
-			if c.Running && name == call {
-				longest = max(longest, c.For)
-			}
-		}
-	}
-	return now.Add(-longest)
 }
 
 // lateAnswers bounds how long a report waits for the answer of a rank

@@ -89,6 +89,8 @@ type Report struct {
 	// call, as errors name it.
 	Laggards []int
 	Call     string
+	// Waited is the longest any rank that answered has been in Call.
+	Waited time.Duration
 	// Stacks holds the goroutine stacks the laggards sent, for the file.
 	Stacks string
 }
@@ -171,6 +173,7 @@ func Build(why string, size int, answers map[int]Status, notes func(rank int) st
 	}
 	sort.Ints(ranksIn)
 	fmt.Fprintf(&b, "oldest unfinished call: %s%s\n", call, of)
+	r.Waited = longest
 	fmt.Fprintf(&b, "  in it: %s, waiting up to %s\n", Ranks(ranksIn), round(longest))
 	if len(calls) > 1 {
 		// Ranks in the same call number with other arguments.

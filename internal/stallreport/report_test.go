@@ -93,6 +93,14 @@ func TestBuild(t *testing.T) {
 					t.Errorf("report does not say %q:\n%s", w, r.Text)
 				}
 			}
+			// Waited is the wait the report prints for the call (grun
+			// dates a stall's start by it).
+			if w := "waiting up to " + round(r.Waited).String(); r.Call != "" && !strings.Contains(r.Text, w) {
+				t.Errorf("waited %v, but the report does not say %q:\n%s", r.Waited, w, r.Text)
+			}
+			if tc.name == "one idle laggard, its stacks kept" && r.Waited != 42*time.Second {
+				t.Errorf("waited %v, want 42s", r.Waited)
+			}
 			if !slices.Equal(r.Laggards, tc.laggards) {
 				t.Errorf("laggards %v, want %v", r.Laggards, tc.laggards)
 			}
