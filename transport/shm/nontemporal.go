@@ -186,10 +186,10 @@ type storeJudge struct {
 	asks    bool // non-temporal asked for
 }
 
-// arm starts timing message m, which the sender marked and timed, unless
-// a message being timed is still out.
+// arm starts timing the message in slot, which the sender marked timed
+// (Recv looks), unless a message being timed is still out.
 func (j *storeJudge) arm(slot int32, mark, sendNS uint32, n int) {
-	if mark&markTimed == 0 || j.armed.Load() {
+	if j.armed.Load() {
 		return
 	}
 	j.slot.Store(slot)
