@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"io"
+	"io/fs"
 	"math"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -70,6 +72,15 @@ func TestPrintTables(t *testing.T) {
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %q in\n%s", want, out)
+		}
+	}
+	// TestCompare reads a peer's missing round from this header.
+	for _, c := range []struct {
+		name, round string
+		want        bool
+	}{{"ompi", "2", true}, {"ompi", "1", false}, {"gocoll", "2", false}} {
+		if got := headerSaysFailed(out, c.name, c.round); got != c.want {
+			t.Errorf("headerSaysFailed(%s, round %s) = %v, want %v", c.name, c.round, got, c.want)
 		}
 	}
 	var ratios []string
@@ -184,7 +195,7 @@ func TestCompare(t *testing.T) {
 	dir := t.TempDir()
 	png := filepath.Join(dir, "c.png")
 	args := []string{"-n", "2", "-min", "8", "-max", "64", "-iters", "5", "-repeat", "2", "-membw=false",
-		"-peers", strings.Join(peers, ","), "-save", dir, "-plot", png, "-timeout", "3m"}
+		"-peers", strings.Join(peers, ","), "-save", dir, "-plot", png, "-timeout", "90s"}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var out, stderr bytes.Buffer
@@ -193,9 +204,20 @@ func TestCompare(t *testing.T) {
 	}
 	t.Logf("\n%s", out.String())
 	// Every side measured every size in both rounds, and got it right.
+	// A peer may hang now and then (MPICH over UCX's TCP did once in
+	// CI, in a round of 8-64 B): the tool must then cut that round off,
+	// say so in the table's header and keep the rest, which is what a
+	// peer's missing round is checked for. gocoll gets no such pass, and
+	// a side failing in both rounds fails run itself.
 	for _, name := range append([]string{"gocoll"}, peers...) {
 		for _, round := range []string{"1", "2"} {
-			r, err := report.ReadFile(filepath.Join(dir, name+"-"+round+".json"))
+			file := filepath.Join(dir, name+"-"+round+".json")
+			if _, err := os.Stat(file); errors.Is(err, fs.ErrNotExist) && name != "gocoll" &&
+				headerSaysFailed(out.String(), name, round) {
+				t.Logf("%s round %s failed and was left out, as the header says", name, round)
+				continue
+			}
+			r, err := report.ReadFile(file)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -215,6 +237,23 @@ func TestCompare(t *testing.T) {
 	if !strings.Contains(stderr.String(), "wrote "+png) {
 		t.Errorf("plot not reported:\n%s", stderr.String())
 	}
+}
+
+// headerSaysFailed reports whether the table's header lists round as
+// failed under side name's line.
+func headerSaysFailed(table, name, round string) bool {
+	in := false
+	for _, line := range strings.Split(table, "\n") {
+		switch {
+		case strings.HasPrefix(line, "# "+name+":"):
+			in = true
+		case in && strings.HasPrefix(strings.TrimLeft(line, "# "), "failed round "+round+": "):
+			return true
+		case !strings.HasPrefix(line, "#         "):
+			in = false
+		}
+	}
+	return false
 }
 
 // A peer that is not installed is refused before anything runs, naming
