@@ -40,3 +40,10 @@ var sampled = quick || settings.Conformance(os.LookupEnv) == "transport"
 // RDMA run in the emulated VM, where each collective costs a hundred times
 // more, sample.
 func Sampled() bool { return sampled }
+
+// Race reports whether the tests were built with the race detector. What
+// races is the transports' and collectives' concurrency, which small jobs
+// reach as well as large ones: the conformance suite runs a transport's
+// variants (tiny slots, sealed links, the shm+tcp hybrid) on 2 and 3
+// ranks under it, and on 1 to 8 ranks in the full run without it.
+func Race() bool { return race }

@@ -1,0 +1,5 @@
+//go:build !race
+
+package testmode
+
+const race = false
