@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"syscall"
 	"time"
 
@@ -187,7 +188,7 @@ func (t *Transport) handshake(ctx context.Context, c *net.UnixConn, want int) (p
 			return nil, true, nil
 		}
 	}
-	p = &peer{t: t, rank: r, pid: int(h.pid), conn: c, sender: storeSender{mode: t.opts.NonTemporal.Here()}, Fault: mesh.NewFault(r)}
+	p = &peer{t: t, rank: r, pid: int(h.pid), local: int(h.pid) == os.Getpid(), conn: c, sender: storeSender{mode: t.opts.NonTemporal.Here()}, Fault: mesh.NewFault(r)}
 	fd, in, err := createRing(t.opts.Slots, t.opts.SlotSize)
 	if err != nil {
 		return nil, false, err

@@ -90,6 +90,11 @@ func TestSimultaneousLink(t *testing.T) {
 					continue
 				}
 				pa, pb := ts[a].lookup(b), ts[b].lookup(a)
+				// Every rank is a goroutine of this process, which a
+				// crowded wait yields to through the runtime.
+				if !pa.local || pa.pid != os.Getpid() {
+					t.Errorf("round %d: rank %d's peer %d: local %v, pid %d, want true and this process's %d", round, a, b, pa.local, pa.pid, os.Getpid())
+				}
 				if &pa.out.mem[0] == &pb.in.mem[0] {
 					t.Fatalf("round %d: ranks %d and %d share a mapping", round, a, b)
 				}

@@ -50,9 +50,12 @@ type peer struct {
 	t    *Transport
 	rank int
 	pid  int
-	conn *net.UnixConn
-	in   *ring // peer -> us, in the memfd we created
-	out  *ring // us -> peer, in the memfd the peer created
+	// local: the peer is a goroutine of this process (comm.NewLocal,
+	// tests), which a crowded wait yields to differently (mesh.YieldCPU).
+	local bool
+	conn  *net.UnixConn
+	in    *ring // peer -> us, in the memfd we created
+	out   *ring // us -> peer, in the memfd the peer created
 
 	recvSeq  uint64      // messages received (only the receiving goroutine)
 	sendSeq  uint64      // messages sent (only the sending goroutine)
@@ -590,7 +593,7 @@ func (t *Transport) wait(ctx context.Context, p *peer, counter, flag *atomic.Uin
 				// And ranks in other processes may share this core: on a
 				// crowded host the peer we wait for is often queued
 				// behind us, and would run only once we park.
-				unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+				mesh.YieldCPU(p.local)
 			}
 		}
 	}

@@ -418,8 +418,9 @@ func (t *Transport) drive(ctx context.Context, p *peer, ready func() bool) error
 			}
 			if t.opts.Crowded {
 				// The peer we wait for is likely queued behind us on
-				// this CPU, or, in a job of one process, on this P.
-				yieldCPU()
+				// this CPU, or, in a job of one process, on this P
+				// (this process holds the engines of several ranks).
+				mesh.YieldCPU(engines.Load() > 1)
 			}
 			if spins++; turnEvery > 0 && spins%turnEvery == 0 {
 				runtime.Gosched()

@@ -11,8 +11,9 @@ import (
 )
 
 // The Linux side of the engine: the per-socket silence limits
-// watchSilence sets, an eventfd to wake a blocking poll, and sched_yield. The other Unix
-// systems have theirs in engine_other.go.
+// watchSilence sets and an eventfd to wake a blocking poll (the yield of
+// a crowded wait is internal/mesh's). The other Unix systems have theirs
+// in engine_other.go.
 
 // keepaliveTuning: Linux sets all three keepalive timers per socket, and
 // TCP_USER_TIMEOUT declares the connection dead once data has gone
@@ -35,10 +36,6 @@ func wakePair() (r, w int, err error) {
 	}
 	return fd, fd, nil
 }
-
-// yieldCPU gives this thread's CPU to whatever else is runnable on it,
-// in any process.
-func yieldCPU() { unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
 
 // The bell lets ranks wait for their sockets without holding a thread
 // each: one epoll instance for the whole process, holding every link of

@@ -4,7 +4,6 @@ package tcp
 
 import (
 	"fmt"
-	"runtime"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -39,12 +38,6 @@ func wakePair() (r, w int, err error) {
 	}
 	return p[0], p[1], nil
 }
-
-// yieldCPU lets the other goroutines of this process run. Unlike Linux's
-// sched_yield it does not hand the CPU to other processes: ranks in one
-// process (comm.NewLocal, tests) still take turns, ranks in separate
-// processes rely on the short crowded spin.
-func yieldCPU() { runtime.Gosched() }
 
 // parkedPoll is Linux's (engine_linux.go): here a waiting call blocks
 // in poll(2), whatever the process holds.
