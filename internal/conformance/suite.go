@@ -134,8 +134,8 @@ func run(t *testing.T, mesh Mesh, quick, race []int) {
 				// (pairwise) and AllGather cases send at 8 ranks too;
 				// what 8 adds, an owner holding a slot of each of 7
 				// peers at once, the full run checks over tcp and shm.
-				// It was a third of the 8-rank time under the race
-				// detector and in the RDMA VM.
+				// Its exact kernel made it a large share of the 8-rank
+				// time under the race detector and in the RDMA VM.
 				t.Run("ExactSum", func(t *testing.T) { testExactSum(t, ts) })
 			}
 			t.Run("Reduce", func(t *testing.T) { testReduce(t, ts) })

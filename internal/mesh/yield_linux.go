@@ -10,18 +10,17 @@ import "golang.org/x/sys/unix"
 // The yield to a peer in another process is raw: the runtime does not
 // see it. Through syscall.Syscall the runtime counts a yield as a
 // blocking system call, and a yield that lets another process run for
-// longer than sysmon's 20 µs tick (on a crowded host, most of them) got
-// its P taken and handed to another thread, which the yielding thread
-// then had to take back: 4 ranks on 2 cores switched contexts 157,000
-// times in 20,000 8-byte allreduces (32.8 µs each), and 115,000 times
-// (20.2 µs) with the raw call. A yield waits for no event, so no other
-// goroutine waits on it for longer than the scheduler keeps this thread
-// off its CPU, which a preempted thread costs them as well.
+// longer than sysmon's tick (on a crowded host, most of them) gets its
+// P taken and handed to another thread, which the yielding thread must
+// then take back: context switches for nothing, on every wait. A yield
+// waits for no event, so no other goroutine waits on it for longer than
+// the scheduler keeps this thread off its CPU, which a preempted thread
+// costs them as well.
 //
 // A peer in this process is the opposite case: it runs only once it has
 // a P, and the P that sysmon takes from a long yield is what lets it run
-// at once. The raw yield made 6 in-process ranks on 2 Ps 3.5 times
-// slower (an 8-byte allreduce 0.12-0.17 ms before, 0.55-0.60 after).
+// at once. The measurements of both cases are in docs/performance.md
+// ("A yield the runtime does not see").
 func YieldCPU(shared bool) {
 	if shared {
 		unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)

@@ -191,6 +191,14 @@ func TestPeerKilled(t *testing.T) {
 	} else {
 		ts[1].Release(m)
 	}
+	// Rank 1's waits yield to rank 0 through the runtime, to the child's
+	// rank 2 straight to the kernel.
+	if local, linked := ts[1].PeerInProcess(0); !linked || !local {
+		t.Errorf("rank 1's peer 0, in this process: linked %v, in process %v", linked, local)
+	}
+	if local, linked := ts[1].PeerInProcess(2); !linked || local {
+		t.Errorf("rank 1's peer 2, the child: linked %v, in process %v", linked, local)
+	}
 	for _, name := range shmEntries(t) {
 		if !slices.Contains(before, name) || strings.Contains(name, "gocoll") {
 			t.Errorf("/dev/shm/%s left behind", name)
