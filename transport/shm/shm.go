@@ -419,7 +419,9 @@ func (t *Transport) put(ctx context.Context, p *peer, head, body []byte, wait bo
 	slot := r.slot(seq)
 	dst, lead := r.place(slot, n, len(head))
 	var mark uint32
-	if len(body) < nonTemporalMin {
+	if n <= inlineMax {
+		fillTailFirst(dst, head, body)
+	} else if len(body) < nonTemporalMin {
 		copy(dst[copy(dst, head):], body)
 	} else {
 		mark = p.copyLong(r, slot, dst[copy(dst, head):], body)
