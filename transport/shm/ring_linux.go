@@ -165,7 +165,8 @@ const firstLine = 64 - offInline
 // from the receiver's poll with its first bytes, lost it to the next poll
 // while the rest went into the following lines, and had to take it back
 // for the sequence word: a third transfer between the cores for every
-// small message, and the step from 24 to 28 bytes of an allreduce. Stores
+// such message. (The second line's own transfer remains, and with it
+// most of the step from 24 to 28 bytes of an allreduce.) Stores
 // become visible in program order on amd64 (and the sequence word's store
 // is a release everywhere), so the order here costs nothing in safety: the
 // receiver reads nothing before it sees the sequence word.
